@@ -1,0 +1,1 @@
+//! bench: placeholder until its issue lands.

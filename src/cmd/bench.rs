@@ -1,0 +1,8 @@
+use super::CmdResult;
+
+#[derive(clap::Subcommand)]
+pub enum Command {}
+
+pub fn run(c: Command) -> CmdResult {
+    match c {}
+}

@@ -1,0 +1,1 @@
+//! Configuration: file + flags + environment, validated once at start-up.

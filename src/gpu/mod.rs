@@ -1,0 +1,1 @@
+//! gpu: placeholder until its issue lands.

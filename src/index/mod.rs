@@ -1,0 +1,1 @@
+//! index: placeholder until its issue lands.

@@ -1,0 +1,1 @@
+//! select: placeholder until its issue lands.

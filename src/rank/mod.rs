@@ -3,4 +3,5 @@
 //!
 //! - [`model`]: the validated in-memory ranker, shared by every backend.
 
+pub mod gpu;
 pub mod model;

@@ -2,5 +2,12 @@
 //! transforms (MIT), model evaluation (ME: trees and NN layers), on the CPU (the reference).
 //!
 //! - [`model`]: the validated in-memory ranker, shared by every backend.
+//! - [`format`]: the native ranker file (read, validate, write); [`error`]: its errors.
+//! - [`freeform`]: the FreeForm expression parser and evaluator.
 
+pub mod error;
+pub mod format;
+pub mod freeform;
 pub mod model;
+
+pub use error::RankerError;

@@ -3,8 +3,10 @@
 //!
 //! - [`model`]: the validated in-memory ranker, shared by every backend.
 //! - [`format`]: the native ranker file (read, validate, write); [`error`]: its errors.
+//! - [`cpu`]: the CPU evaluator (reference and fast plan).
 //! - [`freeform`]: the FreeForm expression parser and evaluator.
 
+pub mod cpu;
 pub mod error;
 pub mod format;
 pub mod freeform;

@@ -2,6 +2,16 @@
 //! transforms (MIT), model evaluation (ME: trees and NN layers), on the CPU (the reference).
 //!
 //! - [`model`]: the validated in-memory ranker, shared by every backend.
+//! - [`format`]: the native ranker file (read, validate, write); [`error`]: its errors.
+//! - [`cpu`]: the CPU evaluator (reference and fast plan).
+//! - [`freeform`]: the FreeForm expression parser and evaluator.
+//! - [`gpu`]: the GPU path, checked against [`cpu`].
 
+pub mod cpu;
+pub mod error;
+pub mod format;
+pub mod freeform;
 pub mod gpu;
 pub mod model;
+
+pub use error::RankerError;

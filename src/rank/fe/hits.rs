@@ -317,3 +317,160 @@ pub(crate) fn check_hit(
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn query(q: u32) -> QueryInfo {
+        QueryInfo {
+            terms: q,
+            idf: vec![1.0; q as usize],
+        }
+    }
+
+    fn one_stream(name: &str, length: u32, phrases: Vec<Vec<[u32; 2]>>) -> HitDocument {
+        HitDocument {
+            id: Some("d42".into()),
+            streams: [(name.to_string(), HitStream { length, phrases })].into(),
+            static_features: BTreeMap::new(),
+        }
+    }
+
+    fn check(doc: &HitDocument, q: u32) -> Result<(), HitError> {
+        doc.streams
+            .iter()
+            .try_for_each(|(name, s)| validate_stream(doc, name, s, q))
+    }
+
+    #[test]
+    fn parses_the_design_example() {
+        let json = r#"{"id": "d42",
+            "streams": {"title": {"length": 9,  "phrases": [[[0, 1], [1, 2]]]},
+                        "body":  {"length": 312, "phrases": [[[0, 10], [0, 12], [1, 13]], [[1, 40]]]}},
+            "static": {"static_rank": 0.7}}"#;
+        let doc: HitDocument = serde_json::from_str(json).expect("valid");
+        assert_eq!(doc.id.as_deref(), Some("d42"));
+        assert_eq!(doc.streams["body"].phrases[0][2], [1, 13]);
+        assert_eq!(doc.static_features["static_rank"], 0.7);
+        check(&doc, 2).expect("valid hits");
+        let q: QueryInfo =
+            serde_json::from_str(r#"{"terms": 2, "idf": [1.5, 2.5]}"#).expect("valid");
+        validate_query(&q).expect("valid");
+        let s: CorpusStats =
+            serde_json::from_str(r#"{"avg_length": {"title": 9.8, "body": 402.0}}"#)
+                .expect("valid");
+        validate_stats(&s).expect("valid");
+    }
+
+    #[test]
+    fn round_trips_through_messagepack() {
+        let doc = one_stream("body", 10, vec![vec![[0, 1], [1, 3]], vec![]]);
+        let bytes = rmp_serde::to_vec_named(&doc).expect("serializable");
+        let back: HitDocument = rmp_serde::from_slice(&bytes).expect("round trip");
+        assert_eq!(back, doc);
+    }
+
+    #[test]
+    fn rejects_unknown_fields() {
+        let err = serde_json::from_str::<HitDocument>(r#"{"stream": {}}"#).unwrap_err();
+        assert!(err.to_string().contains("unknown field `stream`"), "{err}");
+    }
+
+    #[test]
+    fn rejects_term_index_out_of_range() {
+        let doc = one_stream("body", 10, vec![vec![[0, 1]], vec![[1, 4], [2, 6]]]);
+        let err = check(&doc, 2).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "document (id \"d42\"), streams.body.phrases[1][1]: term index 2 out of range: \
+             the query has 2 terms"
+        );
+    }
+
+    #[test]
+    fn rejects_position_out_of_range() {
+        let doc = one_stream("title", 5, vec![vec![[0, 5]]]);
+        assert_eq!(
+            check(&doc, 1).unwrap_err().to_string(),
+            "document (id \"d42\"), streams.title.phrases[0][0]: position 5 out of range: \
+             the stream's length is 5"
+        );
+    }
+
+    #[test]
+    fn rejects_repeated_position_within_a_phrase() {
+        let doc = one_stream("body", 10, vec![vec![[0, 3], [1, 3]]]);
+        assert!(matches!(
+            check(&doc, 2),
+            Err(HitError::PositionNotIncreasing { position: 3, previous: 3, ref at }) if at.hit == 1
+        ));
+    }
+
+    #[test]
+    fn rejects_positions_decreasing_across_phrases() {
+        let doc = one_stream("body", 10, vec![vec![[0, 4]], vec![], vec![[1, 2]]]);
+        assert_eq!(
+            check(&doc, 2).unwrap_err().to_string(),
+            "document (id \"d42\"), streams.body.phrases[2][0]: position 2 out of order: \
+             expected > 4, the previous hit's position in this stream (positions strictly \
+             increase within and across phrases)"
+        );
+    }
+
+    #[test]
+    fn rejects_idf_of_wrong_length() {
+        let q = QueryInfo {
+            terms: 3,
+            idf: vec![1.0, 2.0],
+        };
+        assert_eq!(
+            validate_query(&q).unwrap_err().to_string(),
+            "query.idf has 2 values, expected 3 (query.terms)"
+        );
+    }
+
+    #[test]
+    fn rejects_non_finite_idf() {
+        let q = QueryInfo {
+            terms: 2,
+            idf: vec![1.0, f64::INFINITY],
+        };
+        assert_eq!(
+            validate_query(&q).unwrap_err(),
+            HitError::IdfNotFinite {
+                index: 1,
+                value: f64::INFINITY
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_non_positive_average_length() {
+        let s = CorpusStats {
+            avg_length: [("anchor".to_string(), 0.0)].into(),
+        };
+        assert_eq!(
+            validate_stats(&s).unwrap_err().to_string(),
+            "stats.avg_length.anchor is 0, expected a finite number > 0"
+        );
+    }
+
+    #[test]
+    fn accepts_any_stream_name_and_empty_phrases() {
+        let doc = one_stream("headings", 3, vec![vec![], vec![[0, 2]]]);
+        check(&doc, 1).expect("valid");
+        validate_query(&query(0)).expect("an empty query is valid");
+    }
+
+    #[test]
+    fn error_names_the_batch_index_once_known() {
+        let doc = one_stream("url", 2, vec![vec![[0, 2]]]);
+        let err = check(&doc, 1).unwrap_err().at_index(7);
+        assert!(
+            err.to_string()
+                .starts_with("document 7 (id \"d42\"), streams.url.phrases[0][0]"),
+            "{err}"
+        );
+    }
+}

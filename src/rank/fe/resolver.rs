@@ -180,3 +180,208 @@ impl FeatureResolver {
         Ok(())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::catalogue::feature_names;
+    use super::super::hits::HitStream;
+    use super::super::synth::{synth_corpus_stats, synth_hit_documents, synth_query};
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn small_doc() -> HitDocument {
+        HitDocument {
+            id: Some("d1".into()),
+            streams: [(
+                "body".to_string(),
+                HitStream {
+                    length: 20,
+                    phrases: vec![vec![[0, 3], [1, 4]]],
+                },
+            )]
+            .into(),
+            static_features: [("static_rank".to_string(), 0.7)].into(),
+        }
+    }
+
+    #[test]
+    fn writes_features_in_the_rankers_order_with_missing_statics_as_nan() {
+        let resolver = FeatureResolver::new(&names(&[
+            "static.static_rank",
+            "body.occurrences.sum",
+            "body.length",
+            "static.pagerank",
+            "doc.query_terms",
+        ]))
+        .expect("all known");
+        let query = QueryInfo {
+            terms: 2,
+            idf: vec![1.0, 1.0],
+        };
+        let mut out = vec![0.0; 5];
+        resolver
+            .extract(&query, &CorpusStats::default(), &small_doc(), &mut out)
+            .expect("valid");
+        assert_eq!(out[..3], [0.7, 2.0, 20.0]);
+        assert!(out[3].is_nan());
+        assert_eq!(out[4], 2.0);
+    }
+
+    #[test]
+    fn rejects_an_unknown_feature_naming_its_index() {
+        let err = FeatureResolver::new(&names(&["body.bm25f", "body.bm52f"])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "features[1]: unknown feature \"body.bm52f\": expected a catalogue feature \
+             (docs/features.md, e.g. \"body.bm25f\") or \"static.<name>\""
+        );
+    }
+
+    #[test]
+    fn rejects_an_empty_static_name() {
+        assert_eq!(
+            FeatureResolver::new(&names(&["static."])).unwrap_err(),
+            FeError::UnknownFeature {
+                index: 0,
+                name: "static.".into()
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_a_wrong_output_length() {
+        let resolver = FeatureResolver::new(&names(&["body.length"])).expect("known");
+        let query = QueryInfo {
+            terms: 2,
+            idf: vec![1.0, 1.0],
+        };
+        let err = resolver
+            .extract_batch(
+                &query,
+                &CorpusStats::default(),
+                &[small_doc(), small_doc()],
+                &mut [0.0; 3],
+                1,
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "output buffer has 3 values, expected 2 (2 documents × 1 features)"
+        );
+    }
+
+    #[test]
+    fn batch_is_identical_for_any_thread_count() {
+        let resolver = FeatureResolver::new(feature_names()).expect("catalogue");
+        let query = synth_query(3, 1);
+        let stats = synth_corpus_stats();
+        let docs = synth_hit_documents(57, 3, 9);
+        let mut one = vec![0.0; docs.len() * resolver.len()];
+        resolver
+            .extract_batch(&query, &stats, &docs, &mut one, 1)
+            .expect("synthetic documents are valid");
+        for threads in [2, 4, 64] {
+            let mut many = vec![0.0; one.len()];
+            resolver
+                .extract_batch(&query, &stats, &docs, &mut many, threads)
+                .expect("valid");
+            assert_eq!(one, many, "threads = {threads}");
+        }
+        let mut single = vec![0.0; resolver.len()];
+        resolver
+            .extract(&query, &stats, &docs[33], &mut single)
+            .expect("valid");
+        assert_eq!(single, one[33 * resolver.len()..34 * resolver.len()]);
+    }
+
+    #[test]
+    fn batch_reports_the_first_bad_document_with_its_index() {
+        let resolver = FeatureResolver::new(&names(&["doc.bm25f"])).expect("known");
+        let query = QueryInfo {
+            terms: 1,
+            idf: vec![1.0],
+        };
+        let bad_url = HitStream {
+            length: 1,
+            phrases: vec![vec![[0, 1]]],
+        };
+        let mut docs: Vec<HitDocument> = (0..10)
+            .map(|i| HitDocument {
+                id: Some(format!("d{i}")),
+                ..HitDocument::default()
+            })
+            .collect();
+        // Documents 3 and 8 are bad, in different chunks when threads = 4.
+        docs[3].streams.insert("url".into(), bad_url.clone());
+        docs[8].streams.insert("url".into(), bad_url);
+        for threads in [1, 4] {
+            let mut out = vec![0.0; docs.len()];
+            let err = resolver
+                .extract_batch(&query, &CorpusStats::default(), &docs, &mut out, threads)
+                .unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "document 3 (id \"d3\"), streams.url.phrases[0][0]: position 1 out of range: \
+                 the stream's length is 1",
+                "threads = {threads}"
+            );
+        }
+    }
+
+    #[test]
+    fn zero_width_map_still_validates() {
+        let resolver = FeatureResolver::new(&[]).expect("empty");
+        let query = QueryInfo {
+            terms: 1,
+            idf: vec![1.0],
+        };
+        let err = resolver
+            .extract_batch(
+                &query,
+                &CorpusStats::default(),
+                &[small_doc(), small_doc()],
+                &mut [],
+                4,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, HitError::TermOutOfRange { term: 1, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn synthetic_documents_are_deterministic_and_shaped() {
+        let a = synth_hit_documents(200, 4, 5);
+        assert_eq!(a, synth_hit_documents(200, 4, 5));
+        assert_ne!(a, synth_hit_documents(200, 4, 6));
+        let mean = |s: &str| {
+            let l: Vec<f64> = a
+                .iter()
+                .filter_map(|d| d.streams.get(s))
+                .map(|s| f64::from(s.length))
+                .collect();
+            l.iter().sum::<f64>() / l.len() as f64
+        };
+        assert!((6.0..14.0).contains(&mean("title")), "{}", mean("title"));
+        assert!((200.0..600.0).contains(&mean("body")), "{}", mean("body"));
+        let hits: usize = a
+            .iter()
+            .map(|d| {
+                d.streams["body"]
+                    .phrases
+                    .iter()
+                    .map(Vec::len)
+                    .sum::<usize>()
+            })
+            .sum();
+        assert!(hits > 200, "body hits {hits}");
+        let statics: BTreeMap<_, _> = a[0].static_features.clone();
+        assert_eq!(statics.len(), 3);
+    }
+}

@@ -307,4 +307,33 @@ mod tests {
         }
         assert_eq!(catalogue_index("body.nonsense"), None);
     }
+
+    #[test]
+    fn docs_list_every_feature_in_catalogue_order() {
+        let doc = include_str!("../../../docs/features.md");
+        let (_, list) = doc
+            .split_once("## Full list")
+            .expect("docs/features.md has a full list");
+        let listed: Vec<&str> = list
+            .lines()
+            .filter_map(|line| line.split_once(". `"))
+            .map(|(_, rest)| rest.trim_end_matches('`'))
+            .collect();
+        assert_eq!(listed, feature_names());
+        // and every suffix has its definition row
+        for f in StreamFeature::ALL {
+            assert!(
+                doc.contains(&format!("| `{}` |", f.suffix())),
+                "{}",
+                f.suffix()
+            );
+        }
+        for f in DocFeature::ALL {
+            assert!(
+                doc.contains(&format!("| `{}` |", f.suffix())),
+                "{}",
+                f.suffix()
+            );
+        }
+    }
 }

@@ -1,6 +1,8 @@
 //! The ranking stage: ranker models and their files, feature extraction (FE), model-input
 //! transforms (MIT), model evaluation (ME: trees and NN layers), on the CPU (the reference).
 //!
+//! - [`import`]: LightGBM and XGBoost tree ensembles as rankers.
 //! - [`model`]: the validated in-memory ranker, shared by every backend.
 
+pub mod import;
 pub mod model;

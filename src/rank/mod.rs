@@ -1,8 +1,15 @@
 //! The ranking stage: ranker models and their files, feature extraction (FE), model-input
 //! transforms (MIT), model evaluation (ME: trees and NN layers), on the CPU (the reference).
 //!
-//! - [`import`]: LightGBM and XGBoost tree ensembles as rankers.
 //! - [`model`]: the validated in-memory ranker, shared by every backend.
+//! - [`format`]: the native ranker file (read, validate, write); [`error`]: its errors.
+//! - [`freeform`]: the FreeForm expression parser and evaluator.
+//! - [`import`]: LightGBM and XGBoost tree ensembles as rankers.
 
+pub mod error;
+pub mod format;
+pub mod freeform;
 pub mod import;
 pub mod model;
+
+pub use error::RankerError;

@@ -248,3 +248,66 @@ fn load_any_detects_each_format() {
         import_lightgbm(&read("lgb_binary_zero.model.json")).unwrap()
     );
 }
+
+fn rankserve(args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rankserve"))
+        .args(args)
+        .output()
+        .expect("running rankserve")
+}
+
+#[test]
+fn cli_import_writes_the_native_ranker() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("lgb.json");
+    let model = fixture("lgb_lambdarank.model.json");
+    let run = rankserve(&[
+        "ranker",
+        "import",
+        "--format",
+        "lightgbm",
+        "--in",
+        model.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let written = parse_native(&std::fs::read(&out).unwrap()).unwrap();
+    assert_eq!(
+        written,
+        import_lightgbm(&read("lgb_lambdarank.model.json")).unwrap()
+    );
+}
+
+#[test]
+fn cli_import_of_a_bad_model_exits_2_naming_the_field_and_writes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("multi.json");
+    let model = fixture("xgb_multiclass.model.json");
+    let run = rankserve(&[
+        "ranker",
+        "import",
+        "--format",
+        "xgboost",
+        "--in",
+        model.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(
+        stderr.contains("learner.learner_model_param.num_class"),
+        "{stderr}"
+    );
+    assert!(!out.exists());
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "no partial output"
+    );
+}

@@ -341,6 +341,27 @@ mod tests {
         assert_eq!(numerical_threshold(-z), below(-z));
     }
 
+    /// Values around the zero threshold, in the ranges where the move matters.
+    fn near_zero() -> impl proptest::strategy::Strategy<Value = f64> {
+        use proptest::prelude::*;
+        prop_oneof![
+            (-3e-35f64..3e-35),
+            (-1e-300f64..1e-300),
+            Just(ZERO_THRESHOLD),
+            Just(-ZERO_THRESHOLD),
+            Just(0.0),
+            Just(-0.0),
+            any::<f64>().prop_filter("finite", |v| v.is_finite()),
+        ]
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn moved_thresholds_decide_as_lightgbm_does_everywhere(t in near_zero(), x in near_zero()) {
+            proptest::prop_assert_eq!(x <= numerical_threshold(t), lightgbm_goes_left(x, t));
+        }
+    }
+
     fn leaf(v: f64) -> String {
         format!(r#"{{"leaf_index":0,"leaf_value":{v},"leaf_weight":1,"leaf_count":1}}"#)
     }

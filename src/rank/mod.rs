@@ -7,6 +7,7 @@
 //! - [`cpu`]: the CPU evaluator (reference and fast plan).
 //! - [`freeform`]: the FreeForm expression parser and evaluator.
 //! - [`gpu`]: the GPU path, checked against [`cpu`].
+//! - [`import`]: LightGBM and XGBoost tree ensembles as rankers.
 
 pub mod cpu;
 pub mod error;
@@ -14,6 +15,7 @@ pub mod fe;
 pub mod format;
 pub mod freeform;
 pub mod gpu;
+pub mod import;
 pub mod model;
 
 pub use error::RankerError;

@@ -68,7 +68,8 @@ __device__ __forceinline__ bool go_left(const TreeNode& n, double x, const unsig
 //
 // Reads:  nodes, tree_roots[n_trees] (index of each tree's root), categories,
 //         features[n_docs][n_features] (row-major f64).
-// Writes (each optional, NULL to skip): leaf_values[n_docs][n_trees] (f64 leaf of each tree),
+// Writes (each optional, NULL to skip): inputs[n_docs][inputs_stride], columns inputs_col0 ..
+//         inputs_col0 + n_trees (each tree's leaf as an f32 model input),
 //         leaf_ids[n_docs][n_trees] (node index of each leaf reached),
 //         sums[n_docs] = base + the leaves, summed per lane in tree order, lanes in lane order.
 extern "C" __global__ void trees_eval(
@@ -79,7 +80,9 @@ extern "C" __global__ void trees_eval(
     const double* __restrict__ features,
     unsigned n_docs,
     unsigned n_features,
-    double* __restrict__ leaf_values,
+    float* __restrict__ inputs,
+    unsigned inputs_stride,
+    unsigned inputs_col0,
     unsigned* __restrict__ leaf_ids,
     double* __restrict__ sums,
     double base)
@@ -113,7 +116,7 @@ extern "C" __global__ void trees_eval(
                 n = nodes[i];
             }
             sum += n.value;
-            if (leaf_values) leaf_values[(size_t)doc * n_trees + t] = n.value;
+            if (inputs) inputs[(size_t)doc * inputs_stride + inputs_col0 + t] = (float)n.value;
             if (leaf_ids) leaf_ids[(size_t)doc * n_trees + t] = i;
         }
     }

@@ -5,3 +5,4 @@
 
 pub mod gpu;
 pub mod model;
+pub mod plan;

@@ -14,7 +14,8 @@
 // are a feature index or the bits of an f32 constant; each program ends with FF_END and needs at
 // most FF_STACK stack slots (rank::plan checks both).
 //
-// Every transform reads a missing value (NaN) as 0 and computes in f32, as `rank::cpu` does.
+// Transforms compute in f32 and read a missing value (NaN) as 0, except buckets, which compare
+// the f64 value and contain no NaN; all as `rank::cpu` does.
 
 struct Transform {
     unsigned kind;
@@ -117,7 +118,7 @@ extern "C" __global__ void mit_eval(
                           tr.intercept);
             break;
         case KIND_BUCKET: {
-            const double x = read_feature(f, tr.feature);
+            const double x = f[tr.feature];  // a missing value (NaN) is in no bucket
             v = (tr.lower <= x && x < tr.upper) ? 1.0f : 0.0f;
             break;
         }

@@ -33,16 +33,20 @@ extern "C" __global__ void nn_bias_activation(
     }
 }
 
-// The score of each document: the ranker's value plus the ensemble.
+// The score of each document: the ranker's value plus f64 tree sums.
 //
 // Launch shape: 1-D grid-stride over n_docs threads, 256 per block; thread d owns document d.
-// Reads:  values[n_docs][stride] (f32): with layers, the last layer's outputs (stride 1); without,
-//         the model inputs, summed in f64 over columns (dummy columns hold 0);
-//         ensemble[n_docs] (f64, base score included) or NULL when the ranker has none.
+// Reads:  values[n_docs][stride] (f32), of which the first n_summed columns of each row are
+//         summed in f64: with layers, the last layer's output (stride 1, n_summed 1); without,
+//         the transform columns of the model-input matrix (dummy columns hold 0);
+//         tree_inputs[n_docs] (f64: the sum of the tree inputs' leaves, for rankers without
+//         layers) and ensemble[n_docs] (f64, base score included), each NULL when absent.
 // Writes: scores[n_docs] (f64).
 extern "C" __global__ void nn_scores(
     const float* __restrict__ values,
     unsigned stride,
+    unsigned n_summed,
+    const double* __restrict__ tree_inputs,
     const double* __restrict__ ensemble,
     unsigned n_docs,
     double* __restrict__ scores)
@@ -50,7 +54,8 @@ extern "C" __global__ void nn_scores(
     for (unsigned d = blockIdx.x * blockDim.x + threadIdx.x; d < n_docs; d += gridDim.x * blockDim.x) {
         double value = 0.0;
         const float* row = values + (size_t)d * stride;
-        for (unsigned c = 0; c < stride; ++c) value += (double)row[c];
+        for (unsigned c = 0; c < n_summed; ++c) value += (double)row[c];
+        if (tree_inputs) value += tree_inputs[d];
         scores[d] = ensemble ? value + ensemble[d] : value;
     }
 }

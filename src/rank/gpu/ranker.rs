@@ -233,14 +233,23 @@ impl GpuRanker {
             unsafe { launch.launch(elementwise(n_docs * self.n_columns)) }
                 .during("mit_eval launch")?;
         }
+        // Tree inputs feed the NN as f32 columns; without layers their leaves are summed in
+        // f64, as the CPU sums inputs, and the columns are filled only for `explain`.
+        let mut tree_sums = None;
         if let Some(trees) = &self.tree_inputs {
+            let no_layers = self.layers.is_empty();
+            let mut sums = match no_layers {
+                true => Some(stream.alloc_zeros::<f64>(n_docs).during("sum allocation")?),
+                false => None,
+            };
             let targets = TreeTargets {
-                inputs: Some((&mut inputs, columns, self.tree_col0)),
+                inputs: (!no_layers || explain).then_some((&mut inputs, columns, self.tree_col0)),
                 leaf_ids: None,
-                sums: None,
+                sums: sums.as_mut(),
                 base: 0.0,
             };
             trees.launch(device, &features_dev, n_docs, self.n_features, targets)?;
+            tree_sums = sums;
         }
         let mut current = None::<CudaSlice<f32>>;
         for layer in &self.layers {
@@ -300,25 +309,29 @@ impl GpuRanker {
             trees.launch(device, &features_dev, n_docs, self.n_features, targets)?;
             ensemble_sums = Some(sums);
         }
-        let (values, stride) = match &current {
-            Some(out) => (out, 1),
-            None => (&inputs, if self.n_inputs == 0 { 0 } else { columns }),
+        let (values, stride, summed) = match &current {
+            Some(out) => (out, 1, 1),
+            None => (&inputs, columns, self.tree_col0),
         };
-        let stride32 = count32(stride, "model inputs")?;
-        let mut scores = stream
-            .alloc_zeros::<f64>(n_docs)
-            .during("score allocation")?;
+        let (stride32, summed32) = (
+            count32(stride, "model inputs")?,
+            count32(summed, "model inputs")?,
+        );
+        let mut scores = stream.alloc_zeros::<f64>(n_docs).during("score allocation")?;
         let null: u64 = 0;
         let f = device.function(KernelModule::Nn, "nn_scores")?;
         let mut launch = stream.launch_builder(f);
-        launch.arg(values).arg(&stride32);
-        match &ensemble_sums {
-            Some(sums) => launch.arg(sums),
-            None => launch.arg(&null),
-        };
+        launch.arg(values).arg(&stride32).arg(&summed32);
+        for sums in [&tree_sums, &ensemble_sums] {
+            match sums {
+                Some(sums) => launch.arg(sums),
+                None => launch.arg(&null),
+            };
+        }
         launch.arg(&docs32).arg(&mut scores);
-        // SAFETY: arguments follow `nn_scores`'s signature; `values` holds n_docs × stride f32,
-        // the ensemble sums (or a null u64) n_docs f64, `scores` n_docs f64.
+        // SAFETY: arguments follow `nn_scores`'s signature; `values` holds n_docs × stride f32
+        // with summed <= stride, the tree-input and ensemble sums (or null u64s) n_docs f64 each,
+        // `scores` n_docs f64.
         unsafe { launch.launch(elementwise(n_docs)) }.during("nn_scores launch")?;
         let scores = stream.clone_dtoh(&scores).during("score download")?;
         let inputs = match explain {

@@ -29,24 +29,26 @@ struct TreeNode {
 #define MISSING_ZERO 1u
 #define MISSING_NAN 2u
 
-// Whether a split sends x left. Mirrors `rank::cpu` exactly: missing values first, then the
-// comparison in f64 (le_f64), in f32 (lt_f32), or set membership of the truncated integer (in).
+// What LightGBM calls kZeroThreshold: the float 1e-35f, compared in double.
+#define ZERO_THRESHOLD ((double)1e-35f)
+
+// Whether a split sends x left. Mirrors `rank::cpu::goes_left` exactly: missing values first
+// (none: NaN compared as 0; nan: NaN goes the default way; zero: NaN and |x| <= ZERO_THRESHOLD go
+// the default way), then the comparison in f64 (le_f64), in f32 (lt_f32), or set membership of
+// the category trunc(x), which exists when -1 < x < 2^31 (in).
 __device__ __forceinline__ bool go_left(const TreeNode& n, double x, const unsigned* categories) {
     const unsigned decision = n.flags & 3u;
     const unsigned missing = (n.flags >> 2) & 3u;
     const bool default_left = (n.flags >> 4) & 1u;
-    const bool is_nan = isnan(x);
-    if (missing == MISSING_NAN && is_nan) return default_left;
-    if (missing == MISSING_ZERO && (is_nan || fabs(x) <= 1e-35)) return default_left;
-    if (is_nan) {
-        if (decision == DECISION_IN) return false;  // a NaN category is in no set
-        x = 0.0;                                    // missing = none: NaN is treated as 0
+    if (isnan(x)) {
+        if (missing != MISSING_NONE) return default_left;
+        x = 0.0;
     }
+    if (missing == MISSING_ZERO && fabs(x) <= ZERO_THRESHOLD) return default_left;
     if (decision == DECISION_LE_F64) return x <= n.value;
     if (decision == DECISION_LT_F32) return (float)x < (float)n.value;
-    // Categorical: negative values and values of 2^32 or more are in no set.
-    if (x < 0.0 || x >= 4294967296.0) return false;
-    const unsigned cat = (unsigned)x;
+    if (!(x > -1.0 && x < 2147483648.0)) return false;
+    const unsigned cat = (unsigned)(int)x;  // truncates toward zero: (-1, 0) is category 0
     unsigned lo = n.cat_offset, hi = n.cat_offset + n.cat_len;
     while (lo < hi) {
         const unsigned mid = (lo + hi) >> 1;
@@ -68,7 +70,8 @@ __device__ __forceinline__ bool go_left(const TreeNode& n, double x, const unsig
 //
 // Reads:  nodes, tree_roots[n_trees] (index of each tree's root), categories,
 //         features[n_docs][n_features] (row-major f64).
-// Writes (each optional, NULL to skip): leaf_values[n_docs][n_trees] (f64 leaf of each tree),
+// Writes (each optional, NULL to skip): inputs[n_docs][inputs_stride], columns inputs_col0 ..
+//         inputs_col0 + n_trees (each tree's leaf as an f32 model input),
 //         leaf_ids[n_docs][n_trees] (node index of each leaf reached),
 //         sums[n_docs] = base + the leaves, summed per lane in tree order, lanes in lane order.
 extern "C" __global__ void trees_eval(
@@ -79,7 +82,9 @@ extern "C" __global__ void trees_eval(
     const double* __restrict__ features,
     unsigned n_docs,
     unsigned n_features,
-    double* __restrict__ leaf_values,
+    float* __restrict__ inputs,
+    unsigned inputs_stride,
+    unsigned inputs_col0,
     unsigned* __restrict__ leaf_ids,
     double* __restrict__ sums,
     double base)
@@ -113,7 +118,7 @@ extern "C" __global__ void trees_eval(
                 n = nodes[i];
             }
             sum += n.value;
-            if (leaf_values) leaf_values[(size_t)doc * n_trees + t] = n.value;
+            if (inputs) inputs[(size_t)doc * inputs_stride + inputs_col0 + t] = (float)n.value;
             if (leaf_ids) leaf_ids[(size_t)doc * n_trees + t] = i;
         }
     }

@@ -3,6 +3,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use cudarc::cublas::CudaBlas;
 use cudarc::driver::{CudaContext, CudaFunction, CudaStream, DriverError};
 use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
 
@@ -16,6 +17,7 @@ pub const FAULT_ENV: &str = "RANKSERVE_FAULT_GPU";
 pub struct GpuDevice {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    blas: CudaBlas,
     name: String,
     arch: String,
     functions: HashMap<(KernelModule, &'static str), CudaFunction>,
@@ -49,6 +51,12 @@ impl GpuDevice {
                 reason: "the CUDA driver library (libcuda.so) is not on the loader path".into(),
             });
         }
+        // SAFETY: as above.
+        if !unsafe { cudarc::cublas::sys::is_culib_present() } {
+            return Err(GpuError::Unavailable {
+                reason: "the cuBLAS library (libcublas.so) is not on the loader path".into(),
+            });
+        }
         if !nvrtc_present {
             return Err(GpuError::Unavailable {
                 reason: "the NVRTC library (libnvrtc.so) is not on the loader path".into(),
@@ -67,6 +75,10 @@ impl GpuDevice {
         let (major, minor) = ctx.compute_capability().during("compute capability")?;
         let arch = format!("sm_{major}{minor}");
         let stream = ctx.default_stream();
+        let blas = CudaBlas::new(stream.clone()).map_err(|source| GpuError::Cublas {
+            op: "handle creation",
+            source,
+        })?;
         let mut functions = HashMap::new();
         for &module in KernelModule::ALL {
             let ptx = compile_ptx_with_opts(
@@ -99,6 +111,7 @@ impl GpuDevice {
         Ok(Arc::new(GpuDevice {
             ctx,
             stream,
+            blas,
             name,
             arch,
             functions,
@@ -124,6 +137,12 @@ impl GpuDevice {
     /// The stream every stage's work is queued on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// The cuBLAS handle, bound to [`GpuDevice::stream`]. Its math mode is cuBLAS's default, so
+    /// SGEMM computes in full fp32 (no TF32).
+    pub fn blas(&self) -> &CudaBlas {
+        &self.blas
     }
 
     /// A compiled kernel.

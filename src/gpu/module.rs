@@ -6,16 +6,23 @@
 pub enum KernelModule {
     /// Decision trees: tree inputs and tree ensembles.
     Trees,
+    /// Model-input transforms.
+    Mit,
+    /// NN layers: bias and activation after each GEMM, final scores.
+    Nn,
 }
 
 impl KernelModule {
     /// Every module, compiled once per context at start-up.
-    pub const ALL: &'static [KernelModule] = &[KernelModule::Trees];
+    pub const ALL: &'static [KernelModule] =
+        &[KernelModule::Trees, KernelModule::Mit, KernelModule::Nn];
 
     /// The module's name: its file stem under `kernels/`.
     pub fn name(self) -> &'static str {
         match self {
             KernelModule::Trees => "trees",
+            KernelModule::Mit => "mit",
+            KernelModule::Nn => "nn",
         }
     }
 
@@ -23,6 +30,8 @@ impl KernelModule {
     pub fn source(self) -> &'static str {
         match self {
             KernelModule::Trees => include_str!("../../kernels/trees.cu"),
+            KernelModule::Mit => include_str!("../../kernels/mit.cu"),
+            KernelModule::Nn => include_str!("../../kernels/nn.cu"),
         }
     }
 
@@ -30,6 +39,8 @@ impl KernelModule {
     pub fn kernels(self) -> &'static [&'static str] {
         match self {
             KernelModule::Trees => &["trees_eval"],
+            KernelModule::Mit => &["mit_eval"],
+            KernelModule::Nn => &["nn_bias_activation", "nn_scores"],
         }
     }
 }

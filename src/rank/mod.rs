@@ -6,7 +6,7 @@
 //! - [`format`]: the native ranker file (read, validate, write); [`error`]: its errors.
 //! - [`cpu`]: the CPU evaluator (reference and fast plan).
 //! - [`freeform`]: the FreeForm expression parser and evaluator.
-//! - [`gpu`]: the GPU path, checked against [`cpu`].
+//! - [`gpu`]: the GPU path, checked against [`cpu`]; [`plan`]: its host-side input layout.
 //! - [`import`]: LightGBM and XGBoost tree ensembles as rankers.
 
 pub mod cpu;
@@ -19,3 +19,4 @@ pub mod import;
 pub mod model;
 
 pub use error::RankerError;
+pub mod plan;

@@ -129,26 +129,16 @@ fn index32(n: usize, what: &'static str) -> Result<u32, GpuError> {
     })
 }
 
-/// Which outputs a tree evaluation produces.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct TreeOutputs {
-    /// Each tree's leaf value per document (tree inputs of a ranker).
-    pub leaf_values: bool,
-    /// Each tree's leaf id per document (parity tests).
-    pub leaf_ids: bool,
-    /// `base` plus the sum of the leaves per document (ensembles).
-    pub sums: bool,
-}
-
-/// What a tree evaluation returns; each field is `Some` when asked for.
-#[derive(Debug, Clone, Default)]
-pub struct TreeResults {
-    /// `[docs][trees]`, row-major.
-    pub leaf_values: Option<Vec<f64>>,
-    /// `[docs][trees]`, row-major; ids index each tree's own node array, as on the CPU.
-    pub leaf_ids: Option<Vec<u32>>,
-    /// `[docs]`.
-    pub sums: Option<Vec<f64>>,
+/// Where a tree launch writes; each target is optional.
+pub struct TreeTargets<'a> {
+    /// The model-input matrix `[docs][stride]` (f32): tree `t`'s leaf goes to column `col0 + t`.
+    pub inputs: Option<(&'a mut CudaSlice<f32>, usize, usize)>,
+    /// `[docs][trees]` leaf node indices in the device layout; see [`GpuTrees::original_leaf_ids`].
+    pub leaf_ids: Option<&'a mut CudaSlice<u32>>,
+    /// `[docs]`: `base` plus the sum of the leaves (ensembles).
+    pub sums: Option<&'a mut CudaSlice<f64>>,
+    /// Added to every sum.
+    pub base: f64,
 }
 
 /// Trees resident on the device.
@@ -197,32 +187,36 @@ impl GpuTrees {
         self.bytes
     }
 
-    /// Evaluates every tree on every document of `features` (row-major `[docs][n_features]`).
+    /// Number of trees.
+    pub fn n_trees(&self) -> usize {
+        self.n_trees
+    }
+
+    /// Turns device-layout leaf indices (from [`TreeTargets::leaf_ids`]) into each tree's own
+    /// node indices, the leaf ids of the CPU reference.
+    pub fn original_leaf_ids(&self, ids: &mut [u32]) {
+        for id in ids {
+            *id = self.original_ids[*id as usize];
+        }
+    }
+
+    /// Queues the evaluation of every tree on `n_docs` documents of `features` (row-major
+    /// `[docs][n_features]` f64, on the device) on the device's stream.
     ///
     /// # Errors
     /// [`GpuError::TooLarge`] when one document's features do not fit in a block's shared
-    /// memory; a driver error when a copy or the launch fails.
-    pub fn eval(
+    /// memory; a driver error when the launch fails.
+    pub fn launch(
         &self,
         device: &GpuDevice,
-        features: &[f64],
+        features: &CudaSlice<f64>,
+        n_docs: usize,
         n_features: usize,
-        base: f64,
-        outputs: TreeOutputs,
-    ) -> Result<TreeResults, GpuError> {
+        targets: TreeTargets<'_>,
+    ) -> Result<(), GpuError> {
         device.check_fault("tree evaluation")?;
-        let n_docs = if n_features == 0 {
-            0
-        } else {
-            features.len() / n_features
-        };
-        let mut results = TreeResults::default();
-        if n_docs == 0 || self.n_trees == 0 {
-            let cells = n_docs * self.n_trees;
-            results.leaf_values = outputs.leaf_values.then(|| vec![0.0; cells]);
-            results.leaf_ids = outputs.leaf_ids.then(|| vec![0; cells]);
-            results.sums = outputs.sums.then(|| vec![base; n_docs]);
-            return Ok(results);
+        if n_docs == 0 || self.n_trees == 0 && targets.sums.is_none() {
+            return Ok(());
         }
         let row_bytes = n_features * 8;
         // Each document's row plus one partial sum per lane must fit; fewer documents per block
@@ -244,82 +238,52 @@ impl GpuTrees {
             block_dim: (docs_per_block as u32, lanes as u32, 1),
             shared_mem_bytes: shared as u32,
         };
-        let stream = device.stream();
-        let features_dev = stream.clone_htod(features).during("feature upload")?;
-        let cells = n_docs * self.n_trees;
-        let mut leaf_values = match outputs.leaf_values {
-            true => Some(
-                stream
-                    .alloc_zeros::<f64>(cells)
-                    .during("output allocation")?,
-            ),
-            false => None,
-        };
-        let mut leaf_ids = match outputs.leaf_ids {
-            true => Some(
-                stream
-                    .alloc_zeros::<u32>(cells)
-                    .during("output allocation")?,
-            ),
-            false => None,
-        };
-        let mut sums = match outputs.sums {
-            true => Some(
-                stream
-                    .alloc_zeros::<f64>(n_docs)
-                    .during("output allocation")?,
-            ),
-            false => None,
-        };
         let null: u64 = 0;
-        let n_trees = self.n_trees as u32;
+        let n_trees = index32(self.n_trees, "trees")?;
         let n_docs_u32 = index32(n_docs, "documents per launch")?;
         let n_features_u32 = index32(n_features, "features")?;
         let function = device.function(KernelModule::Trees, "trees_eval")?;
+        let stream = device.stream();
         let mut launch = stream.launch_builder(function);
         launch
             .arg(&self.nodes)
             .arg(&self.roots)
             .arg(&n_trees)
             .arg(&self.categories)
-            .arg(&features_dev)
+            .arg(features)
             .arg(&n_docs_u32)
             .arg(&n_features_u32);
-        match leaf_values.as_mut() {
-            Some(buf) => launch.arg(buf),
-            None => launch.arg(&null),
-        };
-        match leaf_ids.as_mut() {
-            Some(buf) => launch.arg(buf),
-            None => launch.arg(&null),
-        };
-        match sums.as_mut() {
-            Some(buf) => launch.arg(buf),
-            None => launch.arg(&null),
-        };
-        launch.arg(&base);
-        // SAFETY: the arguments follow `trees_eval`'s signature in order and type: device
-        // pointers to GpuNode/u32/u32/f64 arrays (or a null u64 for a skipped output), u32 counts
-        // and an f64 base; every buffer holds the counts passed with it, and the shared memory
-        // size is the one the kernel's launch-shape comment requires for this block shape.
-        unsafe { launch.launch(config) }.during("trees_eval launch")?;
-        results.leaf_values = match leaf_values {
-            Some(buf) => Some(stream.clone_dtoh(&buf).during("result download")?),
-            None => None,
-        };
-        results.leaf_ids = match leaf_ids {
-            Some(buf) => {
-                let ids = stream.clone_dtoh(&buf).during("result download")?;
-                Some(ids.iter().map(|&i| self.original_ids[i as usize]).collect())
+        let (stride, col0) = match targets.inputs {
+            Some((inputs, stride, col0)) => {
+                launch.arg(inputs);
+                (
+                    index32(stride, "model inputs")?,
+                    index32(col0, "model inputs")?,
+                )
             }
-            None => None,
+            None => {
+                launch.arg(&null);
+                (0, 0)
+            }
         };
-        results.sums = match sums {
-            Some(buf) => Some(stream.clone_dtoh(&buf).during("result download")?),
-            None => None,
+        launch.arg(&stride).arg(&col0);
+        match targets.leaf_ids {
+            Some(buf) => launch.arg(buf),
+            None => launch.arg(&null),
         };
-        stream.synchronize().during("tree evaluation")?;
-        Ok(results)
+        match targets.sums {
+            Some(buf) => launch.arg(buf),
+            None => launch.arg(&null),
+        };
+        launch.arg(&targets.base);
+        // SAFETY: the arguments follow `trees_eval`'s signature in order and type: device
+        // pointers to GpuNode/u32/u32/f64 arrays, u32 counts, the f32 input matrix (or a null
+        // u64) with its u32 stride and first column, the u32 leaf-id and f64 sum outputs (or null
+        // u64s) and the f64 base. Every buffer holds at least the elements the kernel indexes for
+        // these counts (the caller sizes the targets for `n_docs`), and the shared memory is what
+        // the kernel's launch-shape comment requires for this block shape.
+        unsafe { launch.launch(config) }.during("trees_eval launch")?;
+        Ok(())
     }
 }
 
@@ -413,17 +377,31 @@ mod tests {
         let features: Vec<f64> = docs.iter().flat_map(|(f, _)| *f).collect();
         let layout = TreeLayout::build(&[tree.clone(), tree]).unwrap();
         let trees = GpuTrees::upload(&device, &layout).unwrap();
-        let outputs = TreeOutputs {
-            leaf_values: true,
-            leaf_ids: true,
-            sums: true,
+        let stream = device.stream();
+        let features_dev = stream.clone_htod(&features).unwrap();
+        let n = docs.len();
+        let mut inputs = stream.alloc_zeros::<f32>(n * 3).unwrap();
+        let mut ids = stream.alloc_zeros::<u32>(n * 2).unwrap();
+        let mut sums = stream.alloc_zeros::<f64>(n).unwrap();
+        let targets = TreeTargets {
+            inputs: Some((&mut inputs, 3, 1)),
+            leaf_ids: Some(&mut ids),
+            sums: Some(&mut sums),
+            base: 0.25,
         };
-        let results = trees.eval(&device, &features, 3, 0.25, outputs).unwrap();
-        let ids = results.leaf_ids.unwrap();
-        let sums = results.sums.unwrap();
+        trees.launch(&device, &features_dev, n, 3, targets).unwrap();
+        let mut ids = stream.clone_dtoh(&ids).unwrap();
+        trees.original_leaf_ids(&mut ids);
+        let sums = stream.clone_dtoh(&sums).unwrap();
+        let inputs = stream.clone_dtoh(&inputs).unwrap();
         for (d, (_, leaf)) in docs.iter().enumerate() {
             assert_eq!(ids[2 * d..2 * d + 2], [*leaf, *leaf], "document {d}");
             assert_eq!(sums[d], 0.25 + 2.0 * f64::from(*leaf), "document {d}");
+            assert_eq!(
+                inputs[3 * d..3 * d + 3],
+                [0.0, *leaf as f32, *leaf as f32],
+                "document {d}"
+            );
         }
     }
 

@@ -17,6 +17,6 @@ pub mod freeform;
 pub mod gpu;
 pub mod import;
 pub mod model;
+pub mod plan;
 
 pub use error::RankerError;
-pub mod plan;

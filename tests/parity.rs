@@ -1,0 +1,293 @@
+//! CPU/GPU parity of the ranking stage (DESIGN §2): identical tree leaf choices, ensemble sums
+//! within 1e-9 relative, transform outputs within 1e-6, NN outputs within 1e-4 (fp32 SGEMM, no
+//! TF32), "relative" meaning |a − b| / max(1, |b|).
+//!
+//! Each test takes the GPU from `device_for_tests`: without one it prints why and passes, unless
+//! `RANKSERVE_REQUIRE_GPU=1`, where it fails. Inputs are adversarial on purpose: values exactly on
+//! split thresholds and bucket bounds, their f32 neighbours, NaN, ±0, ±1e-36, negative and
+//! fractional categories, a single document and 65 537 documents.
+
+use std::path::Path;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rankserve::gpu::device::device_for_tests;
+use rankserve::rank::cpu;
+use rankserve::rank::gpu::ranker::GpuRanker;
+use rankserve::rank::gpu::trees::{GpuTrees, TreeLayout, TreeTargets};
+use rankserve::rank::model::{Decision, Input, Node, Ranker, Tree};
+use rankserve::rank::plan::PlanOptions;
+
+/// |a − b| / max(1, |b|), with NaN equal only to NaN.
+fn relative_error(a: f64, b: f64) -> f64 {
+    if a == b || (a.is_nan() && b.is_nan()) {
+        return 0.0;
+    }
+    (a - b).abs() / b.abs().max(1.0)
+}
+
+fn load(path: &str) -> Ranker {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let bytes = std::fs::read(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
+    rankserve::rank::import::load_any(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"))
+}
+
+/// Every threshold and bound the ranker compares each feature with.
+fn interesting_values(ranker: &Ranker) -> Vec<Vec<f64>> {
+    let mut values = vec![Vec::new(); ranker.features.len()];
+    let add_tree = |tree: &Tree, values: &mut Vec<Vec<f64>>| {
+        for node in &tree.nodes {
+            if let Node::Split(s) = node {
+                let v = &mut values[s.feature as usize];
+                match &s.decision {
+                    Decision::LeF64(t) => v.extend([*t, t.next_up(), t.next_down()]),
+                    Decision::LtF32(t) => v.extend([
+                        f64::from(*t),
+                        f64::from(t.next_up()),
+                        f64::from(t.next_down()),
+                        // Rounds to t in f32 from below.
+                        f64::from(*t) - f64::from(t.next_up() - *t) / 4.0,
+                    ]),
+                    Decision::In(cats) => v
+                        .extend(cats.iter().flat_map(|&c| {
+                            [f64::from(c), f64::from(c) + 0.5, -f64::from(c) - 0.5]
+                        })),
+                }
+            }
+        }
+    };
+    for input in &ranker.inputs {
+        match input {
+            Input::Bucket {
+                feature,
+                lower,
+                upper,
+            } => values[*feature as usize].extend([*lower, *upper, upper.next_down()]),
+            Input::Tree(tree) => add_tree(tree, &mut values),
+            _ => {}
+        }
+    }
+    if let Some(e) = &ranker.ensemble {
+        for tree in &e.trees {
+            add_tree(tree, &mut values);
+        }
+    }
+    values
+}
+
+/// `n` documents whose values are mostly thresholds of the ranker, with edge values mixed in.
+fn adversarial_features(ranker: &Ranker, n: usize, seed: u64) -> Vec<f64> {
+    let interesting = interesting_values(ranker);
+    let edges = [f64::NAN, 0.0, -0.0, 1e-36, -1e-36, 1.0, -1.0, 1e6];
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut out = Vec::with_capacity(n * ranker.features.len());
+    for _ in 0..n {
+        for values in &interesting {
+            let x = match rng.random_range(0..10) {
+                0..=5 if !values.is_empty() => values[rng.random_range(0..values.len())],
+                6 | 7 => edges[rng.random_range(0..edges.len())],
+                _ => rng.random_range(-2.0..50.0),
+            };
+            out.push(x);
+        }
+    }
+    out
+}
+
+/// Tree leaf choices must be identical, doc by doc, tree by tree.
+fn assert_same_leaves(
+    device: &rankserve::gpu::GpuDevice,
+    trees: &[Tree],
+    features: &[f64],
+    n_features: usize,
+    what: &str,
+) {
+    let n_docs = features.len() / n_features;
+    let gpu = GpuTrees::upload(device, &TreeLayout::build(trees).unwrap()).unwrap();
+    let stream = device.stream();
+    let features_dev = stream.clone_htod(features).unwrap();
+    let mut ids = stream.alloc_zeros::<u32>(n_docs * trees.len()).unwrap();
+    let targets = TreeTargets {
+        inputs: None,
+        leaf_ids: Some(&mut ids),
+        sums: None,
+        base: 0.0,
+    };
+    gpu.launch(device, &features_dev, n_docs, n_features, targets)
+        .unwrap();
+    let mut ids = stream.clone_dtoh(&ids).unwrap();
+    gpu.original_leaf_ids(&mut ids);
+    for (d, row) in features.chunks(n_features).enumerate() {
+        for (t, tree) in trees.iter().enumerate() {
+            let cpu_leaf = cpu::tree_leaf(tree, row);
+            assert_eq!(
+                ids[d * trees.len() + t],
+                cpu_leaf,
+                "{what}: document {d}, tree {t}: row {row:?}"
+            );
+        }
+    }
+}
+
+/// Scores, model inputs and leaves of `ranker` on the GPU against the CPU.
+fn check_ranker(ranker: &Ranker, n_docs: usize, seed: u64, what: &str) {
+    let Some(device) = device_for_tests(what) else {
+        return;
+    };
+    let n_features = ranker.features.len();
+    let features = adversarial_features(ranker, n_docs, seed);
+    let expected = cpu::score_batch(ranker, &features, 0);
+    for options in [
+        PlanOptions::default(),
+        PlanOptions {
+            warp_groups: false,
+            feature_locality: false,
+        },
+    ] {
+        let gpu = GpuRanker::upload(&device, ranker, options).unwrap();
+        let got = gpu.score(&device, &features, true).unwrap();
+        // NN outputs are fp32 GEMMs summed in another order: 1e-4. Without layers, inputs and
+        // ensembles are summed in f64 from the same f32 or f64 terms: 1e-9.
+        let tolerance = if ranker.layers.is_empty() { 1e-9 } else { 1e-4 };
+        let mut worst = 0.0f64;
+        for (d, (&g, &c)) in got.scores.iter().zip(&expected).enumerate() {
+            let err = relative_error(g, c);
+            worst = worst.max(err);
+            assert!(
+                err <= tolerance,
+                "{what} {options:?}: document {d}: GPU {g} vs CPU {c}"
+            );
+        }
+        let inputs = got.inputs.unwrap();
+        let n_inputs = ranker.inputs.len();
+        for (d, row) in features.chunks(n_features).enumerate() {
+            let cpu_inputs = cpu::model_inputs(ranker, row);
+            for (i, (&g, &c)) in inputs[d * n_inputs..(d + 1) * n_inputs]
+                .iter()
+                .zip(&cpu_inputs)
+                .enumerate()
+            {
+                let err = relative_error(f64::from(g), f64::from(c));
+                assert!(
+                    err <= 1e-6,
+                    "{what}: document {d}, input {i}: GPU {g} vs CPU {c}"
+                );
+            }
+        }
+        println!("{what} {options:?}: {n_docs} documents, worst relative score error {worst:.3e}");
+    }
+    let tree_inputs: Vec<Tree> = ranker
+        .inputs
+        .iter()
+        .filter_map(|i| match i {
+            Input::Tree(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    let leaf_docs = n_docs.min(4096) * n_features;
+    if !tree_inputs.is_empty() {
+        assert_same_leaves(
+            &device,
+            &tree_inputs,
+            &features[..leaf_docs],
+            n_features,
+            what,
+        );
+    }
+    if let Some(e) = &ranker.ensemble {
+        assert_same_leaves(&device, &e.trees, &features[..leaf_docs], n_features, what);
+    }
+}
+
+#[test]
+fn small_ranker_gpu_matches_cpu() {
+    check_ranker(&load("rankers/small.json"), 3000, 1, "small");
+}
+
+#[test]
+fn medium_ranker_gpu_matches_cpu() {
+    check_ranker(&load("rankers/medium.json"), 3000, 2, "medium");
+}
+
+#[test]
+fn large_ranker_gpu_matches_cpu() {
+    check_ranker(&load("rankers/large.json"), 2000, 3, "large");
+}
+
+#[test]
+fn one_document_gpu_matches_cpu() {
+    check_ranker(&load("rankers/medium.json"), 1, 4, "medium, one document");
+}
+
+#[test]
+fn many_documents_gpu_matches_cpu() {
+    check_ranker(
+        &load("rankers/small.json"),
+        65_537,
+        5,
+        "small, 65 537 documents",
+    );
+}
+
+#[test]
+fn imported_lightgbm_and_xgboost_gpu_match_cpu() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/trees");
+    let mut models: Vec<_> = std::fs::read_dir(&root)
+        .unwrap()
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| {
+            // The models the import tests score (the others are rejection fixtures).
+            let name = p.to_string_lossy();
+            name.ends_with(".model.json")
+                && Path::new(&name.replace(".model.json", ".expected.txt")).exists()
+        })
+        .collect();
+    models.sort();
+    assert!(!models.is_empty(), "no models in {}", root.display());
+    for (i, path) in models.iter().enumerate() {
+        let rel = path
+            .strip_prefix(Path::new(env!("CARGO_MANIFEST_DIR")))
+            .unwrap();
+        check_ranker(
+            &load(rel.to_str().unwrap()),
+            2000,
+            10 + i as u64,
+            rel.to_str().unwrap(),
+        );
+    }
+}
+
+#[test]
+fn every_transform_kind_gpu_matches_cpu() {
+    let json = r#"{"format": "rankserve-ranker", "version": 1,
+        "features": ["a", "b", "c"],
+        "inputs": [
+            {"type": "linear", "feature": "a", "slope": 0.37, "intercept": -1.5},
+            {"type": "loglinear", "feature": "b", "slope": 2.5, "intercept": 0.1},
+            {"type": "bucket", "feature": "c", "lower": 1.0, "upper": 4.0},
+            {"type": "bucket", "feature": "a", "lower": -1.0, "upper": 0.0},
+            {"type": "freeform", "expr": "ln(a + 1) * max(b, 0.5)"},
+            {"type": "freeform", "expr": "min(exp(-c / 10), a - b) / 3"},
+            {"type": "tree", "tree": {"nodes": [
+                {"feature": 0, "decision": "le_f64", "threshold": 4.6285, "missing": "nan",
+                 "default_left": true, "left": 1, "right": 2},
+                {"leaf": 0.0132},
+                {"feature": 2, "decision": "in", "categories": [1, 5, 7], "missing": "zero",
+                 "default_left": false, "left": 3, "right": 4},
+                {"leaf": -0.25}, {"leaf": 0.5}]}}
+        ],
+        "layers": [
+            {"weights": [[0.1, -0.2, 0.3, 0.4, -0.5, 0.6, 0.7], [0.5, 0.5, -0.5, 0.25, 0.125, -1.0, 2.0]],
+             "bias": [0.01, -0.02], "activation": "tanh"},
+            {"weights": [[1.5, -0.75]], "bias": [0.2], "activation": "sigmoid"}
+        ],
+        "ensemble": {"trees": [{"nodes": [
+            {"feature": 1, "decision": "lt_f32", "threshold": 0.1, "missing": "none",
+             "left": 1, "right": 2},
+            {"leaf": 1.0}, {"leaf": -1.0}]}], "base_score": 0.5}}"#;
+    let ranker = rankserve::rank::format::parse_native(json.as_bytes()).unwrap();
+    check_ranker(&ranker, 5000, 20, "every transform kind");
+    let mut without_layers = ranker.clone();
+    without_layers.layers.clear();
+    check_ranker(&without_layers, 5000, 21, "every transform kind, no layers");
+}

@@ -317,7 +317,9 @@ impl GpuRanker {
             count32(stride, "model inputs")?,
             count32(summed, "model inputs")?,
         );
-        let mut scores = stream.alloc_zeros::<f64>(n_docs).during("score allocation")?;
+        let mut scores = stream
+            .alloc_zeros::<f64>(n_docs)
+            .during("score allocation")?;
         let null: u64 = 0;
         let f = device.function(KernelModule::Nn, "nn_scores")?;
         let mut launch = stream.launch_builder(f);

@@ -52,6 +52,12 @@ __device__ __forceinline__ double read_feature(const double* f, unsigned i) {
     return isnan(x) ? 0.0 : x;
 }
 
+// ln in f32, computed in f64 and rounded once: nearly always the correctly rounded result, as
+// the CPU's (glibc's) logf gives, where CUDA's logf may be an ulp away.
+__device__ __forceinline__ float ln_f32(float x) {
+    return (float)log((double)x);
+}
+
 __device__ float eval_freeform(const unsigned* program, const double* f) {
     float stack[FF_STACK];
     int top = -1;
@@ -63,8 +69,8 @@ __device__ float eval_freeform(const unsigned* program, const double* f) {
         case FF_CONST: stack[++top] = __uint_as_float(arg); break;
         case FF_FEATURE: stack[++top] = (float)read_feature(f, arg); break;
         case FF_NEG: stack[top] = -stack[top]; break;
-        case FF_LN: stack[top] = logf(stack[top]); break;
-        case FF_EXP: stack[top] = expf(stack[top]); break;
+        case FF_LN: stack[top] = ln_f32(stack[top]); break;
+        case FF_EXP: stack[top] = (float)exp((double)stack[top]); break;
         default: {
             const float b = stack[top--];
             const float a = stack[top];
@@ -114,7 +120,7 @@ extern "C" __global__ void mit_eval(
             v = __fadd_rn(__fmul_rn((float)read_feature(f, tr.feature), tr.slope), tr.intercept);
             break;
         case KIND_LOGLINEAR:
-            v = __fadd_rn(__fmul_rn(logf(__fadd_rn((float)read_feature(f, tr.feature), 1.0f)), tr.slope),
+            v = __fadd_rn(__fmul_rn(ln_f32(__fadd_rn((float)read_feature(f, tr.feature), 1.0f)), tr.slope),
                           tr.intercept);
             break;
         case KIND_BUCKET: {

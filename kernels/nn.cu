@@ -6,7 +6,8 @@
 #define ACT_TANH 2u
 #define ACT_SIGMOID 3u
 
-// y = activation(y + bias), in place, in f32 as `rank::cpu` computes it.
+// y = activation(y + bias), in place, in f32 as `rank::cpu` computes it (tanh and exp are
+// evaluated in f64 and rounded once, to agree with the CPU's correctly rounded f32 functions).
 //
 // Launch shape: 1-D grid-stride over n_rows * n_cols threads, 256 per block; thread t owns
 // element t of the row-major matrix y[n_rows][n_cols] (rows are documents, columns outputs).
@@ -25,8 +26,8 @@ extern "C" __global__ void nn_bias_activation(
         float out;
         switch (activation) {
         case ACT_RELU: out = v > 0.0f ? v : 0.0f; break;
-        case ACT_TANH: out = tanhf(v); break;
-        case ACT_SIGMOID: out = 1.0f / (1.0f + expf(-v)); break;
+        case ACT_TANH: out = (float)tanh((double)v); break;
+        case ACT_SIGMOID: out = __fdiv_rn(1.0f, __fadd_rn(1.0f, (float)exp((double)-v))); break;
         default: out = v; break;
         }
         y[t] = out;

@@ -9,7 +9,11 @@ mod cmd;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "rankserve", version, about = "Learning-to-rank scoring accelerator: select candidates from a compressed inverted index and rank them with ML rankers, on the CPU or an NVIDIA GPU")]
+#[command(
+    name = "rankserve",
+    version,
+    about = "Learning-to-rank scoring accelerator: select candidates from a compressed inverted index and rank them with ML rankers, on the CPU or an NVIDIA GPU"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,

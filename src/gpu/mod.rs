@@ -1,1 +1,16 @@
-//! gpu: placeholder until its issue lands.
+//! The device runtime: one CUDA context per process, NVRTC-compiled kernel modules, device
+//! buffers, and the errors they raise. It knows nothing of rankers or postings: the ranking and
+//! selection stages build their GPU paths (`rank::gpu`, `select::gpu`) on top of it.
+//!
+//! The GPU is optional. [`GpuDevice::probe`] checks that the CUDA libraries are present before
+//! any other CUDA call (cudarc panics otherwise), creates the context and compiles every kernel
+//! module for the device's own architecture; when anything fails it returns the reason, which the
+//! caller logs once before serving on the CPU.
+
+pub mod device;
+pub mod error;
+pub mod module;
+
+pub use device::GpuDevice;
+pub use error::GpuError;
+pub use module::KernelModule;

@@ -1,0 +1,387 @@
+//! Binding a ranker's feature map to feature extraction: [`FeatureResolver`] maps each of the
+//! ranker's feature names to a catalogue feature or a static feature once, at load time, and then
+//! writes each document's `V` in the ranker's order.
+//!
+//! Extraction computes the whole catalogue in one walk into a per-thread scratch vector and
+//! gathers the ranker's features from it: the walk over the hits dominates the cost, and the
+//! gather is a few nanoseconds per feature (measurements in `docs/benchmarks.md`).
+
+use std::cell::RefCell;
+
+use rayon::prelude::*;
+
+use super::catalogue::{catalogue_index, STATIC_PREFIX};
+use super::fsm::{extract_all, Prepared, Scratch};
+use super::hits::{CorpusStats, HitDocument, HitError, QueryInfo};
+
+/// A ranker feature name that feature extraction cannot produce.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum FeError {
+    /// Neither a catalogue feature nor `static.<name>`.
+    #[error(
+        "features[{index}]: unknown feature {name:?}: expected a catalogue feature \
+         (docs/features.md, e.g. \"body.bm25f\") or \"static.<name>\""
+    )]
+    UnknownFeature {
+        /// Position in the ranker's feature map.
+        index: usize,
+        /// The name given.
+        name: String,
+    },
+}
+
+/// Where one entry of `V` comes from.
+#[derive(Debug, Clone, PartialEq)]
+enum Source {
+    /// An index into the catalogue.
+    Catalogue(usize),
+    /// A key of the document's static map (without the `static.` prefix).
+    Static(String),
+}
+
+/// A ranker's feature map resolved against the catalogue.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeatureResolver {
+    sources: Vec<Source>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+impl FeatureResolver {
+    /// Resolves `features` (a ranker's feature map, in order).
+    ///
+    /// # Errors
+    /// [`FeError::UnknownFeature`] for the first name that is neither a catalogue feature nor
+    /// `static.<non-empty name>`.
+    pub fn new(features: &[String]) -> Result<FeatureResolver, FeError> {
+        let sources = features
+            .iter()
+            .enumerate()
+            .map(|(index, name)| {
+                if let Some(i) = catalogue_index(name) {
+                    return Ok(Source::Catalogue(i));
+                }
+                match name.strip_prefix(STATIC_PREFIX) {
+                    Some(key) if !key.is_empty() => Ok(Source::Static(key.to_string())),
+                    _ => Err(FeError::UnknownFeature {
+                        index,
+                        name: name.clone(),
+                    }),
+                }
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(FeatureResolver { sources })
+    }
+
+    /// Number of features written per document (the ranker's `V` length).
+    pub fn len(&self) -> usize {
+        self.sources.len()
+    }
+
+    /// Whether the feature map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.sources.is_empty()
+    }
+
+    /// Extracts one document's `V` into `out` (the ranker's order): catalogue features from the
+    /// hits, `static.<name>` from the document's static map (NaN, a missing value, when absent).
+    ///
+    /// # Errors
+    /// Any [`HitError`] of the query, the statistics or the document (the error has no batch
+    /// index); [`HitError::OutputLength`] when `out.len() != self.len()`. On error `out`'s
+    /// contents are unspecified.
+    pub fn extract(
+        &self,
+        query: &QueryInfo,
+        stats: &CorpusStats,
+        doc: &HitDocument,
+        out: &mut [f64],
+    ) -> Result<(), HitError> {
+        self.check_output(1, out.len())?;
+        let prepared = Prepared::new(query, stats)?;
+        SCRATCH.with_borrow_mut(|scratch| self.extract_prepared(&prepared, doc, scratch, out))
+    }
+
+    /// Extracts a batch: `out` is row-major `docs.len() × self.len()`. `threads <= 1` runs on
+    /// the calling thread, otherwise the documents are split into `threads` contiguous chunks
+    /// run on rayon's pool. The values never depend on `threads`.
+    ///
+    /// # Errors
+    /// As [`FeatureResolver::extract`]; a document error carries the document's batch index,
+    /// and is the one of the lowest index whatever `threads` is. On error `out`'s contents are
+    /// unspecified.
+    pub fn extract_batch(
+        &self,
+        query: &QueryInfo,
+        stats: &CorpusStats,
+        docs: &[HitDocument],
+        out: &mut [f64],
+        threads: usize,
+    ) -> Result<(), HitError> {
+        self.check_output(docs.len(), out.len())?;
+        let prepared = Prepared::new(query, stats)?;
+        let width = self.len();
+        if docs.is_empty() {
+            return Ok(());
+        }
+        let run_chunk = |first: usize, docs: &[HitDocument], out: &mut [f64]| {
+            SCRATCH.with_borrow_mut(|scratch| {
+                for (i, doc) in docs.iter().enumerate() {
+                    let row = &mut out[i * width..(i + 1) * width];
+                    self.extract_prepared(&prepared, doc, scratch, row)
+                        .map_err(|e| e.at_index(first + i))?;
+                }
+                Ok(())
+            })
+        };
+        // A zero-width map still validates every document, on one thread.
+        if threads <= 1 || docs.len() == 1 || width == 0 {
+            return run_chunk(0, docs, out);
+        }
+        let per_chunk = docs.len().div_ceil(threads);
+        let results: Vec<Result<(), HitError>> = docs
+            .par_chunks(per_chunk)
+            .zip(out.par_chunks_mut(per_chunk * width))
+            .enumerate()
+            .map(|(c, (docs, out))| run_chunk(c * per_chunk, docs, out))
+            .collect();
+        results.into_iter().collect()
+    }
+
+    fn check_output(&self, docs: usize, got: usize) -> Result<(), HitError> {
+        let expected = docs * self.len();
+        if got != expected {
+            return Err(HitError::OutputLength {
+                expected,
+                got,
+                docs,
+                features: self.len(),
+            });
+        }
+        Ok(())
+    }
+
+    fn extract_prepared(
+        &self,
+        query: &Prepared<'_>,
+        doc: &HitDocument,
+        scratch: &mut Scratch,
+        out: &mut [f64],
+    ) -> Result<(), HitError> {
+        extract_all(query, doc, scratch)?;
+        for (slot, source) in out.iter_mut().zip(&self.sources) {
+            *slot = match source {
+                Source::Catalogue(i) => scratch.features[*i],
+                Source::Static(key) => doc.static_features.get(key).copied().unwrap_or(f64::NAN),
+            };
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::super::catalogue::feature_names;
+    use super::super::hits::HitStream;
+    use super::super::synth::{synth_corpus_stats, synth_hit_documents, synth_query};
+    use super::*;
+
+    fn names(list: &[&str]) -> Vec<String> {
+        list.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn small_doc() -> HitDocument {
+        HitDocument {
+            id: Some("d1".into()),
+            streams: [(
+                "body".to_string(),
+                HitStream {
+                    length: 20,
+                    phrases: vec![vec![[0, 3], [1, 4]]],
+                },
+            )]
+            .into(),
+            static_features: [("static_rank".to_string(), 0.7)].into(),
+        }
+    }
+
+    #[test]
+    fn writes_features_in_the_rankers_order_with_missing_statics_as_nan() {
+        let resolver = FeatureResolver::new(&names(&[
+            "static.static_rank",
+            "body.occurrences.sum",
+            "body.length",
+            "static.pagerank",
+            "doc.query_terms",
+        ]))
+        .expect("all known");
+        let query = QueryInfo {
+            terms: 2,
+            idf: vec![1.0, 1.0],
+        };
+        let mut out = vec![0.0; 5];
+        resolver
+            .extract(&query, &CorpusStats::default(), &small_doc(), &mut out)
+            .expect("valid");
+        assert_eq!(out[..3], [0.7, 2.0, 20.0]);
+        assert!(out[3].is_nan());
+        assert_eq!(out[4], 2.0);
+    }
+
+    #[test]
+    fn rejects_an_unknown_feature_naming_its_index() {
+        let err = FeatureResolver::new(&names(&["body.bm25f", "body.bm52f"])).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "features[1]: unknown feature \"body.bm52f\": expected a catalogue feature \
+             (docs/features.md, e.g. \"body.bm25f\") or \"static.<name>\""
+        );
+    }
+
+    #[test]
+    fn rejects_an_empty_static_name() {
+        assert_eq!(
+            FeatureResolver::new(&names(&["static."])).unwrap_err(),
+            FeError::UnknownFeature {
+                index: 0,
+                name: "static.".into()
+            }
+        );
+    }
+
+    #[test]
+    fn rejects_a_wrong_output_length() {
+        let resolver = FeatureResolver::new(&names(&["body.length"])).expect("known");
+        let query = QueryInfo {
+            terms: 2,
+            idf: vec![1.0, 1.0],
+        };
+        let err = resolver
+            .extract_batch(
+                &query,
+                &CorpusStats::default(),
+                &[small_doc(), small_doc()],
+                &mut [0.0; 3],
+                1,
+            )
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "output buffer has 3 values, expected 2 (2 documents × 1 features)"
+        );
+    }
+
+    #[test]
+    fn batch_is_identical_for_any_thread_count() {
+        let resolver = FeatureResolver::new(feature_names()).expect("catalogue");
+        let query = synth_query(3, 1);
+        let stats = synth_corpus_stats();
+        let docs = synth_hit_documents(57, 3, 9);
+        let mut one = vec![0.0; docs.len() * resolver.len()];
+        resolver
+            .extract_batch(&query, &stats, &docs, &mut one, 1)
+            .expect("synthetic documents are valid");
+        for threads in [2, 4, 64] {
+            let mut many = vec![0.0; one.len()];
+            resolver
+                .extract_batch(&query, &stats, &docs, &mut many, threads)
+                .expect("valid");
+            assert_eq!(one, many, "threads = {threads}");
+        }
+        let mut single = vec![0.0; resolver.len()];
+        resolver
+            .extract(&query, &stats, &docs[33], &mut single)
+            .expect("valid");
+        assert_eq!(single, one[33 * resolver.len()..34 * resolver.len()]);
+    }
+
+    #[test]
+    fn batch_reports_the_first_bad_document_with_its_index() {
+        let resolver = FeatureResolver::new(&names(&["doc.bm25f"])).expect("known");
+        let query = QueryInfo {
+            terms: 1,
+            idf: vec![1.0],
+        };
+        let bad_url = HitStream {
+            length: 1,
+            phrases: vec![vec![[0, 1]]],
+        };
+        let mut docs: Vec<HitDocument> = (0..10)
+            .map(|i| HitDocument {
+                id: Some(format!("d{i}")),
+                ..HitDocument::default()
+            })
+            .collect();
+        // Documents 3 and 8 are bad, in different chunks when threads = 4.
+        docs[3].streams.insert("url".into(), bad_url.clone());
+        docs[8].streams.insert("url".into(), bad_url);
+        for threads in [1, 4] {
+            let mut out = vec![0.0; docs.len()];
+            let err = resolver
+                .extract_batch(&query, &CorpusStats::default(), &docs, &mut out, threads)
+                .unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                "document 3 (id \"d3\"), streams.url.phrases[0][0]: position 1 out of range: \
+                 the stream's length is 1",
+                "threads = {threads}"
+            );
+        }
+    }
+
+    #[test]
+    fn zero_width_map_still_validates() {
+        let resolver = FeatureResolver::new(&[]).expect("empty");
+        let query = QueryInfo {
+            terms: 1,
+            idf: vec![1.0],
+        };
+        let err = resolver
+            .extract_batch(
+                &query,
+                &CorpusStats::default(),
+                &[small_doc(), small_doc()],
+                &mut [],
+                4,
+            )
+            .unwrap_err();
+        assert!(
+            matches!(err, HitError::TermOutOfRange { term: 1, .. }),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn synthetic_documents_are_deterministic_and_shaped() {
+        let a = synth_hit_documents(200, 4, 5);
+        assert_eq!(a, synth_hit_documents(200, 4, 5));
+        assert_ne!(a, synth_hit_documents(200, 4, 6));
+        let mean = |s: &str| {
+            let l: Vec<f64> = a
+                .iter()
+                .filter_map(|d| d.streams.get(s))
+                .map(|s| f64::from(s.length))
+                .collect();
+            l.iter().sum::<f64>() / l.len() as f64
+        };
+        assert!((6.0..14.0).contains(&mean("title")), "{}", mean("title"));
+        assert!((200.0..600.0).contains(&mean("body")), "{}", mean("body"));
+        let hits: usize = a
+            .iter()
+            .map(|d| {
+                d.streams["body"]
+                    .phrases
+                    .iter()
+                    .map(Vec::len)
+                    .sum::<usize>()
+            })
+            .sum();
+        assert!(hits > 200, "body hits {hits}");
+        let statics: BTreeMap<_, _> = a[0].static_features.clone();
+        assert_eq!(statics.len(), 3);
+    }
+}

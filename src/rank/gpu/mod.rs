@@ -1,0 +1,6 @@
+//! The ranking stage on the GPU, built on the device runtime in [`crate::gpu`]: device layouts
+//! of rankers and the launches that evaluate them. Results must match [`crate::rank`]'s CPU
+//! reference within DESIGN §2's tolerances (tree leaf choices identical).
+
+pub mod ranker;
+pub mod trees;

@@ -1,3 +1,4 @@
 //! Integration tests: one binary, one module per area.
+mod cli;
 mod formats;
 mod parity;

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Context;
 use rankserve::rank::format::to_native_json;
 use rankserve::rank::import::{import_lightgbm, import_xgboost};
+use rankserve::rank::synth::{synth, SynthSpec};
 
 use super::{BadInputExt, CmdResult};
 
@@ -15,6 +16,50 @@ pub enum Command {
     #[command(after_help = "Example:\n  rankserve ranker import --format lightgbm \
                             --in fixtures/trees/lgb_lambdarank.model.json --out rankers/lgb.json")]
     Import(ImportArgs),
+    /// Synthesize a deterministic ranker: a preset of DESIGN §6 or explicit sizes.
+    #[command(after_help = SYNTH_HELP)]
+    Synth(SynthArgs),
+}
+
+const SYNTH_HELP: &str = "\
+SPEC syntax:
+  --inputs  comma-separated KIND=COUNT, KIND one of
+              bucket     1 if lower <= x < upper (runs of adjacent intervals over one feature)
+              linear     x*slope + intercept
+              loglinear  ln(x+1)*slope + intercept
+              freeform   ln(a + 1) * max(b, 0.5) over two features
+              tree       a decision tree as a model input (30-64 leaves, depth <= 12)
+              ensemble   trees of the tree ensemble added to the score (not model inputs)
+  --layers  comma-separated output widths of the NN layers, first to last, ending in 1
+            (64,1 = inputs -> 64 (tanh) -> 1 (identity)); \"none\" for no layers (the score is
+            then the sum of the inputs)
+Presets: small = --inputs bucket=54,linear=2,loglinear=69 --layers 1
+         medium = --inputs bucket=10,loglinear=5,tree=500 --layers 1
+         large = --inputs tree=1250 --layers 64,1
+Features are the FE catalogue (docs/features.md) plus static.static_rank, static.page_quality.
+
+Examples:
+  rankserve ranker synth --preset medium --out rankers/medium.json
+  rankserve ranker synth --inputs bucket=54,linear=2,loglinear=69,tree=500 --layers 64,1 --seed 7 --out r.json
+  rankserve ranker synth --inputs ensemble=500 --layers none --out trees500.json";
+
+#[derive(clap::Args)]
+pub struct SynthArgs {
+    /// A preset of DESIGN §6.
+    #[arg(long, value_parser = ["small", "medium", "large"], conflicts_with_all = ["inputs", "layers"], required_unless_present = "inputs")]
+    preset: Option<String>,
+    /// Input counts, e.g. `bucket=54,linear=2,loglinear=69,tree=500` (syntax below).
+    #[arg(long, value_name = "SPEC")]
+    inputs: Option<String>,
+    /// NN layer widths ending in 1, e.g. `64,1`, or `none` (syntax below).
+    #[arg(long, value_name = "SPEC", default_value = "none", requires = "inputs")]
+    layers: String,
+    /// Seed of the ChaCha8 stream: the same spec and seed give the same file.
+    #[arg(long, default_value_t = 42)]
+    seed: u64,
+    /// The ranker file to write (written whole or not at all).
+    #[arg(long, value_name = "RANKER.json")]
+    out: PathBuf,
 }
 
 #[derive(clap::Args)]
@@ -40,6 +85,7 @@ enum ImportFormat {
 pub fn run(c: Command) -> CmdResult {
     match c {
         Command::Import(args) => import(&args),
+        Command::Synth(args) => synth_ranker(&args),
     }
 }
 
@@ -53,6 +99,22 @@ fn import(args: &ImportArgs) -> CmdResult {
     }
     .with_context(|| format!("importing {}", args.input.display()))
     .bad_input()?;
+    write_whole(&args.out, to_native_json(&ranker).as_bytes())
+        .with_context(|| format!("writing {}", args.out.display()))?;
+    Ok(())
+}
+
+fn synth_ranker(args: &SynthArgs) -> CmdResult {
+    let spec = match (&args.preset, &args.inputs) {
+        (Some(name), _) => SynthSpec::preset(name)
+            .ok_or_else(|| anyhow::anyhow!("unknown preset {name:?}"))
+            .bad_input()?,
+        (None, Some(inputs)) => SynthSpec::parse(inputs, &args.layers).bad_input()?,
+        (None, None) => {
+            return Err(anyhow::anyhow!("give --preset or --inputs")).bad_input();
+        }
+    };
+    let ranker = synth(&spec, args.seed);
     write_whole(&args.out, to_native_json(&ranker).as_bytes())
         .with_context(|| format!("writing {}", args.out.display()))?;
     Ok(())

@@ -708,7 +708,7 @@ pub fn to_native_json(ranker: &Ranker) -> String {
             ",\n  \"ensemble\": {{\"base_score\": {}, \"trees\": [",
             f64_str(e.base_score)
         );
-        let trees: Vec<String> = e.trees.iter().map(|t| tree_json(t, "      ")).collect();
+        let trees: Vec<String> = e.trees.iter().map(|t| tree_json(t)).collect();
         push_list(&mut out, "    ", trees.into_iter());
         out.push_str("]}");
     }
@@ -782,35 +782,31 @@ fn input_json(input: &Input, names: &[String]) -> String {
             "{{\"type\": \"freeform\", \"expr\": {}}}",
             json_str(&ff.source)
         ),
-        Input::Tree(tree) => format!(
-            "{{\"type\": \"tree\", \"tree\": {}}}",
-            tree_json(tree, "      ")
-        ),
+        Input::Tree(tree) => format!("{{\"type\": \"tree\", \"tree\": {}}}", tree_json(tree)),
         Input::Dummy => "{\"type\": \"dummy\"}".to_string(),
     }
 }
 
-fn tree_json(tree: &Tree, indent: &str) -> String {
-    let mut out = String::from("{\"nodes\": [");
-    push_list(&mut out, indent, tree.nodes.iter().map(node_json));
-    out.push_str("]}");
-    out
+/// A tree on one line, nodes without spaces: production-sized rankers have 10⁵ nodes.
+fn tree_json(tree: &Tree) -> String {
+    let nodes: Vec<String> = tree.nodes.iter().map(node_json).collect();
+    format!("{{\"nodes\": [{}]}}", nodes.join(","))
 }
 
 fn node_json(node: &Node) -> String {
     let s = match node {
-        Node::Leaf(v) => return format!("{{\"leaf\": {}}}", f64_str(*v)),
+        Node::Leaf(v) => return format!("{{\"leaf\":{}}}", f64_str(*v)),
         Node::Split(s) => s,
     };
-    let mut out = format!("{{\"feature\": {}", s.feature);
+    let mut out = format!("{{\"feature\":{}", s.feature);
     match &s.decision {
         Decision::LeF64(t) => {
-            let _ = write!(out, ", \"threshold\": {}", f64_str(*t));
+            let _ = write!(out, ",\"threshold\":{}", f64_str(*t));
         }
         Decision::LtF32(t) => {
             let _ = write!(
                 out,
-                ", \"decision\": \"lt_f32\", \"threshold\": {}",
+                ",\"decision\":\"lt_f32\",\"threshold\":{}",
                 f32_str(*t)
             );
         }
@@ -818,20 +814,20 @@ fn node_json(node: &Node) -> String {
             let cats: Vec<String> = set.iter().map(u32::to_string).collect();
             let _ = write!(
                 out,
-                ", \"decision\": \"in\", \"categories\": [{}]",
-                cats.join(", ")
+                ",\"decision\":\"in\",\"categories\":[{}]",
+                cats.join(",")
             );
         }
     }
     match s.missing {
         Missing::None => {}
-        Missing::Zero => out.push_str(", \"missing\": \"zero\""),
-        Missing::Nan => out.push_str(", \"missing\": \"nan\""),
+        Missing::Zero => out.push_str(",\"missing\":\"zero\""),
+        Missing::Nan => out.push_str(",\"missing\":\"nan\""),
     }
     if s.default_left {
-        out.push_str(", \"default_left\": true");
+        out.push_str(",\"default_left\":true");
     }
-    let _ = write!(out, ", \"left\": {}, \"right\": {}}}", s.left, s.right);
+    let _ = write!(out, ",\"left\":{},\"right\":{}}}", s.left, s.right);
     out
 }
 

@@ -7,6 +7,7 @@
 //! - [`cpu`]: the CPU evaluator (reference and fast plan).
 //! - [`freeform`]: the FreeForm expression parser and evaluator.
 //! - [`gpu`]: the GPU path, checked against [`cpu`]; [`plan`]: its host-side input layout.
+//! - [`synth`]: deterministic synthetic rankers and feature rows.
 //! - [`import`]: LightGBM and XGBoost tree ensembles as rankers.
 
 pub mod cpu;
@@ -18,5 +19,6 @@ pub mod gpu;
 pub mod import;
 pub mod model;
 pub mod plan;
+pub mod synth;
 
 pub use error::RankerError;

@@ -23,19 +23,21 @@ pub const BM25F_WEIGHTS: [f64; 4] = [3.0, 1.0, 2.0, 1.5];
 /// BM25F length-normalisation strengths `b_s`, in [`STREAMS`] order.
 pub const BM25F_B: [f64; 4] = [0.5, 0.75, 0.6, 0.5];
 
-/// Per-term state of one stream's walk, one array per field so that the per-hit window scans
-/// are plain min-reductions over `Q` values.
+/// Per-term state of one stream's walk.
 #[derive(Debug, Default)]
 struct TermStates {
     /// Hits of each term in the stream so far.
     count: Vec<u32>,
     /// Position of each term's first hit (meaningful once `count > 0`).
     first: Vec<u32>,
-    /// Position of each term's latest hit; `u32::MAX` until it is hit, so that min-scans skip
-    /// unmatched terms without a branch.
+    /// Position of each term's latest hit (meaningful once `count > 0`).
     last: Vec<u32>,
     /// Index of the latest phrase each term was hit in (`u32::MAX`: none yet).
     phrase: Vec<u32>,
+    /// Matched terms by latest hit in the stream.
+    in_stream: Recency,
+    /// Terms hit in the current phrase, by latest hit.
+    in_phrase: Recency,
 }
 
 impl TermStates {
@@ -43,12 +45,69 @@ impl TermStates {
         for (v, fresh) in [
             (&mut self.count, 0),
             (&mut self.first, 0),
-            (&mut self.last, u32::MAX),
+            (&mut self.last, 0),
             (&mut self.phrase, u32::MAX),
         ] {
             v.clear();
             v.resize(q, fresh);
         }
+        self.in_stream.reset(q);
+        self.in_phrase.reset(q);
+    }
+}
+
+/// Terms ordered by their latest hit, oldest first: a doubly linked list over term indices.
+/// Since hits come in position order, the smallest window that ends at the newest hit and covers
+/// every listed term starts at the oldest listed term's latest position, so each hit costs O(1)
+/// instead of a scan over the Q terms.
+#[derive(Debug, Default)]
+struct Recency {
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    head: u32,
+    tail: u32,
+}
+
+const NIL: u32 = u32::MAX;
+
+impl Recency {
+    fn reset(&mut self, q: usize) {
+        for v in [&mut self.prev, &mut self.next] {
+            v.clear();
+            v.resize(q, NIL);
+        }
+        self.clear();
+    }
+
+    /// Empties the list (members' stale links are overwritten when they are touched again).
+    fn clear(&mut self) {
+        self.head = NIL;
+        self.tail = NIL;
+    }
+
+    /// Moves term `t` to the newest end; `listed` says whether it is in the list already.
+    fn touch(&mut self, t: u32, listed: bool) {
+        if listed {
+            if self.tail == t {
+                return;
+            }
+            let (p, n) = (self.prev[t as usize], self.next[t as usize]);
+            if p == NIL {
+                self.head = n;
+            } else {
+                self.next[p as usize] = n;
+            }
+            // `t` is not the tail, so it has a successor.
+            self.prev[n as usize] = p;
+        }
+        self.prev[t as usize] = self.tail;
+        self.next[t as usize] = NIL;
+        if self.tail == NIL {
+            self.head = t;
+        } else {
+            self.next[self.tail as usize] = t;
+        }
+        self.tail = t;
     }
 }
 
@@ -231,6 +290,7 @@ fn walk_stream(
         }
         phrases_matched += 1;
         let phrase_tag = phrase as u32;
+        terms.in_phrase.clear();
         let mut phrase_terms = 0u32;
         let mut phrase_window = u32::MAX;
         let mut run = 0u32;
@@ -250,29 +310,27 @@ fn walk_stream(
             previous = Some(position);
 
             let t = term as usize;
-            if terms.count[t] == 0 {
+            let listed_in_stream = terms.count[t] > 0;
+            if !listed_in_stream {
                 distinct += 1;
                 terms.first[t] = position;
                 window_stream = u32::MAX;
             }
             terms.count[t] += 1;
             terms.last[t] = position;
-            if terms.phrase[t] != phrase_tag {
+            terms.in_stream.touch(term, listed_in_stream);
+            let listed_in_phrase = terms.phrase[t] == phrase_tag;
+            if !listed_in_phrase {
                 terms.phrase[t] = phrase_tag;
                 phrase_terms += 1;
                 phrase_window = u32::MAX;
             }
+            terms.in_phrase.touch(term, listed_in_phrase);
 
-            // The smallest window ending here that covers every term seen (in the stream, in
-            // the phrase) starts at the earliest of those terms' latest positions (this hit's
-            // own term included, so both starts are <= position).
-            let start_stream = terms.last.iter().copied().fold(u32::MAX, u32::min);
-            let start_phrase = terms
-                .last
-                .iter()
-                .zip(&terms.phrase)
-                .map(|(&last, &tag)| if tag == phrase_tag { last } else { u32::MAX })
-                .fold(u32::MAX, u32::min);
+            // The smallest window ending here that covers every term seen (in the stream, in the
+            // phrase) starts at the latest position of the least recently hit of those terms.
+            let start_stream = terms.last[terms.in_stream.head as usize];
+            let start_phrase = terms.last[terms.in_phrase.head as usize];
             window_stream = window_stream.min(position - start_stream + 1);
             phrase_window = phrase_window.min(position - start_phrase + 1);
 
@@ -1031,7 +1089,7 @@ mod tests {
     }
 
     fn arb_case() -> impl Strategy<Value = (QueryInfo, CorpusStats, HitDocument)> {
-        (1u32..5).prop_flat_map(|q| {
+        (1u32..9).prop_flat_map(|q| {
             let streams = proptest::collection::btree_map(
                 prop_oneof![
                     Just("title"),

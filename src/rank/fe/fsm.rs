@@ -24,24 +24,92 @@ pub const BM25F_WEIGHTS: [f64; 4] = [3.0, 1.0, 2.0, 1.5];
 pub const BM25F_B: [f64; 4] = [0.5, 0.75, 0.6, 0.5];
 
 /// Per-term state of one stream's walk.
-#[derive(Debug, Clone, Copy)]
-struct TermState {
-    /// Hits of this term in the stream so far.
-    count: u32,
-    /// Position of its first hit.
-    first: u32,
-    /// Position of its latest hit.
-    last: u32,
-    /// Index of the latest phrase it was hit in (`u32::MAX`: none yet).
-    phrase: u32,
+#[derive(Debug, Default)]
+struct TermStates {
+    /// Hits of each term in the stream so far.
+    count: Vec<u32>,
+    /// Position of each term's first hit (meaningful once `count > 0`).
+    first: Vec<u32>,
+    /// Position of each term's latest hit (meaningful once `count > 0`).
+    last: Vec<u32>,
+    /// Index of the latest phrase each term was hit in (`u32::MAX`: none yet).
+    phrase: Vec<u32>,
+    /// Matched terms by latest hit in the stream.
+    in_stream: Recency,
+    /// Terms hit in the current phrase, by latest hit.
+    in_phrase: Recency,
 }
 
-const FRESH_TERM: TermState = TermState {
-    count: 0,
-    first: 0,
-    last: 0,
-    phrase: u32::MAX,
-};
+impl TermStates {
+    fn reset(&mut self, q: usize) {
+        for (v, fresh) in [
+            (&mut self.count, 0),
+            (&mut self.first, 0),
+            (&mut self.last, 0),
+            (&mut self.phrase, u32::MAX),
+        ] {
+            v.clear();
+            v.resize(q, fresh);
+        }
+        self.in_stream.reset(q);
+        self.in_phrase.reset(q);
+    }
+}
+
+/// Terms ordered by their latest hit, oldest first: a doubly linked list over term indices.
+/// Since hits come in position order, the smallest window that ends at the newest hit and covers
+/// every listed term starts at the oldest listed term's latest position, so each hit costs O(1)
+/// instead of a scan over the Q terms.
+#[derive(Debug, Default)]
+struct Recency {
+    prev: Vec<u32>,
+    next: Vec<u32>,
+    head: u32,
+    tail: u32,
+}
+
+const NIL: u32 = u32::MAX;
+
+impl Recency {
+    fn reset(&mut self, q: usize) {
+        for v in [&mut self.prev, &mut self.next] {
+            v.clear();
+            v.resize(q, NIL);
+        }
+        self.clear();
+    }
+
+    /// Empties the list (members' stale links are overwritten when they are touched again).
+    fn clear(&mut self) {
+        self.head = NIL;
+        self.tail = NIL;
+    }
+
+    /// Moves term `t` to the newest end; `listed` says whether it is in the list already.
+    fn touch(&mut self, t: u32, listed: bool) {
+        if listed {
+            if self.tail == t {
+                return;
+            }
+            let (p, n) = (self.prev[t as usize], self.next[t as usize]);
+            if p == NIL {
+                self.head = n;
+            } else {
+                self.next[p as usize] = n;
+            }
+            // `t` is not the tail, so it has a successor.
+            self.prev[n as usize] = p;
+        }
+        self.prev[t as usize] = self.tail;
+        self.next[t as usize] = NIL;
+        if self.tail == NIL {
+            self.head = t;
+        } else {
+            self.next[self.tail as usize] = t;
+        }
+        self.tail = t;
+    }
+}
 
 /// Query-level values computed once per batch.
 #[derive(Debug, Clone)]
@@ -80,7 +148,7 @@ impl<'q> Prepared<'q> {
 pub(crate) struct Scratch {
     /// The catalogue-ordered features of the last document.
     pub(crate) features: Vec<f64>,
-    terms: Vec<TermState>,
+    terms: TermStates,
     /// Per term: hits summed over the catalogue streams.
     doc_tf: Vec<u32>,
     /// Per term: BM25F's weighted, length-normalised term frequency `tf̃_t`.
@@ -93,6 +161,17 @@ fn ratio(num: f64, den: f64, otherwise: f64) -> f64 {
         num / den
     } else {
         otherwise
+    }
+}
+
+/// Index of a catalogue stream in [`STREAMS`].
+fn stream_slot(name: &str) -> Option<usize> {
+    match name {
+        "title" => Some(0),
+        "body" => Some(1),
+        "anchor" => Some(2),
+        "url" => Some(3),
+        _ => None,
     }
 }
 
@@ -123,9 +202,17 @@ pub(crate) fn extract_all(
     let mut bigrams = 0.0;
     let mut longest_run = 0.0f64;
     let mut full_matches = 0.0;
-    for (slot, name) in STREAMS.iter().enumerate() {
-        let stream = doc.streams.get(*name).unwrap_or(&EMPTY_STREAM);
-        walk_stream(query, doc, slot, name, stream, scratch)?;
+    // One pass over the document's streams: catalogue streams are kept for the walk below (in
+    // catalogue order, so that sums over streams have a fixed order), others only validated.
+    let mut by_slot: [&HitStream; STREAMS.len()] = [&EMPTY_STREAM; STREAMS.len()];
+    for (name, stream) in &doc.streams {
+        match stream_slot(name) {
+            Some(slot) => by_slot[slot] = stream,
+            None => validate_stream(doc, name, stream, query.terms)?,
+        }
+    }
+    for (slot, stream) in by_slot.into_iter().enumerate() {
+        walk_stream(query, doc, slot, STREAMS[slot], stream, scratch)?;
         let f = &scratch.features;
         doc_length += f64::from(stream.length);
         if f[StreamFeature::OccurrencesSum.index(slot)] > 0.0 {
@@ -134,11 +221,6 @@ pub(crate) fn extract_all(
         bigrams += f[StreamFeature::InOrderBigrams.index(slot)];
         longest_run = longest_run.max(f[StreamFeature::InOrderLongestRun.index(slot)]);
         full_matches += f[StreamFeature::InOrderFullMatches.index(slot)];
-    }
-    for (name, stream) in &doc.streams {
-        if !STREAMS.contains(&name.as_str()) {
-            validate_stream(doc, name, stream, query.terms)?;
-        }
     }
 
     // Per-document aggregates over the per-term sums, then the dependent BM25F.
@@ -189,8 +271,7 @@ fn walk_stream(
 ) -> Result<(), HitError> {
     let q = query.terms as usize;
     let terms = &mut scratch.terms;
-    terms.clear();
-    terms.resize(q, FRESH_TERM);
+    terms.reset(q);
 
     // Occurrence family: counts, first/last positions live in `terms`.
     let mut previous: Option<u32> = None;
@@ -209,6 +290,7 @@ fn walk_stream(
         }
         phrases_matched += 1;
         let phrase_tag = phrase as u32;
+        terms.in_phrase.clear();
         let mut phrase_terms = 0u32;
         let mut phrase_window = u32::MAX;
         let mut run = 0u32;
@@ -227,31 +309,28 @@ fn walk_stream(
             )?;
             previous = Some(position);
 
-            let state = &mut terms[term as usize];
-            if state.count == 0 {
+            let t = term as usize;
+            let listed_in_stream = terms.count[t] > 0;
+            if !listed_in_stream {
                 distinct += 1;
-                state.first = position;
+                terms.first[t] = position;
                 window_stream = u32::MAX;
             }
-            state.count += 1;
-            state.last = position;
-            if state.phrase != phrase_tag {
-                state.phrase = phrase_tag;
+            terms.count[t] += 1;
+            terms.last[t] = position;
+            terms.in_stream.touch(term, listed_in_stream);
+            let listed_in_phrase = terms.phrase[t] == phrase_tag;
+            if !listed_in_phrase {
+                terms.phrase[t] = phrase_tag;
                 phrase_terms += 1;
                 phrase_window = u32::MAX;
             }
+            terms.in_phrase.touch(term, listed_in_phrase);
 
-            // The smallest window ending here that covers every term seen (in the stream, in
-            // the phrase) starts at the earliest of those terms' latest positions.
-            let (mut start_stream, mut start_phrase) = (position, position);
-            for s in terms.iter() {
-                if s.count > 0 {
-                    start_stream = start_stream.min(s.last);
-                    if s.phrase == phrase_tag {
-                        start_phrase = start_phrase.min(s.last);
-                    }
-                }
-            }
+            // The smallest window ending here that covers every term seen (in the stream, in the
+            // phrase) starts at the latest position of the least recently hit of those terms.
+            let start_stream = terms.last[terms.in_stream.head as usize];
+            let start_phrase = terms.last[terms.in_phrase.head as usize];
             window_stream = window_stream.min(position - start_stream + 1);
             phrase_window = phrase_window.min(position - start_phrase + 1);
 
@@ -285,22 +364,23 @@ fn walk_stream(
     let (mut matched_idf, mut bm25, mut bm25f) = (0.0, 0.0, 0.0);
     let bm25_norm = query.length_factor(slot, BM25_B, stream.length) * BM25_K1;
     let bm25f_norm = query.length_factor(slot, BM25F_B[slot], stream.length);
-    for (t, s) in terms.iter().enumerate() {
-        sum += u64::from(s.count);
-        min_count = min_count.min(s.count);
-        max_count = max_count.max(s.count);
-        if s.count > 0 {
-            first_min = first_min.min(s.first);
-            first_max = first_max.max(s.first);
-            last_min = last_min.min(s.last);
-            last_max = last_max.max(s.last);
+    for t in 0..q {
+        let count = terms.count[t];
+        sum += u64::from(count);
+        min_count = min_count.min(count);
+        max_count = max_count.max(count);
+        if count > 0 {
+            first_min = first_min.min(terms.first[t]);
+            first_max = first_max.max(terms.first[t]);
+            last_min = last_min.min(terms.last[t]);
+            last_max = last_max.max(terms.last[t]);
             let idf = query.idf[t];
-            let tf = f64::from(s.count);
+            let tf = f64::from(count);
             matched_idf += idf;
             bm25 += idf * tf * (BM25_K1 + 1.0) / (tf + bm25_norm);
             let tfw = BM25F_WEIGHTS[slot] * tf / bm25f_norm;
             bm25f += idf * tfw / (BM25F_K1 + tfw);
-            scratch.doc_tf[t] += s.count;
+            scratch.doc_tf[t] += count;
             scratch.doc_tfw[t] += tfw;
         }
     }
@@ -458,6 +538,14 @@ mod tests {
             ),
         ]);
         (query, stats, doc)
+    }
+
+    #[test]
+    fn stream_slots_follow_the_catalogue() {
+        for (i, name) in STREAMS.iter().enumerate() {
+            assert_eq!(stream_slot(name), Some(i));
+        }
+        assert_eq!(stream_slot("headings"), None);
     }
 
     #[test]
@@ -1001,7 +1089,7 @@ mod tests {
     }
 
     fn arb_case() -> impl Strategy<Value = (QueryInfo, CorpusStats, HitDocument)> {
-        (1u32..5).prop_flat_map(|q| {
+        (1u32..9).prop_flat_map(|q| {
             let streams = proptest::collection::btree_map(
                 prop_oneof![
                     Just("title"),

@@ -384,4 +384,81 @@ mod tests {
         let statics: BTreeMap<_, _> = a[0].static_features.clone();
         assert_eq!(statics.len(), 3);
     }
+
+    /// Single-thread throughput on synthetic documents, for `docs/benchmarks.md`. The box is
+    /// shared, so each configuration is timed as many short repetitions and the fastest (the
+    /// least disturbed) and the median are reported.
+    /// Run: `cargo test --release --lib extraction_throughput -- --ignored --nocapture`.
+    #[test]
+    #[ignore = "a measurement, not a test"]
+    fn extraction_throughput() {
+        use std::time::Instant;
+        const DOCS: usize = 1000;
+        const REPS: usize = 300;
+        let stats = synth_corpus_stats();
+        let all = FeatureResolver::new(feature_names()).expect("catalogue");
+        let subset: Vec<String> = feature_names()
+            .iter()
+            .step_by(7)
+            .take(17)
+            .cloned()
+            .chain(
+                [
+                    "static.static_rank",
+                    "static.spam_score",
+                    "static.url_depth",
+                ]
+                .map(String::from),
+            )
+            .collect();
+        let ranker20 = FeatureResolver::new(&subset).expect("names resolve");
+        let time = |f: &mut dyn FnMut()| {
+            f();
+            let mut ns: Vec<f64> = (0..REPS)
+                .map(|_| {
+                    let start = Instant::now();
+                    f();
+                    start.elapsed().as_nanos() as f64 / DOCS as f64
+                })
+                .collect();
+            ns.sort_by(f64::total_cmp);
+            (ns[0], ns[REPS / 2])
+        };
+        println!("| Q | hits/doc | map | best ns/doc | best docs/s | median ns/doc |");
+        println!("|---|---|---|---|---|---|");
+        for q in [2u32, 4, 8] {
+            let query = synth_query(q, 7);
+            let docs = synth_hit_documents(DOCS, q, 42);
+            let hits: usize = docs
+                .iter()
+                .flat_map(|d| d.streams.values())
+                .map(|s| s.phrases.iter().map(Vec::len).sum::<usize>())
+                .sum();
+            let per_doc = hits as f64 / DOCS as f64;
+            for (name, resolver) in [("catalogue (119)", &all), ("ranker20", &ranker20)] {
+                let mut out = vec![0.0; DOCS * resolver.len()];
+                let (best, median) = time(&mut || {
+                    resolver
+                        .extract_batch(&query, &stats, &docs, &mut out, 1)
+                        .expect("valid")
+                });
+                println!(
+                    "| {q} | {per_doc:.1} | {name} | {best:.0} | {:.2e} | {median:.0} |",
+                    1e9 / best
+                );
+            }
+            let (best, median) = time(&mut || {
+                for doc in &docs {
+                    for (name, stream) in &doc.streams {
+                        crate::rank::fe::hits::validate_stream(doc, name, stream, q)
+                            .expect("valid");
+                    }
+                }
+            });
+            println!(
+                "| {q} | {per_doc:.1} | validation walk only | {best:.0} | {:.2e} | {median:.0} |",
+                1e9 / best
+            );
+        }
+    }
 }

@@ -3,9 +3,11 @@
 //!
 //! - [`model`]: the validated in-memory ranker, shared by every backend.
 //! - [`format`]: the native ranker file (read, validate, write); [`error`]: its errors.
+//! - [`cpu`]: the CPU evaluator (reference and fast plan).
 //! - [`freeform`]: the FreeForm expression parser and evaluator.
 //! - [`import`]: LightGBM and XGBoost tree ensembles as rankers.
 
+pub mod cpu;
 pub mod error;
 pub mod format;
 pub mod freeform;

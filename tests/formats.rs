@@ -7,9 +7,10 @@
 
 use std::path::PathBuf;
 
+use rankserve::rank::cpu::{score_batch, score_doc_reference};
 use rankserve::rank::format::{parse_native, to_native_json};
 use rankserve::rank::import::{import_lightgbm, import_xgboost, load_any};
-use rankserve::rank::model::{Decision, Missing, Node, Ranker, Tree};
+use rankserve::rank::model::Ranker;
 use rankserve::rank::RankerError;
 
 fn fixture(name: &str) -> PathBuf {
@@ -49,51 +50,6 @@ fn expected(name: &str) -> Vec<f64> {
     text.lines().map(|l| l.parse().unwrap()).collect()
 }
 
-/// The model's rules (`rank::model` docs), one node at a time: the naive reference.
-fn naive_leaf(tree: &Tree, x: &[f64]) -> f64 {
-    let mut at = 0usize;
-    loop {
-        let split = match &tree.nodes[at] {
-            Node::Leaf(value) => return *value,
-            Node::Split(split) => split,
-        };
-        let mut v = x[split.feature as usize];
-        if v.is_nan() && split.missing != Missing::Nan {
-            v = 0.0;
-        }
-        let takes_default = match split.missing {
-            Missing::None => false,
-            Missing::Zero => v.is_nan() || v.abs() <= 1e-35_f32 as f64,
-            Missing::Nan => v.is_nan(),
-        };
-        let left = if takes_default {
-            split.default_left
-        } else {
-            match &split.decision {
-                Decision::LeF64(t) => v <= *t,
-                Decision::LtF32(t) => (v as f32) < *t,
-                // LightGBM truncates the value to an integer category; negatives go right.
-                Decision::In(set) => {
-                    let category = v.trunc();
-                    category >= 0.0 && set.binary_search(&(category as u32)).is_ok()
-                }
-            }
-        };
-        at = if left { split.left } else { split.right } as usize;
-    }
-}
-
-fn naive_score(ranker: &Ranker, x: &[f64]) -> f64 {
-    let ensemble = ranker
-        .ensemble
-        .as_ref()
-        .expect("an imported ranker has an ensemble");
-    ensemble
-        .trees
-        .iter()
-        .fold(ensemble.base_score, |sum, tree| sum + naive_leaf(tree, x))
-}
-
 /// The largest relative error |ours − theirs| / max(1, |theirs|) over the rows.
 fn max_relative_error(ours: &[f64], theirs: &[f64]) -> (f64, usize) {
     assert_eq!(ours.len(), theirs.len());
@@ -104,16 +60,28 @@ fn max_relative_error(ours: &[f64], theirs: &[f64]) -> (f64, usize) {
         .fold((0.0, 0), |best, e| if e.0 > best.0 { e } else { best })
 }
 
+/// Scores every row with the CPU evaluator (one thread and two: identical, and identical to the
+/// per-document reference) and compares with the library's own predictions.
 fn check_parity(name: &str, import: fn(&[u8]) -> Result<Ranker, RankerError>) {
     let ranker = import(&read(&format!("{name}.model.json"))).unwrap();
     let (values, width) = rows(name);
     assert_eq!(width, ranker.features.len(), "{name}: row width");
     let theirs = expected(name);
     assert_eq!(values.len() / width, theirs.len(), "{name}: row count");
-    let ours: Vec<f64> = values
+    let ours = score_batch(&ranker, &values, 1);
+    let reference: Vec<f64> = values
         .chunks(width)
-        .map(|x| naive_score(&ranker, x))
+        .map(|x| score_doc_reference(&ranker, x))
         .collect();
+    let threaded = score_batch(&ranker, &values, 2);
+    for (i, ((a, b), c)) in ours.iter().zip(&reference).zip(&threaded).enumerate() {
+        assert_eq!(
+            a.to_bits(),
+            b.to_bits(),
+            "{name}: row {i}: plan vs reference"
+        );
+        assert_eq!(a.to_bits(), c.to_bits(), "{name}: row {i}: 1 vs 2 threads");
+    }
     let (err, row) = max_relative_error(&ours, &theirs);
     eprintln!(
         "{name}: {} rows, max relative error {err:e} (row {row})",
@@ -223,15 +191,15 @@ fn native_round_trip_keeps_every_bit() {
         let native = to_native_json(&ranker);
         let back = parse_native(native.as_bytes()).unwrap();
         assert_eq!(back, ranker, "{name}: ranker after the native round trip");
-        let (values, width) = rows(name);
-        for x in values.chunks(width) {
-            let (a, b) = (naive_score(&ranker, x), naive_score(&back, x));
-            assert_eq!(
-                a.to_bits(),
-                b.to_bits(),
-                "{name}: score after the round trip"
-            );
-        }
+        let (values, _) = rows(name);
+        let (a, b) = (
+            score_batch(&ranker, &values, 1),
+            score_batch(&back, &values, 1),
+        );
+        assert!(
+            a.iter().zip(&b).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "{name}: scores after the round trip"
+        );
     }
 }
 

@@ -20,14 +20,12 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{check_unique_names, ranker_from_trees, Format, ImportError};
+use crate::rank::cpu::ZERO_THRESHOLD;
 use crate::rank::format::validate;
 use crate::rank::model::{Decision, FeatureIdx, Missing, Node, Ranker, Split, Tree};
 use crate::rank::RankerError;
 
 const LIGHTGBM: Format = Format("LightGBM");
-
-/// LightGBM's `kZeroThreshold`: the float `1e-35f` widened to f64.
-pub const ZERO_THRESHOLD: f64 = 1e-35_f32 as f64;
 
 /// The fields of `dump_model()` JSON that the import reads; others are ignored.
 #[derive(Deserialize)]

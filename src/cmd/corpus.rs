@@ -9,6 +9,8 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{BadInputExt, CmdResult};
 use rankserve::index::corpus::{write_synth, SynthSpec};
+use rankserve::index::queries::synth_queries;
+use rankserve::index::Index;
 
 #[derive(clap::Subcommand)]
 pub enum Command {
@@ -30,7 +32,26 @@ pub enum Command {
 }
 
 #[derive(clap::Subcommand)]
-pub enum QueriesCommand {}
+pub enum QueriesCommand {
+    /// Write queries of 2–5 terms (27/33/24/16 %), one per line, terms drawn from random
+    /// documents of the index so that AND queries have results.
+    ///
+    /// Example: `rankserve queries synth --index idx --count 10000 --seed 1 --out queries.txt`
+    Synth {
+        /// The index directory (needs a forward index).
+        #[arg(long)]
+        index: PathBuf,
+        /// Number of queries.
+        #[arg(long)]
+        count: usize,
+        /// Seed.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Output file.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
 
 pub fn run(c: Command) -> CmdResult {
     match c {
@@ -66,7 +87,25 @@ pub fn run(c: Command) -> CmdResult {
 }
 
 pub fn run_queries(c: QueriesCommand) -> CmdResult {
-    match c {}
+    match c {
+        QueriesCommand::Synth {
+            index,
+            count,
+            seed,
+            out,
+        } => {
+            let index = Index::open(&index)
+                .with_context(|| format!("opening index {}", index.display()))
+                .bad_input()?;
+            let queries = synth_queries(&index, count, seed).bad_input()?;
+            let mut text = queries.join("\n");
+            if !text.is_empty() {
+                text.push('\n');
+            }
+            std::fs::write(&out, text).with_context(|| format!("writing {}", out.display()))?;
+            Ok(())
+        }
+    }
 }
 
 /// A progress bar on stderr (hidden when stderr is not a terminal).

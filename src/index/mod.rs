@@ -3,9 +3,14 @@
 //! mmap reader and CIFF import. `index/` sits at the bottom of the crate: it imports no stage.
 //! The format is documented in `docs/index-format.md`.
 
+pub mod builder;
 pub mod codecs;
 pub mod corpus;
+pub mod cursor;
 pub mod error;
+pub mod format;
+pub mod queries;
+pub mod reader;
 pub mod tokenize;
 
 pub use error::IndexError;
@@ -14,3 +19,6 @@ pub use error::IndexError;
 pub type DocId = u32;
 /// A term's number inside one index.
 pub type TermId = u32;
+
+pub use cursor::{PostingCursor, TERMINATED};
+pub use reader::{Index, Manifest, PostingList, StreamHits, TermInfo};

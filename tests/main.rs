@@ -2,3 +2,4 @@
 mod cli;
 mod formats;
 mod parity;
+mod selection;

@@ -1,8 +1,91 @@
-use super::CmdResult;
+//! `rankserve index build` and `rankserve index import-ciff`.
+
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use super::corpus::progress_bar;
+use super::{CmdResult, Failure};
+use rankserve::index::builder::{build, BuildOptions};
+use rankserve::index::codecs::Codec;
+use rankserve::index::IndexError;
 
 #[derive(clap::Subcommand)]
-pub enum Command {}
+pub enum Command {
+    /// Build an index from a JSON Lines corpus (plain or gzip), on every core.
+    ///
+    /// Writes into a temporary directory next to OUT and renames it when complete; OUT must not exist.
+    ///
+    /// Example: `rankserve index build --corpus corpus.jsonl.gz --out idx --codec ef`
+    Build {
+        /// The corpus file.
+        #[arg(long)]
+        corpus: PathBuf,
+        /// The index directory to create.
+        #[arg(long)]
+        out: PathBuf,
+        /// The docID codec.
+        #[arg(long, value_enum, default_value = "ef")]
+        codec: Codec,
+        /// Worker threads (default: every core).
+        #[arg(long, default_value_t = 0)]
+        threads: usize,
+        /// The stream BM25 scores, or `all` for every stream concatenated.
+        #[arg(long, default_value = "body")]
+        scoring: String,
+        /// Leave out the forward index (selection-only index, smaller and faster to build).
+        #[arg(long)]
+        no_forward: bool,
+        /// Print the build report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+}
 
 pub fn run(c: Command) -> CmdResult {
-    match c {}
+    match c {
+        Command::Build {
+            corpus,
+            out,
+            codec,
+            threads,
+            scoring,
+            no_forward,
+            json,
+        } => {
+            let opts = BuildOptions {
+                codec,
+                scoring,
+                threads,
+                forward: !no_forward,
+            };
+            let bar = progress_bar(0, "docs");
+            let report = build(&corpus, &out, &opts, &|n| bar.inc(n)).map_err(|e| match e {
+                IndexError::CorpusLine { .. } | IndexError::InvalidOption(_) => {
+                    Failure::BadInput(e.into())
+                }
+                IndexError::Io { ref path, .. } if *path == corpus => Failure::BadInput(e.into()),
+                e => Failure::Other(
+                    anyhow::Error::new(e).context(format!("building {}", out.display())),
+                ),
+            })?;
+            bar.finish_and_clear();
+            if json {
+                println!("{}", serde_json::to_string(&report).context("report")?);
+            }
+            eprintln!(
+                "indexed {} docs ({} terms, {} postings) in {:.2} s with {} threads: {:.0} docs/s; {:.2} bits/posting ({} codec, docIDs+tfs), {:.2} with skips",
+                report.docs,
+                report.terms,
+                report.postings,
+                report.seconds,
+                report.threads,
+                report.docs as f64 / report.seconds,
+                report.postings_bytes as f64 * 8.0 / report.postings.max(1) as f64,
+                codec.name(),
+                (report.postings_bytes + report.skips_bytes) as f64 * 8.0 / report.postings.max(1) as f64,
+            );
+            Ok(())
+        }
+    }
 }

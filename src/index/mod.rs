@@ -1,1 +1,24 @@
-//! index: placeholder until its issue lands.
+//! The on-disk index and everything that makes one: the tokenizer, the corpus reader and
+//! synthetic corpus generator, the block codecs (Elias-Fano, PForDelta), the builder, the
+//! mmap reader and CIFF import. `index/` sits at the bottom of the crate: it imports no stage.
+//! The format is documented in `docs/index-format.md`.
+
+pub mod builder;
+pub mod codecs;
+pub mod corpus;
+pub mod cursor;
+pub mod error;
+pub mod format;
+pub mod queries;
+pub mod reader;
+pub mod tokenize;
+
+pub use error::IndexError;
+
+/// A document's number inside one index: 0..N in corpus order.
+pub type DocId = u32;
+/// A term's number inside one index.
+pub type TermId = u32;
+
+pub use cursor::{PostingCursor, TERMINATED};
+pub use reader::{Index, Manifest, PostingList, StreamHits, TermInfo};

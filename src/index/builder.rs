@@ -1,0 +1,732 @@
+//! Builds an index directory from a JSON Lines corpus, on every core.
+//!
+//! Pipeline (deterministic: the bytes depend only on the corpus and the options, not on the
+//! thread count):
+//! 1. Read lines in batches; parse and tokenize chunks of [`CHUNK_DOCS`] documents in parallel,
+//!    each chunk with its own local vocabulary.
+//! 2. Merge each chunk's vocabulary into the global one, in corpus order (term ids are assigned
+//!    in order of first occurrence), and register stream and static-feature names.
+//! 3. In parallel per chunk: rewrite tokens to global term ids, encode the forward index,
+//!    and emit `(term, doc, tf)` postings of the scoring stream sorted by term; the forward
+//!    bytes are streamed to `forward.bin` in order.
+//! 4. Invert in parallel over term-id ranges of about equal posting counts: each range
+//!    gathers its postings from every chunk (counting sort) and encodes its lists; the ranges'
+//!    bytes are concatenated in term order into `postings.bin` and `skips.bin`.
+//! 5. Sort the dictionary, write `terms.bin`, `docs.bin` and `index.json`.
+//!
+//! Everything is written into a temporary directory next to `--out`, renamed into place once
+//! complete.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use rayon::prelude::*;
+
+use super::codecs::{encode_list, Codec, SkipEntry};
+use super::corpus::{parse_line, CorpusDoc, CorpusReader, RawLine};
+use super::format::{write_file, SectionWriter};
+use super::reader::{
+    Manifest, TermInfo, FORWARD_FILE, KIND_DOCS, KIND_FORWARD, KIND_POSTINGS, KIND_SKIPS,
+    KIND_TERMS,
+};
+use super::tokenize::Tokenizer;
+use super::IndexError;
+
+/// Documents per parse/encode chunk.
+pub const CHUNK_DOCS: usize = 256;
+
+/// How to build.
+#[derive(Debug, Clone)]
+pub struct BuildOptions {
+    /// Which codec holds the docIDs.
+    pub codec: Codec,
+    /// The stream BM25 scores (`body` by default), or `all` for the concatenation of every
+    /// stream (in stream-name order).
+    pub scoring: String,
+    /// Worker threads (0: every core).
+    pub threads: usize,
+    /// Whether to write the forward index (needed to build hit requests).
+    pub forward: bool,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        Self {
+            codec: Codec::Ef,
+            scoring: "body".into(),
+            threads: 0,
+            forward: true,
+        }
+    }
+}
+
+/// What a build produced, for the command's summary and the benchmarks.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct BuildReport {
+    /// Documents indexed.
+    pub docs: u64,
+    /// Distinct terms (in any stream).
+    pub terms: u64,
+    /// Postings of the scoring stream.
+    pub postings: u64,
+    /// Bytes of `postings.bin` (docIDs and tfs).
+    pub postings_bytes: u64,
+    /// Bytes of `skips.bin`.
+    pub skips_bytes: u64,
+    /// Bytes of `forward.bin` (0 without a forward index).
+    pub forward_bytes: u64,
+    /// Threads used.
+    pub threads: usize,
+    /// Wall-clock seconds.
+    pub seconds: f64,
+}
+
+/// A small fast hasher (FxHash) for the vocabulary maps; keys are not attacker-chosen in a way
+/// that matters here (a slow build, not a wrong one).
+#[derive(Default)]
+pub(crate) struct FxHasher(u64);
+
+impl Hasher for FxHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            self.add(u64::from_le_bytes(c.try_into().expect("8 bytes")));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut buf = [0u8; 8];
+            buf[..rest.len()].copy_from_slice(rest);
+            self.add(u64::from_le_bytes(buf) ^ (rest.len() as u64) << 59);
+        }
+    }
+    fn write_u8(&mut self, i: u8) {
+        self.add(i as u64);
+    }
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl FxHasher {
+    #[inline]
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+pub(crate) type FxMap<K, V> = HashMap<K, V, BuildHasherDefault<FxHasher>>;
+
+struct ParsedStream {
+    name: String,
+    tokens: Vec<u32>,
+    phrase_lens: Vec<u32>,
+}
+
+struct ParsedDoc {
+    id: String,
+    streams: Vec<ParsedStream>,
+    statics: Vec<(String, f64)>,
+}
+
+struct ParsedChunk {
+    vocab: Vec<String>,
+    docs: Vec<ParsedDoc>,
+}
+
+#[derive(Clone, Copy)]
+struct Posting {
+    term: u32,
+    doc: u32,
+    tf: u32,
+}
+
+fn parse_chunk(path: &Path, lines: &[RawLine]) -> Result<ParsedChunk, IndexError> {
+    let mut tokenizer = Tokenizer::new();
+    let mut local: FxMap<String, u32> = FxMap::default();
+    let mut vocab = Vec::new();
+    let mut docs = Vec::with_capacity(lines.len());
+    for raw in lines {
+        let CorpusDoc {
+            id,
+            streams,
+            static_features,
+        } = parse_line(path, raw)?;
+        let streams = streams
+            .into_iter()
+            .map(|(name, text)| {
+                let mut tokens = Vec::new();
+                let mut phrase_lens: Vec<u32> = Vec::new();
+                tokenizer.for_each_token(&text, |term, pos| {
+                    let id = match local.get(term) {
+                        Some(&id) => id,
+                        None => {
+                            let id = vocab.len() as u32;
+                            vocab.push(term.to_string());
+                            local.insert(term.to_string(), id);
+                            id
+                        }
+                    };
+                    tokens.push(id);
+                    if pos.phrase as usize == phrase_lens.len() {
+                        phrase_lens.push(0);
+                    }
+                    *phrase_lens.last_mut().expect("pushed above") += 1;
+                });
+                ParsedStream {
+                    name,
+                    tokens,
+                    phrase_lens,
+                }
+            })
+            .collect();
+        docs.push(ParsedDoc {
+            id,
+            streams,
+            statics: static_features.into_iter().collect(),
+        });
+    }
+    Ok(ParsedChunk { vocab, docs })
+}
+
+/// Global state accumulated in corpus order.
+#[derive(Default)]
+struct Collected {
+    vocab: FxMap<String, u32>,
+    terms: Vec<String>,
+    streams: Vec<String>,
+    stream_lengths: Vec<Vec<u32>>,
+    statics: Vec<String>,
+    static_values: Vec<Vec<f64>>,
+    ids: Vec<u8>,
+    id_offsets: Vec<u64>,
+    scoring_len: Vec<u32>,
+    docs: u64,
+}
+
+impl Collected {
+    fn name_index(names: &mut Vec<String>, name: &str) -> (usize, bool) {
+        match names.iter().position(|n| n == name) {
+            Some(i) => (i, false),
+            None => {
+                names.push(name.to_string());
+                (names.len() - 1, true)
+            }
+        }
+    }
+
+    /// Registers a chunk's names and per-document columns; returns its local → global term map
+    /// and, per document, its streams' global indices.
+    fn merge(&mut self, chunk: &mut ParsedChunk) -> (Vec<u32>, Vec<Vec<u32>>) {
+        let map = chunk
+            .vocab
+            .drain(..)
+            .map(|t| match self.vocab.get(t.as_str()) {
+                Some(&id) => id,
+                None => {
+                    let id = self.terms.len() as u32;
+                    self.vocab.insert(t.clone(), id);
+                    self.terms.push(t);
+                    id
+                }
+            })
+            .collect();
+        let mut stream_ids = Vec::with_capacity(chunk.docs.len());
+        for doc in &chunk.docs {
+            let d = self.docs as usize;
+            let mut ids = Vec::with_capacity(doc.streams.len());
+            for s in &doc.streams {
+                let (i, new) = Self::name_index(&mut self.streams, &s.name);
+                if new {
+                    self.stream_lengths.push(vec![0; d]);
+                }
+                self.stream_lengths[i].push(s.tokens.len() as u32);
+                ids.push(i as u32);
+            }
+            for col in &mut self.stream_lengths {
+                col.resize(d + 1, 0);
+            }
+            for (name, v) in &doc.statics {
+                let (i, new) = Self::name_index(&mut self.statics, name);
+                if new {
+                    self.static_values.push(vec![f64::NAN; d]);
+                }
+                self.static_values[i].push(*v);
+            }
+            for col in &mut self.static_values {
+                col.resize(d + 1, f64::NAN);
+            }
+            self.id_offsets.push(self.ids.len() as u64);
+            self.ids.extend_from_slice(doc.id.as_bytes());
+            self.docs += 1;
+            stream_ids.push(ids);
+        }
+        (map, stream_ids)
+    }
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Encodes a chunk's forward index and scoring postings; returns (forward bytes, per-doc
+/// forward byte lengths, postings sorted by term then doc, scoring lengths).
+fn encode_chunk(
+    chunk: &ParsedChunk,
+    map: &[u32],
+    stream_ids: &[Vec<u32>],
+    first_doc: u32,
+    scoring: &str,
+    forward: bool,
+) -> (Vec<u8>, Vec<u32>, Vec<Posting>, Vec<u32>) {
+    let mut fwd = Vec::new();
+    let mut fwd_lens = Vec::with_capacity(chunk.docs.len());
+    let mut postings = Vec::new();
+    let mut lens = Vec::with_capacity(chunk.docs.len());
+    let mut scoring_terms: Vec<u32> = Vec::new();
+    let all = scoring == "all";
+    for (i, doc) in chunk.docs.iter().enumerate() {
+        let d = first_doc + i as u32;
+        let start = fwd.len();
+        scoring_terms.clear();
+        if forward {
+            put_varint(&mut fwd, doc.streams.len() as u32);
+        }
+        for (s, &sid) in doc.streams.iter().zip(&stream_ids[i]) {
+            if forward {
+                put_varint(&mut fwd, sid);
+                put_varint(&mut fwd, s.tokens.len() as u32);
+                put_varint(&mut fwd, s.phrase_lens.len() as u32);
+                for &p in &s.phrase_lens {
+                    put_varint(&mut fwd, p);
+                }
+                for &t in &s.tokens {
+                    put_varint(&mut fwd, map[t as usize]);
+                }
+            }
+            if all || s.name == scoring {
+                scoring_terms.extend(s.tokens.iter().map(|&t| map[t as usize]));
+            }
+        }
+        fwd_lens.push((fwd.len() - start) as u32);
+        lens.push(scoring_terms.len() as u32);
+        scoring_terms.sort_unstable();
+        let mut j = 0;
+        while j < scoring_terms.len() {
+            let t = scoring_terms[j];
+            let mut k = j + 1;
+            while k < scoring_terms.len() && scoring_terms[k] == t {
+                k += 1;
+            }
+            postings.push(Posting {
+                term: t,
+                doc: d,
+                tf: (k - j) as u32,
+            });
+            j = k;
+        }
+    }
+    postings.sort_unstable_by_key(|p| (p.term, p.doc));
+    (fwd, fwd_lens, postings, lens)
+}
+
+/// One term range's encoded lists.
+struct RangeOut {
+    bytes: Vec<u8>,
+    skips: Vec<SkipEntry>,
+    infos: Vec<TermInfo>,
+}
+
+/// Inverts the chunks' postings (each sorted by term, then doc; chunks in doc order) and
+/// encodes every term's list; returns ranges in term order.
+fn invert(
+    chunks: &[Vec<Posting>],
+    n_terms: usize,
+    codec: Codec,
+    scoring_len: &[u32],
+) -> Vec<RangeOut> {
+    let df: Vec<u32> = chunks
+        .par_iter()
+        .fold(
+            || vec![0u32; n_terms],
+            |mut acc, c| {
+                for p in c {
+                    acc[p.term as usize] += 1;
+                }
+                acc
+            },
+        )
+        .reduce(
+            || vec![0u32; n_terms],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
+    let total: u64 = df.iter().map(|&d| d as u64).sum();
+    let target = (total / (rayon::current_num_threads() as u64 * 8)).max(1 << 16);
+    let mut ranges = Vec::new();
+    let (mut lo, mut acc) = (0usize, 0u64);
+    for (t, &d) in df.iter().enumerate() {
+        acc += d as u64;
+        if acc >= target {
+            ranges.push(lo..t + 1);
+            lo = t + 1;
+            acc = 0;
+        }
+    }
+    if lo < n_terms || ranges.is_empty() {
+        ranges.push(lo..n_terms);
+    }
+    ranges
+        .into_par_iter()
+        .map(|r| {
+            let mut starts = Vec::with_capacity(r.len() + 1);
+            let mut n = 0usize;
+            for t in r.clone() {
+                starts.push(n);
+                n += df[t] as usize;
+            }
+            starts.push(n);
+            let mut docs = vec![0u32; n];
+            let mut tfs = vec![0u32; n];
+            let mut cursor = starts.clone();
+            for c in chunks {
+                let a = c.partition_point(|p| (p.term as usize) < r.start);
+                let b = c.partition_point(|p| (p.term as usize) < r.end);
+                for p in &c[a..b] {
+                    let at = &mut cursor[p.term as usize - r.start];
+                    docs[*at] = p.doc;
+                    tfs[*at] = p.tf;
+                    *at += 1;
+                }
+            }
+            let mut out = RangeOut {
+                bytes: Vec::new(),
+                skips: Vec::new(),
+                infos: Vec::with_capacity(r.len()),
+            };
+            for (k, t) in r.clone().enumerate() {
+                let (s, e) = (starts[k], starts[k + 1]);
+                let (off, sk) = (out.bytes.len(), out.skips.len());
+                encode_list(
+                    codec,
+                    &docs[s..e],
+                    &tfs[s..e],
+                    |d| scoring_len[d as usize],
+                    &mut out.bytes,
+                    &mut out.skips,
+                );
+                out.infos.push(TermInfo {
+                    df: df[t],
+                    n_blocks: (out.skips.len() - sk) as u32,
+                    postings_offset: off as u64,
+                    postings_len: (out.bytes.len() - off) as u64,
+                    skip_start: sk as u64,
+                });
+            }
+            out
+        })
+        .collect()
+}
+
+/// Builds an index from `corpus` into `out` (which must not exist yet).
+///
+/// `progress(n)` is called with the number of documents each time a batch is indexed.
+///
+/// # Errors
+/// [`IndexError::InvalidOption`] when `out` exists or the scoring stream is empty-named;
+/// [`IndexError::CorpusLine`] for a bad document (the build stops, nothing is renamed into
+/// place); [`IndexError::Io`].
+pub fn build(
+    corpus: &Path,
+    out: &Path,
+    opts: &BuildOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<BuildReport, IndexError> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads)
+        .build()
+        .map_err(|e| {
+            IndexError::InvalidOption(format!("thread pool of {} threads: {e}", opts.threads))
+        })?;
+    pool.install(|| build_in_pool(corpus, out, opts, progress))
+}
+
+fn build_in_pool(
+    corpus: &Path,
+    out: &Path,
+    opts: &BuildOptions,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<BuildReport, IndexError> {
+    let started = Instant::now();
+    if opts.scoring.is_empty() {
+        return Err(IndexError::InvalidOption(
+            "scoring stream name is empty (use a stream name or `all`)".into(),
+        ));
+    }
+    let tmp = TempDir::create(out)?;
+    let mut reader = CorpusReader::open(corpus)?;
+    let path = reader.path().to_path_buf();
+    let mut collected = Collected::default();
+    let mut forward = if opts.forward {
+        Some(SectionWriter::create(
+            &tmp.path.join(FORWARD_FILE),
+            KIND_FORWARD,
+        )?)
+    } else {
+        None
+    };
+    let mut fwd_offsets: Vec<u64> = vec![0];
+    let mut chunk_postings: Vec<Vec<Posting>> = Vec::new();
+    let batch = CHUNK_DOCS * rayon::current_num_threads() * 8;
+    let mut lines = Vec::with_capacity(batch);
+    loop {
+        lines.clear();
+        if reader.read_batch(batch, &mut lines)? == 0 {
+            break;
+        }
+        let mut parsed = lines
+            .par_chunks(CHUNK_DOCS)
+            .map(|c| parse_chunk(&path, c))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut jobs = Vec::with_capacity(parsed.len());
+        for chunk in &mut parsed {
+            let first = collected.docs;
+            if first + chunk.docs.len() as u64 >= u32::MAX as u64 {
+                return Err(IndexError::InvalidOption(format!(
+                    "more than {} documents",
+                    u32::MAX - 1
+                )));
+            }
+            let (map, sids) = collected.merge(chunk);
+            jobs.push((map, sids, first as u32));
+        }
+        let encoded: Vec<_> = parsed
+            .par_iter()
+            .zip(&jobs)
+            .map(|(c, (map, sids, first))| {
+                encode_chunk(c, map, sids, *first, &opts.scoring, opts.forward)
+            })
+            .collect();
+        for (fwd, fwd_lens, postings, lens) in encoded {
+            if let Some(w) = forward.as_mut() {
+                w.write(&fwd)?;
+                let mut at = *fwd_offsets.last().expect("starts with 0");
+                for l in fwd_lens {
+                    at += l as u64;
+                    fwd_offsets.push(at);
+                }
+            }
+            collected.scoring_len.extend(lens);
+            chunk_postings.push(postings);
+        }
+        progress(lines.len() as u64);
+    }
+    let mut forward_bytes = 0;
+    if let Some(mut w) = forward {
+        forward_bytes = w.section_len();
+        w.end_section()?;
+        w.write(&u64s(&fwd_offsets))?;
+        w.end_section()?;
+        w.finish()?;
+    }
+    let n_terms = collected.terms.len();
+    let ranges = invert(&chunk_postings, n_terms, opts.codec, &collected.scoring_len);
+    drop(chunk_postings);
+    let (infos, postings_bytes, skips_bytes) = write_postings(&tmp.path, ranges)?;
+    write_terms(&tmp.path, &collected.terms, &infos)?;
+    collected.id_offsets.push(collected.ids.len() as u64);
+    write_docs(
+        &tmp.path,
+        &collected.scoring_len,
+        &collected.stream_lengths,
+        &collected.static_values,
+        &collected.id_offsets,
+        &collected.ids,
+    )?;
+    let manifest = Manifest {
+        format: Manifest::FORMAT.into(),
+        version: super::format::FORMAT_VERSION,
+        codec: opts.codec,
+        scoring: opts.scoring.clone(),
+        streams: collected.streams.clone(),
+        static_features: collected.statics.clone(),
+        num_docs: collected.docs,
+        num_terms: n_terms as u64,
+        num_postings: infos.iter().map(|i| i.df as u64).sum(),
+        total_scoring_length: collected.scoring_len.iter().map(|&l| l as u64).sum(),
+        stream_total_lengths: collected
+            .stream_lengths
+            .iter()
+            .map(|c| c.iter().map(|&l| l as u64).sum())
+            .collect(),
+        has_forward: opts.forward,
+        source: format!("corpus {}", corpus.display()),
+    };
+    manifest.write(&tmp.path)?;
+    tmp.commit(out)?;
+    Ok(BuildReport {
+        docs: manifest.num_docs,
+        terms: manifest.num_terms,
+        postings: manifest.num_postings,
+        postings_bytes,
+        skips_bytes,
+        forward_bytes,
+        threads: rayon::current_num_threads(),
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Little-endian bytes of a u64 slice.
+pub(crate) fn u64s(v: &[u64]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Little-endian bytes of a u32 slice.
+pub(crate) fn u32s(v: &[u32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Writes `postings.bin` and `skips.bin` from encoded ranges (in term order); returns every
+/// term's info with file-absolute offsets, and the two files' payload sizes.
+fn write_postings(
+    dir: &Path,
+    ranges: Vec<RangeOut>,
+) -> Result<(Vec<TermInfo>, u64, u64), IndexError> {
+    let mut post = SectionWriter::create(&dir.join(super::reader::POSTINGS_FILE), KIND_POSTINGS)?;
+    let mut skips = SectionWriter::create(&dir.join(super::reader::SKIPS_FILE), KIND_SKIPS)?;
+    let mut infos = Vec::new();
+    let mut skip_bytes = Vec::new();
+    let (mut at, mut sk) = (0u64, 0u64);
+    for r in ranges {
+        post.write(&r.bytes)?;
+        skip_bytes.clear();
+        for s in &r.skips {
+            s.write(&mut skip_bytes);
+        }
+        skips.write(&skip_bytes)?;
+        infos.extend(r.infos.into_iter().map(|mut i| {
+            i.postings_offset += at;
+            i.skip_start += sk;
+            i
+        }));
+        at += r.bytes.len() as u64;
+        sk += r.skips.len() as u64;
+    }
+    let (pb, sb) = (post.section_len(), skips.section_len());
+    post.end_section()?;
+    post.finish()?;
+    skips.end_section()?;
+    skips.finish()?;
+    Ok((infos, pb, sb))
+}
+
+/// Writes `terms.bin`: the dictionary sorted by term, and each term id's info.
+pub(crate) fn write_terms(
+    dir: &Path,
+    terms: &[String],
+    infos: &[TermInfo],
+) -> Result<(), IndexError> {
+    let mut order: Vec<u32> = (0..terms.len() as u32).collect();
+    order.par_sort_unstable_by(|&a, &b| terms[a as usize].cmp(&terms[b as usize]));
+    let mut offsets = Vec::with_capacity(terms.len() + 1);
+    let mut bytes = Vec::new();
+    for &t in &order {
+        offsets.push(bytes.len() as u64);
+        bytes.extend_from_slice(terms[t as usize].as_bytes());
+    }
+    offsets.push(bytes.len() as u64);
+    let mut info_bytes = Vec::with_capacity(infos.len() * TermInfo::BYTES);
+    for i in infos {
+        i.write(&mut info_bytes);
+    }
+    write_file(
+        &dir.join(super::reader::TERMS_FILE),
+        KIND_TERMS,
+        &[&u64s(&offsets), &bytes, &u32s(&order), &info_bytes],
+    )
+}
+
+/// Writes `docs.bin`.
+pub(crate) fn write_docs(
+    dir: &Path,
+    scoring_len: &[u32],
+    stream_lengths: &[Vec<u32>],
+    static_values: &[Vec<f64>],
+    id_offsets: &[u64],
+    ids: &[u8],
+) -> Result<(), IndexError> {
+    let lengths: Vec<u8> = stream_lengths.iter().flat_map(|c| u32s(c)).collect();
+    let statics: Vec<u8> = static_values
+        .iter()
+        .flat_map(|c| c.iter().flat_map(|v| v.to_le_bytes()))
+        .collect();
+    write_file(
+        &dir.join(super::reader::DOCS_FILE),
+        KIND_DOCS,
+        &[
+            &u32s(scoring_len),
+            &lengths,
+            &statics,
+            &u64s(id_offsets),
+            ids,
+        ],
+    )
+}
+
+/// A build directory next to the destination, removed unless committed.
+pub(crate) struct TempDir {
+    pub(crate) path: PathBuf,
+    committed: bool,
+}
+
+impl TempDir {
+    /// Creates `.NAME.building-PID` next to `out`; refuses when `out` exists.
+    pub(crate) fn create(out: &Path) -> Result<Self, IndexError> {
+        if out.exists() {
+            return Err(IndexError::InvalidOption(format!(
+                "{} already exists; remove it or choose another output directory",
+                out.display()
+            )));
+        }
+        let name = out
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "index".into());
+        let parent = out
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        std::fs::create_dir_all(parent).map_err(|e| IndexError::io(parent, e))?;
+        let path = parent.join(format!(".{name}.building-{}", std::process::id()));
+        if path.exists() {
+            std::fs::remove_dir_all(&path).map_err(|e| IndexError::io(&path, e))?;
+        }
+        std::fs::create_dir(&path).map_err(|e| IndexError::io(&path, e))?;
+        Ok(Self {
+            path,
+            committed: false,
+        })
+    }
+
+    /// Renames the finished directory to `out`.
+    pub(crate) fn commit(mut self, out: &Path) -> Result<(), IndexError> {
+        std::fs::rename(&self.path, out).map_err(|e| IndexError::io(out, e))?;
+        self.committed = true;
+        Ok(())
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}

@@ -1,0 +1,262 @@
+//! A cursor over one posting list: decodes one block at a time into reused buffers and uses the
+//! skip entries to jump over blocks that cannot hold the target.
+//!
+//! Contract (after tantivy's `DocSet`): a cursor always sits on a posting, or on
+//! [`TERMINATED`] once the list is exhausted. [`PostingCursor::advance`] moves to the next
+//! posting; [`PostingCursor::seek`] moves to the first posting whose docID is ≥ the target and
+//! never moves backwards (a target ≤ the current docID leaves the cursor where it is).
+//! Term frequencies are decoded lazily, only for blocks where [`PostingCursor::tf`] is called.
+
+use super::codecs::{BlockDecoder, SkipEntry};
+use super::reader::PostingList;
+use super::DocId;
+
+/// The docID of an exhausted cursor (no index has 2³² − 1 documents).
+pub const TERMINATED: DocId = u32::MAX;
+
+/// A cursor over one posting list.
+pub struct PostingCursor<'a> {
+    list: PostingList<'a>,
+    dec: Box<BlockDecoder>,
+    block: usize,
+    n: usize,
+    pos: usize,
+    tfs_ready: bool,
+    doc: DocId,
+    blocks_decoded: u64,
+}
+
+impl<'a> PostingCursor<'a> {
+    /// A cursor on the list's first posting (or [`TERMINATED`] for an empty list).
+    pub fn new(list: PostingList<'a>) -> Self {
+        let mut c = Self {
+            list,
+            dec: Box::new(BlockDecoder::new()),
+            block: 0,
+            n: 0,
+            pos: 0,
+            tfs_ready: false,
+            doc: TERMINATED,
+            blocks_decoded: 0,
+        };
+        if list.n_blocks() > 0 {
+            c.load(0);
+        }
+        c
+    }
+
+    fn load(&mut self, j: usize) {
+        let bounds = self.list.bounds(j);
+        self.dec
+            .decode_docs(self.list.codec, self.list.block_bytes(j), bounds);
+        self.block = j;
+        self.n = bounds.n;
+        self.pos = 0;
+        self.tfs_ready = false;
+        self.doc = self.dec.docs[0];
+        self.blocks_decoded += 1;
+    }
+
+    fn terminate(&mut self) -> DocId {
+        self.block = self.list.n_blocks();
+        self.doc = TERMINATED;
+        TERMINATED
+    }
+
+    /// The current docID, or [`TERMINATED`].
+    #[inline]
+    pub fn doc(&self) -> DocId {
+        self.doc
+    }
+
+    /// The current posting's term frequency (decodes the block's tfs on first use).
+    ///
+    /// # Panics
+    /// On a terminated cursor.
+    #[inline]
+    pub fn tf(&mut self) -> u32 {
+        assert!(self.doc != TERMINATED, "tf() on a terminated cursor");
+        if !self.tfs_ready {
+            self.dec.decode_tfs(
+                self.list.codec,
+                self.list.block_bytes(self.block),
+                self.list.bounds(self.block),
+            );
+            self.tfs_ready = true;
+        }
+        self.dec.tfs[self.pos]
+    }
+
+    /// The number of postings in the list.
+    pub fn df(&self) -> u32 {
+        self.list.df
+    }
+
+    /// The list under the cursor.
+    pub fn list(&self) -> PostingList<'a> {
+        self.list
+    }
+
+    /// Blocks decoded so far.
+    pub fn blocks_decoded(&self) -> u64 {
+        self.blocks_decoded
+    }
+
+    /// Moves to the next posting; returns its docID or [`TERMINATED`].
+    #[inline]
+    pub fn advance(&mut self) -> DocId {
+        if self.doc == TERMINATED {
+            return TERMINATED;
+        }
+        self.pos += 1;
+        if self.pos < self.n {
+            self.doc = self.dec.docs[self.pos];
+            return self.doc;
+        }
+        if self.block + 1 < self.list.n_blocks() {
+            self.load(self.block + 1);
+            self.doc
+        } else {
+            self.terminate()
+        }
+    }
+
+    /// Moves to the first posting with docID ≥ `target` (see the module doc); returns its
+    /// docID or [`TERMINATED`]. Blocks whose last docID is below `target` are skipped without
+    /// being decoded: the skip entries are searched by galloping from the current block, then
+    /// binary search.
+    pub fn seek(&mut self, target: DocId) -> DocId {
+        if target <= self.doc {
+            return self.doc;
+        }
+        if target > self.list.block_last(self.block) {
+            match self.block_at_or_after(target) {
+                Some(j) => self.load(j),
+                None => return self.terminate(),
+            }
+        }
+        // The current block's last docID is ≥ target, so the scan stops inside the block.
+        let docs = &self.dec.docs[..self.n];
+        self.pos += docs[self.pos..].partition_point(|&d| d < target);
+        self.doc = docs[self.pos];
+        self.doc
+    }
+
+    /// The first block after the current one whose last docID is ≥ `target` (assumes the
+    /// current block's is below it).
+    fn block_at_or_after(&self, target: DocId) -> Option<usize> {
+        let nb = self.list.n_blocks();
+        let last = |j: usize| self.list.block_last(j);
+        // Gallop: find hi with last(hi) ≥ target, lo < hi with last(lo) < target.
+        let mut lo = self.block;
+        let mut step = 1;
+        let mut hi = lo + 1;
+        while hi < nb && last(hi) < target {
+            lo = hi;
+            step *= 2;
+            hi = lo + step;
+        }
+        if hi >= nb {
+            hi = nb - 1;
+            if last(hi) < target {
+                return None;
+            }
+        }
+        // Binary search in (lo, hi].
+        let (mut a, mut b) = (lo + 1, hi);
+        while a < b {
+            let mid = (a + b) / 2;
+            if last(mid) < target {
+                a = mid + 1;
+            } else {
+                b = mid;
+            }
+        }
+        Some(a)
+    }
+
+    /// The skip entry of the block that would hold `target` at or after the current block,
+    /// without decoding anything (`None` when no block does): what block-max pruning reads.
+    pub fn shallow_block(&self, target: DocId) -> Option<SkipEntry> {
+        if self.doc == TERMINATED {
+            return None;
+        }
+        let j = if target <= self.list.block_last(self.block) {
+            self.block
+        } else {
+            self.block_at_or_after(target)?
+        };
+        Some(self.list.skip(j))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::codecs::{encode_list, Codec, BLOCK_LEN};
+    use proptest::prelude::*;
+
+    fn encoded(codec: Codec, docs: &[u32]) -> (Vec<u8>, Vec<u8>) {
+        let tfs: Vec<u32> = docs.iter().map(|d| d % 7 + 1).collect();
+        let (mut bytes, mut skips) = (Vec::new(), Vec::new());
+        encode_list(codec, docs, &tfs, |_| 1, &mut bytes, &mut skips);
+        let mut sk = Vec::new();
+        for s in &skips {
+            s.write(&mut sk);
+        }
+        (bytes, sk)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(100))]
+        /// seek/advance agree with a naive scan of the decoded list.
+        #[test]
+        fn seek_matches_naive_scan(
+            gaps in proptest::collection::vec(1u32..300, 0..1200),
+            targets in proptest::collection::vec(0u32..200_000, 1..60),
+            pfor in any::<bool>(),
+        ) {
+            let codec = if pfor { Codec::Pfor } else { Codec::Ef };
+            let mut d = 0u32;
+            let docs: Vec<u32> = gaps.iter().map(|g| { d += g; d }).collect();
+            let (bytes, sk) = encoded(codec, &docs);
+            let list = PostingList::from_parts(codec, docs.len() as u32, &bytes, &sk);
+            let mut c = list.cursor();
+            let mut sorted = targets.clone();
+            sorted.sort_unstable();
+            let first_at_least = |t: u32| docs.iter().copied().find(|&x| x >= t).unwrap_or(TERMINATED);
+            for (i, &t) in sorted.iter().enumerate() {
+                if i % 3 == 2 {
+                    // Interleave an advance: it moves to the next posting.
+                    let before = c.doc();
+                    let next = if before == TERMINATED { TERMINATED } else { first_at_least(before + 1) };
+                    prop_assert_eq!(c.advance(), next);
+                }
+                let before = c.doc();
+                let want = if t <= before { before } else { first_at_least(t) };
+                prop_assert_eq!(c.seek(t), want);
+                if want != TERMINATED {
+                    prop_assert_eq!(c.tf(), want % 7 + 1);
+                }
+            }
+            // A fresh full scan by advance returns every doc in order.
+            let mut c = list.cursor();
+            let mut all = Vec::new();
+            while c.doc() != TERMINATED { all.push(c.doc()); c.advance(); }
+            prop_assert_eq!(all, docs.clone());
+            prop_assert_eq!(c.blocks_decoded() as usize, docs.len().div_ceil(BLOCK_LEN));
+        }
+    }
+
+    #[test]
+    fn seek_skips_blocks_without_decoding_them() {
+        let docs: Vec<u32> = (0..128 * 50).map(|i| i * 2).collect();
+        let (bytes, sk) = encoded(Codec::Ef, &docs);
+        let mut c = PostingList::from_parts(Codec::Ef, docs.len() as u32, &bytes, &sk).cursor();
+        assert_eq!(c.seek(128 * 40 * 2 + 1), 128 * 40 * 2 + 2);
+        assert_eq!(c.blocks_decoded(), 2);
+        assert_eq!(c.seek(5), 128 * 40 * 2 + 2, "seek never moves backwards");
+        assert_eq!(c.seek(u32::MAX - 1), TERMINATED);
+        assert_eq!(c.advance(), TERMINATED);
+    }
+}

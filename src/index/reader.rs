@@ -1,0 +1,975 @@
+//! Opens an index directory through mmap, checks every file and offset once at open, and
+//! serves the dictionary, posting lists, per-document data and the forward index.
+//!
+//! After [`Index::open`] succeeds, every offset the accessors use has been range-checked, so
+//! a truncated or corrupted file is refused at open (naming the file and the check) rather
+//! than read past its end later.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use super::codecs::{
+    block_len, bounds_of, read_u32, BlockBounds, Codec, SkipEntry, BLOCK_LEN, SKIP_ENTRY_BYTES,
+};
+use super::cursor::PostingCursor;
+use super::format::{MappedFile, FORMAT_VERSION};
+use super::{DocId, IndexError, TermId};
+
+/// The manifest's file name.
+pub const MANIFEST_FILE: &str = "index.json";
+/// The dictionary file.
+pub const TERMS_FILE: &str = "terms.bin";
+/// The posting blocks file.
+pub const POSTINGS_FILE: &str = "postings.bin";
+/// The skip entries file.
+pub const SKIPS_FILE: &str = "skips.bin";
+/// The per-document data file.
+pub const DOCS_FILE: &str = "docs.bin";
+/// The forward index file.
+pub const FORWARD_FILE: &str = "forward.bin";
+/// Container kinds (see [`super::format`]).
+pub const KIND_TERMS: [u8; 4] = *b"TERM";
+/// Container kind of `postings.bin`.
+pub const KIND_POSTINGS: [u8; 4] = *b"POST";
+/// Container kind of `skips.bin`.
+pub const KIND_SKIPS: [u8; 4] = *b"SKIP";
+/// Container kind of `docs.bin`.
+pub const KIND_DOCS: [u8; 4] = *b"DOCS";
+/// Container kind of `forward.bin`.
+pub const KIND_FORWARD: [u8; 4] = *b"FWDX";
+
+/// `index.json`: what the binary files hold.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always `rankserve-index`.
+    pub format: String,
+    /// The format version ([`FORMAT_VERSION`]).
+    pub version: u32,
+    /// The docID codec.
+    pub codec: Codec,
+    /// The scoring stream's name, or `all`.
+    pub scoring: String,
+    /// Stream names in index order (forward-index stream numbers index this list).
+    pub streams: Vec<String>,
+    /// Static feature names in index order.
+    pub static_features: Vec<String>,
+    /// Number of documents N.
+    pub num_docs: u64,
+    /// Number of terms.
+    pub num_terms: u64,
+    /// Postings in the scoring stream (sum of df).
+    pub num_postings: u64,
+    /// Sum of the scoring lengths (avgdl = this / N).
+    pub total_scoring_length: u64,
+    /// Sum of each stream's lengths, in `streams` order.
+    pub stream_total_lengths: Vec<u64>,
+    /// Whether `forward.bin` exists.
+    pub has_forward: bool,
+    /// Where the index came from (free text).
+    pub source: String,
+}
+
+impl Manifest {
+    /// The `format` value.
+    pub const FORMAT: &'static str = "rankserve-index";
+
+    /// Writes `index.json` into `dir`.
+    ///
+    /// # Errors
+    /// [`IndexError::Io`].
+    pub fn write(&self, dir: &Path) -> Result<(), IndexError> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = serde_json::to_string_pretty(self).expect("manifest serializes");
+        std::fs::write(&path, text).map_err(|e| IndexError::io(&path, e))
+    }
+
+    fn read(dir: &Path) -> Result<Self, IndexError> {
+        let path = dir.join(MANIFEST_FILE);
+        let text = std::fs::read(&path).map_err(|e| IndexError::io(&path, e))?;
+        let m: Manifest = serde_json::from_slice(&text).map_err(|e| {
+            IndexError::corrupt(
+                &path,
+                format!("line {} column {}: {e}", e.line(), e.column()),
+            )
+        })?;
+        let bad = |what: String| Err(IndexError::corrupt(&path, what));
+        if m.format != Self::FORMAT {
+            return bad(format!(
+                "format {:?}, expected {:?}",
+                m.format,
+                Self::FORMAT
+            ));
+        }
+        if m.version != FORMAT_VERSION {
+            return bad(format!(
+                "format version {}, this build reads version {FORMAT_VERSION}",
+                m.version
+            ));
+        }
+        if m.num_docs >= u32::MAX as u64 {
+            return bad(format!("num_docs {} does not fit a u32 docID", m.num_docs));
+        }
+        if m.stream_total_lengths.len() != m.streams.len() {
+            return bad(format!(
+                "{} stream totals for {} streams",
+                m.stream_total_lengths.len(),
+                m.streams.len()
+            ));
+        }
+        Ok(m)
+    }
+}
+
+/// A term's entry in the dictionary (32 bytes on disk: df u32, n_blocks u32,
+/// postings_offset u64, postings_len u64, skip_start u64; little-endian).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TermInfo {
+    /// Documents whose scoring stream contains the term (0 for a term seen only elsewhere).
+    pub df: u32,
+    /// Blocks in its list: ceil(df / 128).
+    pub n_blocks: u32,
+    /// Offset of its first block in `postings.bin`'s payload.
+    pub postings_offset: u64,
+    /// Bytes of its list.
+    pub postings_len: u64,
+    /// Index of its first skip entry in `skips.bin`.
+    pub skip_start: u64,
+}
+
+impl TermInfo {
+    /// Bytes on disk.
+    pub const BYTES: usize = 32;
+
+    /// Appends the 32 bytes.
+    pub fn write(&self, out: &mut Vec<u8>) {
+        out.extend_from_slice(&self.df.to_le_bytes());
+        out.extend_from_slice(&self.n_blocks.to_le_bytes());
+        out.extend_from_slice(&self.postings_offset.to_le_bytes());
+        out.extend_from_slice(&self.postings_len.to_le_bytes());
+        out.extend_from_slice(&self.skip_start.to_le_bytes());
+    }
+
+    fn read(b: &[u8]) -> Self {
+        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
+        TermInfo {
+            df: read_u32(b, 0),
+            n_blocks: read_u32(b, 4),
+            postings_offset: u64_at(8),
+            postings_len: u64_at(16),
+            skip_start: u64_at(24),
+        }
+    }
+}
+
+/// One term's posting list: its blocks and skip entries, borrowed from the mapped files.
+#[derive(Debug, Clone, Copy)]
+pub struct PostingList<'a> {
+    /// The codec of the blocks.
+    pub codec: Codec,
+    /// Number of postings.
+    pub df: u32,
+    bytes: &'a [u8],
+    skips: &'a [u8],
+}
+
+impl<'a> PostingList<'a> {
+    /// An empty list (for terms not in the index).
+    pub fn empty(codec: Codec) -> Self {
+        Self {
+            codec,
+            df: 0,
+            bytes: &[],
+            skips: &[],
+        }
+    }
+
+    /// Builds a list over raw bytes (tests and benchmarks); `skips` holds 16-byte entries.
+    pub fn from_parts(codec: Codec, df: u32, bytes: &'a [u8], skips: &'a [u8]) -> Self {
+        Self {
+            codec,
+            df,
+            bytes,
+            skips,
+        }
+    }
+
+    /// Number of blocks.
+    pub fn n_blocks(&self) -> usize {
+        self.skips.len() / SKIP_ENTRY_BYTES
+    }
+
+    /// Skip entry `j`.
+    #[inline]
+    pub fn skip(&self, j: usize) -> SkipEntry {
+        SkipEntry::read(&self.skips[j * SKIP_ENTRY_BYTES..(j + 1) * SKIP_ENTRY_BYTES])
+    }
+
+    /// Last docID of block `j` (reads 4 bytes).
+    #[inline]
+    pub fn block_last(&self, j: usize) -> DocId {
+        read_u32(self.skips, j * SKIP_ENTRY_BYTES)
+    }
+
+    /// Block `j`'s bytes.
+    pub fn block_bytes(&self, j: usize) -> &'a [u8] {
+        let start = read_u32(self.skips, j * SKIP_ENTRY_BYTES + 4) as usize;
+        let end = if j + 1 < self.n_blocks() {
+            read_u32(self.skips, (j + 1) * SKIP_ENTRY_BYTES + 4) as usize
+        } else {
+            self.bytes.len()
+        };
+        &self.bytes[start..end]
+    }
+
+    /// Block `j`'s docID bounds.
+    pub fn bounds(&self, j: usize) -> BlockBounds {
+        bounds_of(|k| self.skip(k), j, self.df as usize)
+    }
+
+    /// The list's encoded bytes (all blocks).
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// A cursor on the first posting.
+    pub fn cursor(self) -> PostingCursor<'a> {
+        PostingCursor::new(self)
+    }
+}
+
+/// One stream of a document in the forward index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ForwardStream {
+    /// Index into [`Manifest::streams`].
+    pub stream: u32,
+    /// Tokens in the stream (positions are `0..length`).
+    pub length: u32,
+    /// Tokens per phrase, in order (they sum to `length`).
+    pub phrase_lens: Vec<u32>,
+    /// The term id at each position.
+    pub terms: Vec<TermId>,
+}
+
+/// A stream's hits for one query: DESIGN §5's `{"length", "phrases": [[[term index, position], ...], ...]}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StreamHits {
+    /// The stream's name.
+    pub stream: String,
+    /// Tokens in the stream.
+    pub length: u32,
+    /// Per phrase that holds at least one query term, its hits `[query term index, position]`
+    /// in position order. Phrases without hits are left out.
+    pub phrases: Vec<Vec<[u32; 2]>>,
+}
+
+/// An open index.
+#[derive(Debug)]
+pub struct Index {
+    dir: PathBuf,
+    manifest: Manifest,
+    terms: MappedFile,
+    postings: MappedFile,
+    skips: MappedFile,
+    docs: MappedFile,
+    forward: Option<MappedFile>,
+    avg_scoring_length: f64,
+}
+
+impl Index {
+    /// Opens and checks the index in `dir`.
+    ///
+    /// # Errors
+    /// [`IndexError::Io`] when a file is missing or unreadable; [`IndexError::Corrupt`] naming
+    /// the file and the failed check (header, CRC, section sizes, dictionary order, every
+    /// term's offsets, every skip entry and block length, document offsets).
+    pub fn open(dir: &Path) -> Result<Self, IndexError> {
+        let manifest = Manifest::read(dir)?;
+        let terms = MappedFile::open(&dir.join(TERMS_FILE), KIND_TERMS, 4)?;
+        let postings = MappedFile::open(&dir.join(POSTINGS_FILE), KIND_POSTINGS, 1)?;
+        let skips = MappedFile::open(&dir.join(SKIPS_FILE), KIND_SKIPS, 1)?;
+        let docs = MappedFile::open(&dir.join(DOCS_FILE), KIND_DOCS, 5)?;
+        let forward = if manifest.has_forward {
+            Some(MappedFile::open(&dir.join(FORWARD_FILE), KIND_FORWARD, 2)?)
+        } else {
+            None
+        };
+        let n = manifest.num_docs;
+        let avg_scoring_length = if n == 0 {
+            0.0
+        } else {
+            manifest.total_scoring_length as f64 / n as f64
+        };
+        let index = Self {
+            dir: dir.to_path_buf(),
+            manifest,
+            terms,
+            postings,
+            skips,
+            docs,
+            forward,
+            avg_scoring_length,
+        };
+        index.check_terms()?;
+        index.check_docs()?;
+        index.check_forward()?;
+        Ok(index)
+    }
+
+    fn check_terms(&self) -> Result<(), IndexError> {
+        let t = self.manifest.num_terms;
+        let f = &self.terms;
+        f.expect_len(0, "term offsets", t + 1, 8)?;
+        f.expect_len(2, "sorted term ids", t, 4)?;
+        f.expect_len(3, "term infos", t, TermInfo::BYTES as u64)?;
+        check_offsets(f, 0, 1, "term offsets")?;
+        let mut seen = vec![false; t as usize];
+        let mut prev: Option<&[u8]> = None;
+        for i in 0..t as usize {
+            let s = self.sorted_term_bytes(i);
+            if std::str::from_utf8(s).is_err() {
+                return Err(f.corrupt(format!("term {i} in sorted order is not UTF-8")));
+            }
+            if prev.is_some_and(|p| p >= s) {
+                return Err(f.corrupt(format!("terms not strictly sorted at sorted position {i}")));
+            }
+            prev = Some(s);
+            let id = read_u32(f.section(2), i * 4) as usize;
+            if id >= t as usize || std::mem::replace(&mut seen[id], true) {
+                return Err(f.corrupt(format!(
+                    "sorted term ids: entry {i} is {id}, not a fresh id below {t}"
+                )));
+            }
+        }
+        let n_skips = self.skips.section(0).len() / SKIP_ENTRY_BYTES;
+        if self.skips.section(0).len() % SKIP_ENTRY_BYTES != 0 {
+            return Err(self.skips.corrupt(format!(
+                "{} bytes is not a whole number of 16-byte skip entries",
+                self.skips.section(0).len()
+            )));
+        }
+        let post_len = self.postings.section(0).len() as u64;
+        let mut total = 0u64;
+        for id in 0..t as u32 {
+            let info = self.term_info(id);
+            let what = |msg: String| f.corrupt(format!("term id {id}: {msg}"));
+            if info.df as u64 > self.manifest.num_docs {
+                return Err(what(format!(
+                    "df {} > N = {}",
+                    info.df, self.manifest.num_docs
+                )));
+            }
+            if info.n_blocks as usize != (info.df as usize).div_ceil(BLOCK_LEN) {
+                return Err(what(format!("{} blocks for df {}", info.n_blocks, info.df)));
+            }
+            if info
+                .postings_offset
+                .checked_add(info.postings_len)
+                .is_none_or(|e| e > post_len)
+            {
+                return Err(what(format!(
+                    "postings {}+{} past the end of {} ({post_len} bytes)",
+                    info.postings_offset, info.postings_len, POSTINGS_FILE
+                )));
+            }
+            if info
+                .skip_start
+                .checked_add(info.n_blocks as u64)
+                .is_none_or(|e| e > n_skips as u64)
+            {
+                return Err(what(format!(
+                    "skips {}+{} past the end of {} ({n_skips} entries)",
+                    info.skip_start, info.n_blocks, SKIPS_FILE
+                )));
+            }
+            total += info.df as u64;
+            self.check_list(id)?;
+        }
+        if total != self.manifest.num_postings {
+            return Err(IndexError::corrupt(
+                self.dir.join(MANIFEST_FILE),
+                format!(
+                    "num_postings {}, lists hold {total}",
+                    self.manifest.num_postings
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Checks one list's skip entries and that every block is exactly as long as its header says.
+    fn check_list(&self, id: TermId) -> Result<(), IndexError> {
+        let list = self.postings(id);
+        let bad = |j: usize, msg: String| {
+            self.postings
+                .corrupt(format!("term id {id}, block {j}: {msg}"))
+        };
+        let bad_skip = |j: usize, msg: String| {
+            self.skips
+                .corrupt(format!("term id {id}, skip entry of block {j}: {msg}"))
+        };
+        let mut prev_end = 0u64;
+        for j in 0..list.n_blocks() {
+            let s = list.skip(j);
+            if s.offset as u64 != prev_end {
+                return Err(bad_skip(
+                    j,
+                    format!(
+                        "block starts at {}, previous block ended at {prev_end}",
+                        s.offset
+                    ),
+                ));
+            }
+            if s.last_doc as u64 >= self.manifest.num_docs
+                || (j > 0 && s.last_doc <= list.block_last(j - 1))
+            {
+                return Err(bad_skip(
+                    j,
+                    format!(
+                        "last docID {} not increasing below N = {}",
+                        s.last_doc, self.manifest.num_docs
+                    ),
+                ));
+            }
+            let end = if j + 1 < list.n_blocks() {
+                list.skip(j + 1).offset as u64
+            } else {
+                list.bytes.len() as u64
+            };
+            if end < s.offset as u64 || end > list.bytes.len() as u64 {
+                return Err(bad_skip(
+                    j,
+                    format!("block ends at {end}, list has {} bytes", list.bytes.len()),
+                ));
+            }
+            let bounds = list.bounds(j);
+            if (bounds.last - bounds.base) as usize + 1 < bounds.n {
+                return Err(bad(
+                    j,
+                    format!(
+                        "{} postings cannot fit docIDs {}..={}",
+                        bounds.n, bounds.base, bounds.last
+                    ),
+                ));
+            }
+            let block = &list.bytes[s.offset as usize..end as usize];
+            match block_len(list.codec, block, bounds) {
+                Ok(l) if l == block.len() => {}
+                Ok(l) => {
+                    return Err(bad(
+                        j,
+                        format!("header gives {l} bytes, skip entries give {}", block.len()),
+                    ))
+                }
+                Err(e) => return Err(bad(j, e)),
+            }
+            prev_end = end;
+        }
+        Ok(())
+    }
+
+    fn check_docs(&self) -> Result<(), IndexError> {
+        let n = self.manifest.num_docs;
+        let f = &self.docs;
+        f.expect_len(0, "scoring lengths", n, 4)?;
+        f.expect_len(
+            1,
+            "stream lengths",
+            n * self.manifest.streams.len() as u64,
+            4,
+        )?;
+        f.expect_len(
+            2,
+            "static features",
+            n * self.manifest.static_features.len() as u64,
+            8,
+        )?;
+        f.expect_len(3, "id offsets", n + 1, 8)?;
+        check_offsets(f, 3, 4, "id offsets")?;
+        if std::str::from_utf8(f.section(4)).is_err() {
+            return Err(f.corrupt("document ids are not UTF-8"));
+        }
+        for d in 0..n as u32 {
+            if std::str::from_utf8(self.doc_id_bytes(d)).is_err() {
+                return Err(f.corrupt(format!("document {d}'s id splits a UTF-8 character")));
+            }
+        }
+        let total: u64 = (0..n as u32).map(|d| self.scoring_length(d) as u64).sum();
+        if total != self.manifest.total_scoring_length {
+            return Err(f.corrupt(format!(
+                "scoring lengths sum to {total}, {MANIFEST_FILE} says {}",
+                self.manifest.total_scoring_length
+            )));
+        }
+        Ok(())
+    }
+
+    fn check_forward(&self) -> Result<(), IndexError> {
+        if let Some(f) = &self.forward {
+            f.expect_len(1, "document offsets", self.manifest.num_docs + 1, 8)?;
+            check_offsets(f, 1, 0, "document offsets")?;
+        }
+        Ok(())
+    }
+
+    /// The directory it was opened from.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// Number of documents N.
+    pub fn num_docs(&self) -> u32 {
+        self.manifest.num_docs as u32
+    }
+
+    /// Number of terms.
+    pub fn num_terms(&self) -> u32 {
+        self.manifest.num_terms as u32
+    }
+
+    /// The docID codec.
+    pub fn codec(&self) -> Codec {
+        self.manifest.codec
+    }
+
+    /// Mean scoring length (avgdl), in f64; 0 for an empty index.
+    pub fn avg_scoring_length(&self) -> f64 {
+        self.avg_scoring_length
+    }
+
+    /// Mean length of a stream over all documents (absent streams count 0), for BM25F.
+    pub fn avg_stream_length(&self, stream: usize) -> f64 {
+        let n = self.manifest.num_docs;
+        if n == 0 {
+            0.0
+        } else {
+            self.manifest.stream_total_lengths[stream] as f64 / n as f64
+        }
+    }
+
+    fn sorted_term_bytes(&self, i: usize) -> &[u8] {
+        let o = self.terms.section(0);
+        let at = |k: usize| {
+            u64::from_le_bytes(o[k * 8..k * 8 + 8].try_into().expect("8 bytes")) as usize
+        };
+        &self.terms.section(1)[at(i)..at(i + 1)]
+    }
+
+    /// The term at sorted position `i` (0..num_terms) and its id.
+    pub fn term_at(&self, i: usize) -> (&str, TermId) {
+        let s = std::str::from_utf8(self.sorted_term_bytes(i)).expect("checked at open");
+        (s, read_u32(self.terms.section(2), i * 4))
+    }
+
+    /// The id of `term` (exact bytes; callers tokenize first), by binary search.
+    pub fn term_id(&self, term: &str) -> Option<TermId> {
+        let (mut lo, mut hi) = (0usize, self.num_terms() as usize);
+        while lo < hi {
+            let mid = (lo + hi) / 2;
+            match self.sorted_term_bytes(mid).cmp(term.as_bytes()) {
+                std::cmp::Ordering::Less => lo = mid + 1,
+                std::cmp::Ordering::Greater => hi = mid,
+                std::cmp::Ordering::Equal => return Some(read_u32(self.terms.section(2), mid * 4)),
+            }
+        }
+        None
+    }
+
+    /// Term `id`'s dictionary entry.
+    ///
+    /// # Panics
+    /// When `id ≥ num_terms`.
+    pub fn term_info(&self, id: TermId) -> TermInfo {
+        let at = id as usize * TermInfo::BYTES;
+        TermInfo::read(&self.terms.section(3)[at..at + TermInfo::BYTES])
+    }
+
+    /// Term `id`'s posting list.
+    pub fn postings(&self, id: TermId) -> PostingList<'_> {
+        let info = self.term_info(id);
+        let p = info.postings_offset as usize;
+        let s = info.skip_start as usize * SKIP_ENTRY_BYTES;
+        PostingList {
+            codec: self.manifest.codec,
+            df: info.df,
+            bytes: &self.postings.section(0)[p..p + info.postings_len as usize],
+            skips: &self.skips.section(0)[s..s + info.n_blocks as usize * SKIP_ENTRY_BYTES],
+        }
+    }
+
+    /// Document `d`'s scoring length (dl in BM25).
+    #[inline]
+    pub fn scoring_length(&self, d: DocId) -> u32 {
+        read_u32(self.docs.section(0), d as usize * 4)
+    }
+
+    /// Document `d`'s length in stream `stream` (an index into the manifest's streams).
+    pub fn stream_length(&self, d: DocId, stream: usize) -> u32 {
+        read_u32(
+            self.docs.section(1),
+            (stream * self.manifest.num_docs as usize + d as usize) * 4,
+        )
+    }
+
+    /// Document `d`'s static feature `f` (NaN when the document did not have it).
+    pub fn static_value(&self, d: DocId, f: usize) -> f64 {
+        let at = (f * self.manifest.num_docs as usize + d as usize) * 8;
+        f64::from_le_bytes(
+            self.docs.section(2)[at..at + 8]
+                .try_into()
+                .expect("8 bytes"),
+        )
+    }
+
+    fn doc_id_bytes(&self, d: DocId) -> &[u8] {
+        let o = self.docs.section(3);
+        let at = |k: usize| {
+            u64::from_le_bytes(o[k * 8..k * 8 + 8].try_into().expect("8 bytes")) as usize
+        };
+        &self.docs.section(4)[at(d as usize)..at(d as usize + 1)]
+    }
+
+    /// Document `d`'s external id.
+    pub fn doc_id(&self, d: DocId) -> &str {
+        std::str::from_utf8(self.doc_id_bytes(d)).expect("checked at open")
+    }
+
+    /// Whether the index has a forward index (CIFF imports do not).
+    pub fn has_forward(&self) -> bool {
+        self.forward.is_some()
+    }
+
+    /// Document `d`'s streams from the forward index (`None` without one).
+    ///
+    /// # Errors
+    /// [`IndexError::Corrupt`] when the document's bytes do not decode.
+    pub fn forward_doc(&self, d: DocId) -> Result<Option<Vec<ForwardStream>>, IndexError> {
+        let Some(f) = &self.forward else {
+            return Ok(None);
+        };
+        let o = f.section(1);
+        let at = |k: usize| {
+            u64::from_le_bytes(o[k * 8..k * 8 + 8].try_into().expect("8 bytes")) as usize
+        };
+        let bytes = &f.section(0)[at(d as usize)..at(d as usize + 1)];
+        let bad = |what: &str| f.corrupt(format!("document {d}: {what}"));
+        let mut r = VarintReader { bytes, at: 0 };
+        let n_streams = r.next().ok_or_else(|| bad("truncated stream count"))?;
+        let mut streams = Vec::with_capacity(n_streams as usize);
+        for _ in 0..n_streams {
+            let stream = r.next().ok_or_else(|| bad("truncated stream number"))?;
+            if stream as usize >= self.manifest.streams.len() {
+                return Err(bad("stream number out of range"));
+            }
+            let length = r.next().ok_or_else(|| bad("truncated length"))?;
+            let n_phrases = r.next().ok_or_else(|| bad("truncated phrase count"))?;
+            if n_phrases > length {
+                return Err(bad("more phrases than tokens"));
+            }
+            let phrase_lens = (0..n_phrases)
+                .map(|_| r.next().ok_or_else(|| bad("truncated phrase length")))
+                .collect::<Result<Vec<_>, _>>()?;
+            if phrase_lens.iter().map(|&p| p as u64).sum::<u64>() != length as u64 {
+                return Err(bad("phrase lengths do not sum to the stream length"));
+            }
+            if length as usize > bytes.len() {
+                return Err(bad("stream longer than its bytes"));
+            }
+            let terms = (0..length)
+                .map(|_| {
+                    r.next()
+                        .filter(|&t| t < self.num_terms())
+                        .ok_or_else(|| bad("term id truncated or out of range"))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            streams.push(ForwardStream {
+                stream,
+                length,
+                phrase_lens,
+                terms,
+            });
+        }
+        Ok(Some(streams))
+    }
+
+    /// The hits of document `d` for a query whose `i`-th term has id `query[i]` (`None` for a
+    /// term not in the index): every stream of the document (with its length), and per phrase
+    /// the `[i, position]` pairs where a query term occurs. `None` without a forward index.
+    ///
+    /// # Errors
+    /// As [`Index::forward_doc`].
+    pub fn hits(
+        &self,
+        d: DocId,
+        query: &[Option<TermId>],
+    ) -> Result<Option<Vec<StreamHits>>, IndexError> {
+        let Some(streams) = self.forward_doc(d)? else {
+            return Ok(None);
+        };
+        let mut out = Vec::with_capacity(streams.len());
+        for s in streams {
+            let mut phrases = Vec::new();
+            let mut pos = 0usize;
+            for &len in &s.phrase_lens {
+                let mut hits = Vec::new();
+                for p in pos..pos + len as usize {
+                    for (qi, q) in query.iter().enumerate() {
+                        if *q == Some(s.terms[p]) {
+                            hits.push([qi as u32, p as u32]);
+                        }
+                    }
+                }
+                if !hits.is_empty() {
+                    phrases.push(hits);
+                }
+                pos += len as usize;
+            }
+            out.push(StreamHits {
+                stream: self.manifest.streams[s.stream as usize].clone(),
+                length: s.length,
+                phrases,
+            });
+        }
+        Ok(Some(out))
+    }
+}
+
+/// Checks that section `i` of `f` holds non-decreasing u64 offsets starting at 0 and ending at
+/// the length of section `target`.
+fn check_offsets(f: &MappedFile, i: usize, target: usize, name: &str) -> Result<(), IndexError> {
+    let o = f.section(i);
+    let n = o.len() / 8;
+    let end = f.section(target).len() as u64;
+    let mut prev = 0u64;
+    for k in 0..n {
+        let v = u64::from_le_bytes(o[k * 8..k * 8 + 8].try_into().expect("8 bytes"));
+        if (k == 0 && v != 0) || v < prev || v > end {
+            return Err(f.corrupt(format!(
+                "{name}[{k}] = {v}: not non-decreasing from 0 within {end} bytes"
+            )));
+        }
+        prev = v;
+    }
+    if n > 0 && prev != end {
+        return Err(f.corrupt(format!("{name} end at {prev}, data has {end} bytes")));
+    }
+    Ok(())
+}
+
+struct VarintReader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl VarintReader<'_> {
+    fn next(&mut self) -> Option<u32> {
+        let mut v = 0u64;
+        for shift in (0..35).step_by(7) {
+            let b = *self.bytes.get(self.at)?;
+            self.at += 1;
+            v |= ((b & 0x7f) as u64) << shift;
+            if b < 0x80 {
+                return u32::try_from(v).ok();
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::builder::{build, BuildOptions};
+    use crate::index::corpus::{read_all, write_synth, SynthSpec};
+    use crate::index::tokenize::Tokenizer;
+    use crate::index::TERMINATED;
+    use std::collections::BTreeMap;
+
+    fn synth_index(dir: &Path, docs: u64, codec: Codec, scoring: &str) -> PathBuf {
+        let corpus = dir.join("c.jsonl");
+        let mut f = std::fs::File::create(&corpus).unwrap();
+        write_synth(SynthSpec { docs, seed: 3 }, &mut f, |_| {}).unwrap();
+        let out = dir.join(format!("idx-{}-{scoring}", codec.name()));
+        let opts = BuildOptions {
+            codec,
+            scoring: scoring.into(),
+            threads: 2,
+            forward: true,
+        };
+        build(&corpus, &out, &opts, &|_| {}).unwrap();
+        out
+    }
+
+    /// The index agrees with a naive inversion of the corpus through the tokenizer.
+    #[test]
+    fn built_index_matches_naive_inversion() {
+        let dir = tempfile::tempdir().unwrap();
+        for (codec, scoring) in [(Codec::Ef, "body"), (Codec::Pfor, "all")] {
+            let out = synth_index(dir.path(), 700, codec, scoring);
+            let docs = read_all(&dir.path().join("c.jsonl")).unwrap();
+            let index = Index::open(&out).unwrap();
+            assert_eq!(index.num_docs(), 700);
+            let mut tok = Tokenizer::new();
+            let mut naive: BTreeMap<String, Vec<(u32, u32)>> = BTreeMap::new();
+            let mut total_len = 0u64;
+            for (d, doc) in docs.iter().enumerate() {
+                let mut tf: BTreeMap<String, u32> = BTreeMap::new();
+                let mut len = 0;
+                for (name, text) in &doc.streams {
+                    if scoring == "all" || name == scoring {
+                        for t in tok.tokens(text) {
+                            *tf.entry(t).or_default() += 1;
+                            len += 1;
+                        }
+                    }
+                }
+                assert_eq!(index.scoring_length(d as u32), len);
+                total_len += len as u64;
+                for (t, n) in tf {
+                    naive.entry(t).or_default().push((d as u32, n));
+                }
+                assert_eq!(index.doc_id(d as u32), doc.id);
+                let rank = index
+                    .manifest()
+                    .static_features
+                    .iter()
+                    .position(|f| f == "static_rank")
+                    .unwrap();
+                assert_eq!(
+                    index.static_value(d as u32, rank),
+                    doc.static_features["static_rank"]
+                );
+            }
+            assert_eq!(index.manifest().total_scoring_length, total_len);
+            for (term, list) in &naive {
+                let id = index
+                    .term_id(term)
+                    .unwrap_or_else(|| panic!("{term} missing"));
+                let mut c = index.postings(id).cursor();
+                let mut got = Vec::new();
+                while c.doc() != TERMINATED {
+                    got.push((c.doc(), c.tf()));
+                    c.advance();
+                }
+                assert_eq!(&got, list, "{term}");
+            }
+            assert_eq!(index.term_id("zzzz-not-a-term"), None);
+            // Forward index: the tokens of every stream come back, phrase by phrase.
+            for d in [0u32, 1, 350, 699] {
+                let streams = index.forward_doc(d).unwrap().unwrap();
+                for s in &streams {
+                    let name = &index.manifest().streams[s.stream as usize];
+                    let mut want = Vec::new();
+                    let mut phrases: Vec<u32> = Vec::new();
+                    tok.for_each_token(&docs[d as usize].streams[name], |t, p| {
+                        want.push(t.to_string());
+                        if p.phrase as usize == phrases.len() {
+                            phrases.push(0);
+                        }
+                        *phrases.last_mut().unwrap() += 1;
+                    });
+                    let got: Vec<String> = s.terms.iter().map(|&t| term_of(&index, t)).collect();
+                    assert_eq!(got, want);
+                    assert_eq!(s.phrase_lens, phrases);
+                    assert_eq!(index.stream_length(d, s.stream as usize), s.length);
+                }
+            }
+        }
+    }
+
+    fn term_of(index: &Index, id: TermId) -> String {
+        (0..index.num_terms() as usize)
+            .map(|i| index.term_at(i))
+            .find(|&(_, t)| t == id)
+            .unwrap()
+            .0
+            .to_string()
+    }
+
+    #[test]
+    fn hits_list_query_terms_by_phrase() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("c.jsonl");
+        std::fs::write(
+            &corpus,
+            r#"{"id":"x","streams":{"body":"a b a. c a","title":"B"}}"#,
+        )
+        .unwrap();
+        let out = dir.path().join("idx");
+        build(&corpus, &out, &BuildOptions::default(), &|_| {}).unwrap();
+        let index = Index::open(&out).unwrap();
+        let q = [
+            index.term_id("a"),
+            index.term_id("nope"),
+            index.term_id("b"),
+        ];
+        let hits = index.hits(0, &q).unwrap().unwrap();
+        assert_eq!(hits.len(), 2);
+        let body = hits.iter().find(|h| h.stream == "body").unwrap();
+        assert_eq!(body.length, 5);
+        assert_eq!(
+            body.phrases,
+            vec![vec![[0, 0], [2, 1], [0, 2]], vec![[0, 4]]]
+        );
+        let title = hits.iter().find(|h| h.stream == "title").unwrap();
+        assert_eq!(title.phrases, vec![vec![[2, 0]]]);
+    }
+
+    #[test]
+    fn corrupt_files_are_refused_naming_file_and_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = synth_index(dir.path(), 300, Codec::Pfor, "body");
+        Index::open(&out).unwrap();
+        let expect = |file: &str, mutate: &dyn Fn(&mut Vec<u8>), want: &str| {
+            let p = out.join(file);
+            let good = std::fs::read(&p).unwrap();
+            let mut bad = good.clone();
+            mutate(&mut bad);
+            std::fs::write(&p, &bad).unwrap();
+            let err = Index::open(&out).unwrap_err().to_string();
+            std::fs::write(&p, &good).unwrap();
+            assert!(
+                err.contains(file) && err.contains(want),
+                "{err:?} should name {file} and {want:?}"
+            );
+        };
+        expect(POSTINGS_FILE, &|b| b.truncate(b.len() - 3), "truncated");
+        expect(
+            SKIPS_FILE,
+            &|b| b.truncate(60),
+            "shorter than the 128-byte header",
+        );
+        expect(TERMS_FILE, &|b| *b.last_mut().unwrap() ^= 0x55, "CRC-32");
+        expect(DOCS_FILE, &|b| b[12] = 2, "format version 2");
+        expect(
+            MANIFEST_FILE,
+            &|b| {
+                *b = String::from_utf8(b.clone())
+                    .unwrap()
+                    .replace("\"version\": 1", "\"version\": 7")
+                    .into_bytes()
+            },
+            "version 7",
+        );
+        expect(MANIFEST_FILE, &|b| b.truncate(b.len() / 2), "line");
+        // A skip entry pointing past its list, with the CRC fixed up: the offset check fires.
+        expect(
+            SKIPS_FILE,
+            &|b| {
+                let at = crate::index::format::HEADER_BYTES + 4;
+                b[at..at + 4].copy_from_slice(&9999u32.to_le_bytes());
+                let crc = crc32fast::hash(&b[crate::index::format::HEADER_BYTES..]);
+                b[24..28].copy_from_slice(&crc.to_le_bytes());
+            },
+            "block 0",
+        );
+        std::fs::remove_file(out.join(FORWARD_FILE)).unwrap();
+        let err = Index::open(&out).unwrap_err().to_string();
+        assert!(err.contains(FORWARD_FILE), "{err}");
+    }
+}

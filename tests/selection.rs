@@ -1,0 +1,340 @@
+//! Selection: AND, OR and AND_OR against a brute-force reference that scores every document,
+//! on the fixture corpus and on random queries over a synthetic corpus, for both codecs.
+
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use proptest::prelude::*;
+use rankserve::index::builder::{build, BuildOptions};
+use rankserve::index::codecs::Codec;
+use rankserve::index::corpus::{write_synth, SynthSpec};
+use rankserve::index::{DocId, Index, TERMINATED};
+use rankserve::select::bm25::TermScorer;
+use rankserve::select::{dedup_terms, search, Bm25Params, Mode, Query, SelectError};
+
+/// Scores every document exhaustively: the definition the fast paths must match exactly.
+fn reference(index: &Index, q: &Query) -> Vec<(DocId, f64)> {
+    if q.k == 0 {
+        return Vec::new();
+    }
+    let n = index.num_docs() as usize;
+    let distinct = dedup_terms(&q.terms);
+    // Per distinct term: its scorer and a dense tf array (None: unknown or no postings).
+    let lists: Vec<Option<(TermScorer, Vec<u32>)>> = distinct
+        .iter()
+        .map(|t| {
+            let list = index.postings(index.term_id(t)?);
+            if list.df == 0 {
+                return None;
+            }
+            let scorer = TermScorer::new(
+                q.params,
+                n as u64,
+                list.df as u64,
+                index.avg_scoring_length(),
+            );
+            let mut tfs = vec![0u32; n];
+            let mut c = list.cursor();
+            while c.doc() != TERMINATED {
+                tfs[c.doc() as usize] = c.tf();
+                c.advance();
+            }
+            Some((scorer, tfs))
+        })
+        .collect();
+    let all_known = lists.iter().all(|l| l.is_some()) && !distinct.is_empty();
+    let mut scored: Vec<(bool, DocId, f64)> = Vec::new();
+    for d in 0..n {
+        let mut score = 0f64;
+        let mut matched = 0;
+        for (scorer, tfs) in lists.iter().flatten() {
+            if tfs[d] > 0 {
+                score += scorer.contribution(tfs[d], index.scoring_length(d as DocId)) as f64;
+                matched += 1;
+            }
+        }
+        let conjunctive = all_known && matched == distinct.len();
+        let keep = match q.mode {
+            Mode::And => conjunctive,
+            Mode::Or | Mode::AndOr => matched > 0,
+        };
+        if keep {
+            scored.push((conjunctive, d as DocId, score));
+        }
+    }
+    scored.sort_by(|a, b| {
+        let group = if q.mode == Mode::AndOr {
+            b.0.cmp(&a.0)
+        } else {
+            std::cmp::Ordering::Equal
+        };
+        group.then(b.2.total_cmp(&a.2)).then(a.1.cmp(&b.1))
+    });
+    scored
+        .into_iter()
+        .take(q.k)
+        .map(|(_, d, s)| (d, s))
+        .collect()
+}
+
+fn fixture_corpus() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/corpus.jsonl")
+}
+
+fn built(corpus: &Path, name: &str, codec: Codec) -> (tempfile::TempDir, Index) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join(name);
+    build(
+        corpus,
+        &out,
+        &BuildOptions {
+            codec,
+            ..BuildOptions::default()
+        },
+        &|_| {},
+    )
+    .unwrap();
+    let index = Index::open(&out).unwrap();
+    (dir, index)
+}
+
+fn fixture(codec: Codec) -> &'static Index {
+    static EF: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
+    static PFOR: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
+    let cell = if codec == Codec::Ef { &EF } else { &PFOR };
+    &cell
+        .get_or_init(|| built(&fixture_corpus(), "fixture", codec))
+        .1
+}
+
+fn synthetic(codec: Codec) -> &'static Index {
+    static EF: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
+    static PFOR: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
+    static CORPUS: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
+    let corpus = &CORPUS
+        .get_or_init(|| {
+            let dir = tempfile::tempdir().unwrap();
+            let p = dir.path().join("synth.jsonl");
+            let mut f = std::fs::File::create(&p).unwrap();
+            write_synth(
+                SynthSpec {
+                    docs: 4000,
+                    seed: 11,
+                },
+                &mut f,
+                |_| {},
+            )
+            .unwrap();
+            (dir, p)
+        })
+        .1;
+    let cell = if codec == Codec::Ef { &EF } else { &PFOR };
+    &cell.get_or_init(|| built(corpus, "synth", codec)).1
+}
+
+fn check(index: &Index, q: &Query) {
+    let got = search(index, q).unwrap().hits;
+    let want = reference(index, q);
+    assert_eq!(got, want, "query {q:?}");
+}
+
+const MODES: [Mode; 3] = [Mode::And, Mode::Or, Mode::AndOr];
+
+#[test]
+fn fixture_queries_match_the_reference() {
+    let words = [
+        "search",
+        "index",
+        "fast",
+        "gpu",
+        "the",
+        "of",
+        "cache",
+        "river",
+        "nonexistent",
+        "rank",
+        "café",
+        "東京",
+    ];
+    for codec in [Codec::Ef, Codec::Pfor] {
+        let index = fixture(codec);
+        for (i, a) in words.iter().enumerate() {
+            for (j, b) in words.iter().enumerate() {
+                let third = words[(i * 7 + j * 3) % words.len()];
+                for terms in [
+                    vec![*a],
+                    vec![*a, *b],
+                    vec![*a, *b, third],
+                    vec![*b, *a, *a],
+                ] {
+                    for mode in MODES {
+                        for k in [1, 3, 10, 1000] {
+                            check(
+                                index,
+                                &Query::new(terms.iter().map(|s| s.to_string()).collect(), k, mode),
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn and_or_puts_conjunctive_matches_first() {
+    let index = fixture(Codec::Ef);
+    let q = Query::new(vec!["fast".into(), "gpu".into()], 1000, Mode::AndOr);
+    let hits = search(index, &q).unwrap().hits;
+    let and = search(
+        index,
+        &Query {
+            mode: Mode::And,
+            ..q.clone()
+        },
+    )
+    .unwrap()
+    .hits;
+    assert!(!and.is_empty() && and.len() < hits.len());
+    assert_eq!(&hits[..and.len()], &and[..]);
+}
+
+#[test]
+fn edge_cases_are_answered_sensibly() {
+    let index = fixture(Codec::Pfor);
+    let n = index.num_docs() as usize;
+    for mode in MODES {
+        // Empty query, k = 0, unknown terms only, a 10 000-character term: no hits.
+        assert!(search(index, &Query::new(vec![], 10, mode))
+            .unwrap()
+            .hits
+            .is_empty());
+        assert!(search(index, &Query::new(vec!["search".into()], 0, mode))
+            .unwrap()
+            .hits
+            .is_empty());
+        assert!(search(
+            index,
+            &Query::new(vec!["zzzq".into(), "qqqz".into()], 10, mode)
+        )
+        .unwrap()
+        .hits
+        .is_empty());
+        let long = "x".repeat(10_000);
+        assert!(search(index, &Query::new(vec![long.clone()], 10, mode))
+            .unwrap()
+            .hits
+            .is_empty());
+        check(index, &Query::new(vec![long, "search".into()], 10, mode));
+        // k larger than the collection: every match.
+        let all = search(index, &Query::new(vec!["the".into()], n * 10, mode))
+            .unwrap()
+            .hits;
+        let df = index.postings(index.term_id("the").unwrap()).df as usize;
+        assert_eq!(all.len(), df);
+    }
+    // One unknown term empties AND but not OR or AND_OR.
+    let q = |mode| Query::new(vec!["search".into(), "zzzq".into()], 10, mode);
+    assert!(search(index, &q(Mode::And)).unwrap().hits.is_empty());
+    assert!(!search(index, &q(Mode::Or)).unwrap().hits.is_empty());
+    assert_eq!(
+        search(index, &q(Mode::AndOr)).unwrap().hits,
+        search(index, &q(Mode::Or)).unwrap().hits
+    );
+    // Text queries go through the document tokenizer.
+    let q = Query::from_text("FAST, Gpu!", 5, Mode::And);
+    assert_eq!(q.terms, vec!["fast", "gpu"]);
+    // Bad BM25 parameters are refused, naming the parameter.
+    let mut bad = Query::new(vec!["search".into()], 5, Mode::Or);
+    bad.params = Bm25Params { k1: -1.0, b: 0.4 };
+    assert!(matches!(
+        search(index, &bad),
+        Err(SelectError::InvalidParameter { name: "k1", .. })
+    ));
+    bad.params = Bm25Params { k1: 0.9, b: 1.5 };
+    let err = search(index, &bad).unwrap_err().to_string();
+    assert_eq!(
+        err,
+        "invalid BM25 parameter b: expected a number in [0, 1], got 1.5"
+    );
+}
+
+/// Terms for random queries: a mix of frequent, mid and rare terms of the synthetic index,
+/// plus unknown ones.
+fn query_strategy() -> impl Strategy<Value = (Vec<(u8, u32)>, usize, u8, f32, f32)> {
+    (
+        proptest::collection::vec((0u8..10, any::<u32>()), 1..6),
+        prop_oneof![Just(1usize), Just(10), Just(100), 0usize..50, Just(5000)],
+        0u8..3,
+        prop_oneof![Just(0.9f32), 0f32..3.0],
+        prop_oneof![Just(0.4f32), 0f32..=1.0],
+    )
+}
+
+fn pick_terms(index: &Index, picks: &[(u8, u32)]) -> Vec<String> {
+    // Terms sorted by df, descending, computed once.
+    static BY_DF: OnceLock<Vec<String>> = OnceLock::new();
+    let by_df = BY_DF.get_or_init(|| {
+        let mut v: Vec<(u32, String)> = (0..index.num_terms() as usize)
+            .map(|i| {
+                let (t, id) = index.term_at(i);
+                (index.term_info(id).df, t.to_string())
+            })
+            .filter(|(df, _)| *df > 0)
+            .collect();
+        v.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
+        v.into_iter().map(|(_, t)| t).collect()
+    });
+    picks
+        .iter()
+        .map(|&(kind, r)| match kind {
+            0..=3 => by_df[r as usize % 30].clone(),
+            4..=6 => by_df[30 + r as usize % 300].clone(),
+            7..=8 => by_df[r as usize % by_df.len()].clone(),
+            _ => format!("unknown{r}"),
+        })
+        .collect()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(150))]
+    #[test]
+    fn random_queries_match_the_reference((picks, k, mode, k1, b) in query_strategy(), pfor in any::<bool>()) {
+        let index = synthetic(if pfor { Codec::Pfor } else { Codec::Ef });
+        let terms = pick_terms(index, &picks);
+        let mut q = Query::new(terms, k, MODES[mode as usize]);
+        q.params = Bm25Params { k1, b };
+        let got = search(index, &q).unwrap().hits;
+        let want = reference(index, &q);
+        prop_assert_eq!(got, want, "query {:?}", q);
+    }
+}
+
+#[test]
+fn or_prunes_and_and_skips_blocks() {
+    let index = synthetic(Codec::Ef);
+    let terms = pick_terms(index, &[(0, 1), (0, 5), (5, 7)]);
+    let or = search(index, &Query::new(terms.clone(), 10, Mode::Or)).unwrap();
+    let union = reference(index, &Query::new(terms.clone(), usize::MAX, Mode::Or)).len() as u64;
+    assert!(
+        or.stats.docs_scored < union / 2,
+        "MaxScore scored {} of {union}",
+        or.stats.docs_scored
+    );
+    // AND of a rare and a frequent term decodes few of the frequent term's blocks.
+    let rare = pick_terms(index, &[(7, 3000)]).remove(0);
+    let common = pick_terms(index, &[(0, 0)]).remove(0);
+    let and = search(
+        index,
+        &Query::new(vec![rare.clone(), common.clone()], 10, Mode::And),
+    )
+    .unwrap();
+    let blocks = |t: &str| index.term_info(index.term_id(t).unwrap()).n_blocks as u64;
+    assert!(
+        and.stats.blocks_decoded < blocks(&rare) + blocks(&common) / 2,
+        "{:?} of {} + {}",
+        and.stats,
+        blocks(&rare),
+        blocks(&common)
+    );
+}

@@ -1,0 +1,319 @@
+//! Hit requests (DESIGN §5 "Tokens, phrases, hits"): one document seen by one query, as
+//! streams → phrases → word hits, plus the query's term count and idf and the corpus's average
+//! stream lengths; and their validation errors.
+//!
+//! # Validation rules
+//! - the query's `idf` has exactly `terms` values, each finite;
+//! - every `avg_length` is finite and > 0 (a catalogue stream missing from `avg_length` gets no
+//!   length normalisation: its BM25/BM25F length factor is 1);
+//! - in every stream (catalogue or not), every hit `[term, position]` has `term < Q` and
+//!   `position < length`, and positions strictly increase along the stream: within a phrase
+//!   *and across phrases* (phrases are listed in stream order and do not overlap, so two hits
+//!   never share a position);
+//! - stream names are free: any name is accepted and validated, but only the catalogue streams
+//!   ([`super::STREAMS`]) publish features. Empty phrases are allowed and ignored.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// One document seen by one query: its streams' hits and its static features.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HitDocument {
+    /// The caller's document id, echoed in errors.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    /// Streams by name (`title`, `body`, `anchor`, `url`, or any other).
+    #[serde(default)]
+    pub streams: BTreeMap<String, HitStream>,
+    /// Static features by name without the `static.` prefix (`static_rank` feeds
+    /// `static.static_rank`).
+    #[serde(default, rename = "static")]
+    pub static_features: BTreeMap<String, f64>,
+}
+
+/// One stream of a document: its length in tokens and the query-term hits, phrase by phrase.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HitStream {
+    /// Number of tokens in the stream (hit positions are offsets in `0..length`).
+    pub length: u32,
+    /// Per phrase, its hits as `[term index, position]` in position order.
+    #[serde(default)]
+    pub phrases: Vec<Vec<[u32; 2]>>,
+}
+
+/// The query side of a hit request.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct QueryInfo {
+    /// Number of query terms Q; hits name terms `0..Q`.
+    pub terms: u32,
+    /// Inverse document frequency of each query term (Q values).
+    pub idf: Vec<f64>,
+}
+
+/// Corpus statistics for length normalisation (BM25, BM25F).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CorpusStats {
+    /// Average length of each stream over the corpus, by stream name.
+    #[serde(default)]
+    pub avg_length: BTreeMap<String, f64>,
+}
+
+/// Which document an error is about: its index in the batch and its id, when known.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct DocRef {
+    /// Index in the batch (absent for a single-document call).
+    pub index: Option<usize>,
+    /// The document's `id`, when it has one.
+    pub id: Option<String>,
+}
+
+impl fmt::Display for DocRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("document")?;
+        if let Some(index) = self.index {
+            write!(f, " {index}")?;
+        }
+        if let Some(id) = &self.id {
+            write!(f, " (id {id:?})")?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a hit sits: document, stream, phrase and hit index within the phrase.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HitRef {
+    /// The document.
+    pub doc: DocRef,
+    /// Stream name.
+    pub stream: String,
+    /// Phrase index within the stream.
+    pub phrase: usize,
+    /// Hit index within the phrase.
+    pub hit: usize,
+}
+
+impl fmt::Display for HitRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}, streams.{}.phrases[{}][{}]",
+            self.doc, self.stream, self.phrase, self.hit
+        )
+    }
+}
+
+/// A rejected hit request (an HTTP 400). Each variant names where and what was expected.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum HitError {
+    /// A hit's term index is not below the query's term count.
+    #[error("{at}: term index {term} out of range: the query has {terms} terms")]
+    TermOutOfRange {
+        /// Where.
+        at: HitRef,
+        /// The term index given.
+        term: u32,
+        /// The query's term count Q.
+        terms: u32,
+    },
+    /// A hit's position is not below its stream's length.
+    #[error("{at}: position {position} out of range: the stream's length is {length}")]
+    PositionOutOfRange {
+        /// Where.
+        at: HitRef,
+        /// The position given.
+        position: u32,
+        /// The stream's length.
+        length: u32,
+    },
+    /// A hit's position is not greater than the previous hit's in the same stream.
+    #[error(
+        "{at}: position {position} out of order: expected > {previous}, the previous hit's \
+         position in this stream (positions strictly increase within and across phrases)"
+    )]
+    PositionNotIncreasing {
+        /// Where.
+        at: HitRef,
+        /// The position given.
+        position: u32,
+        /// The previous hit's position in the stream.
+        previous: u32,
+    },
+    /// The query's idf list does not have one value per term.
+    #[error("query.idf has {got} values, expected {expected} (query.terms)")]
+    IdfLength {
+        /// Q.
+        expected: u32,
+        /// Values given.
+        got: usize,
+    },
+    /// An idf value is NaN or infinite.
+    #[error("query.idf[{index}] is {value}, expected a finite number")]
+    IdfNotFinite {
+        /// Term index.
+        index: usize,
+        /// The value given.
+        value: f64,
+    },
+    /// An average stream length is not a finite positive number.
+    #[error("stats.avg_length.{stream} is {value}, expected a finite number > 0")]
+    BadAvgLength {
+        /// Stream name.
+        stream: String,
+        /// The value given.
+        value: f64,
+    },
+    /// The output buffer does not fit the documents × the resolver's features.
+    #[error("output buffer has {got} values, expected {expected} ({docs} documents × {features} features)")]
+    OutputLength {
+        /// Values expected.
+        expected: usize,
+        /// Values given.
+        got: usize,
+        /// Documents in the batch.
+        docs: usize,
+        /// Features per document.
+        features: usize,
+    },
+}
+
+impl HitError {
+    /// The same error with the document's batch index filled in.
+    pub fn at_index(mut self, index: usize) -> Self {
+        match &mut self {
+            HitError::TermOutOfRange { at, .. }
+            | HitError::PositionOutOfRange { at, .. }
+            | HitError::PositionNotIncreasing { at, .. } => at.doc.index = Some(index),
+            HitError::IdfLength { .. }
+            | HitError::IdfNotFinite { .. }
+            | HitError::BadAvgLength { .. }
+            | HitError::OutputLength { .. } => {}
+        }
+        self
+    }
+}
+
+/// Checks the query side: one finite idf per term.
+///
+/// # Errors
+/// [`HitError::IdfLength`], [`HitError::IdfNotFinite`].
+pub fn validate_query(query: &QueryInfo) -> Result<(), HitError> {
+    if query.idf.len() != query.terms as usize {
+        return Err(HitError::IdfLength {
+            expected: query.terms,
+            got: query.idf.len(),
+        });
+    }
+    match query.idf.iter().position(|v| !v.is_finite()) {
+        Some(index) => Err(HitError::IdfNotFinite {
+            index,
+            value: query.idf[index],
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Checks the corpus statistics: every average length finite and > 0.
+///
+/// # Errors
+/// [`HitError::BadAvgLength`].
+pub fn validate_stats(stats: &CorpusStats) -> Result<(), HitError> {
+    match stats
+        .avg_length
+        .iter()
+        .find(|(_, v)| !(v.is_finite() && **v > 0.0))
+    {
+        Some((stream, value)) => Err(HitError::BadAvgLength {
+            stream: stream.clone(),
+            value: *value,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// Checks one stream's hits against the rules in the module docs (used for streams that
+/// publish no features; the FSM walk checks catalogue streams as it goes).
+///
+/// # Errors
+/// [`HitError::TermOutOfRange`], [`HitError::PositionOutOfRange`],
+/// [`HitError::PositionNotIncreasing`], naming the first bad hit.
+pub fn validate_stream(
+    doc: &HitDocument,
+    name: &str,
+    stream: &HitStream,
+    terms: u32,
+) -> Result<(), HitError> {
+    let mut previous = None;
+    for (phrase, hits) in stream.phrases.iter().enumerate() {
+        for (hit, &[term, position]) in hits.iter().enumerate() {
+            check_hit(
+                doc,
+                name,
+                stream.length,
+                terms,
+                previous,
+                phrase,
+                hit,
+                term,
+                position,
+            )?;
+            previous = Some(position);
+        }
+    }
+    Ok(())
+}
+
+/// Checks one hit: term in range, position in range and after `previous`.
+#[allow(clippy::too_many_arguments)]
+#[inline]
+pub(crate) fn check_hit(
+    doc: &HitDocument,
+    stream: &str,
+    length: u32,
+    terms: u32,
+    previous: Option<u32>,
+    phrase: usize,
+    hit: usize,
+    term: u32,
+    position: u32,
+) -> Result<(), HitError> {
+    let at = || HitRef {
+        doc: DocRef {
+            index: None,
+            id: doc.id.clone(),
+        },
+        stream: stream.to_string(),
+        phrase,
+        hit,
+    };
+    if term >= terms {
+        return Err(HitError::TermOutOfRange {
+            at: at(),
+            term,
+            terms,
+        });
+    }
+    if position >= length {
+        return Err(HitError::PositionOutOfRange {
+            at: at(),
+            position,
+            length,
+        });
+    }
+    if let Some(previous) = previous {
+        if position <= previous {
+            return Err(HitError::PositionNotIncreasing {
+                at: at(),
+                position,
+                previous,
+            });
+        }
+    }
+    Ok(())
+}

@@ -3,6 +3,15 @@
 //!
 //! - [`fe`]: feature extraction over hit requests.
 //! - [`model`]: the validated in-memory ranker, shared by every backend.
+//! - [`format`]: the native ranker file (read, validate, write); [`error`]: its errors.
+//! - [`freeform`]: the FreeForm expression parser and evaluator.
+//! - [`import`]: LightGBM and XGBoost tree ensembles as rankers.
 
+pub mod error;
 pub mod fe;
+pub mod format;
+pub mod freeform;
+pub mod import;
 pub mod model;
+
+pub use error::RankerError;

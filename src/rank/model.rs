@@ -35,11 +35,23 @@ pub struct Ranker {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
     /// `f32(x) * slope + intercept`.
-    Linear { feature: FeatureIdx, slope: f32, intercept: f32 },
+    Linear {
+        feature: FeatureIdx,
+        slope: f32,
+        intercept: f32,
+    },
     /// `ln(f32(x) + 1) * slope + intercept`.
-    LogLinear { feature: FeatureIdx, slope: f32, intercept: f32 },
+    LogLinear {
+        feature: FeatureIdx,
+        slope: f32,
+        intercept: f32,
+    },
     /// `1` when `lower <= x < upper` (compared in f64), else `0`.
-    Bucket { feature: FeatureIdx, lower: f64, upper: f64 },
+    Bucket {
+        feature: FeatureIdx,
+        lower: f64,
+        upper: f64,
+    },
     /// An arithmetic expression over features; [`FreeForm::source`] is kept for writing back.
     FreeForm(FreeForm),
     /// A decision tree whose value is the leaf reached.

@@ -1,0 +1,49 @@
+//! Errors of loading and validating rankers: every one names where (a field path such as
+//! `inputs[17].upper` or `ensemble.trees[3].nodes[12].left`, or a line and column of the JSON) and
+//! what was expected.
+
+use crate::rank::freeform::FreeFormError;
+
+/// Why a ranker file (native, or an import) was rejected.
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum RankerError {
+    /// The bytes are not JSON, or not of the shape the format expects (wrong type, unknown field,
+    /// missing field, unknown enum name); serde_json says what, the position says where.
+    #[error("ranker JSON, line {line}, column {column}: {message}")]
+    Json {
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A field holds a value the format does not allow.
+    #[error("{path}: {reason}")]
+    Invalid { path: String, reason: String },
+    /// A FreeForm expression does not parse.
+    #[error("{path}: {error}")]
+    FreeForm { path: String, error: FreeFormError },
+}
+
+impl RankerError {
+    /// An [`RankerError::Invalid`] at `path` (a field path) saying `reason` (expected vs got).
+    pub fn invalid(path: impl Into<String>, reason: impl Into<String>) -> Self {
+        RankerError::Invalid {
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Converts a serde_json error, keeping its line and column.
+    pub fn from_json(err: &serde_json::Error) -> Self {
+        // serde_json appends " at line L column C" to its Display; keep only the message.
+        let text = err.to_string();
+        let message = match text.rfind(" at line ") {
+            Some(at) => text[..at].to_string(),
+            None => text,
+        };
+        RankerError::Json {
+            line: err.line(),
+            column: err.column(),
+            message,
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Imports of tree ensembles trained elsewhere: LightGBM `dump_model()` JSON
+//! ([`import_lightgbm`]) and XGBoost `save_model()` JSON ([`import_xgboost`]), each into a
+//! [`Ranker`] whose [`Ranker::ensemble`] holds the trees (no inputs, no layers), reproducing the
+//! library's own decision rules exactly (see each module's docs). [`load_any`] tells the native
+//! format and the two imports apart by the JSON's shape.
+//!
+//! Models a ranker cannot represent exactly are refused, never approximated: multi-class and
+//! multi-target models (a ranker has one output), LightGBM linear trees and averaged (random
+//! forest) outputs, XGBoost categorical splits, DART and linear boosters, objectives whose link
+//! function is not known here.
+
+pub mod lightgbm;
+pub mod xgboost;
+
+pub use lightgbm::import_lightgbm;
+pub use xgboost::import_xgboost;
+
+use crate::rank::model::Ranker;
+
+/// Why a LightGBM or XGBoost model file was not imported.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum ImportError {
+    /// The bytes are not JSON, or a field has the wrong JSON type or is absent.
+    #[error("{format} model JSON, line {line}, column {column}: {message}")]
+    Json {
+        format: &'static str,
+        line: usize,
+        column: usize,
+        message: String,
+    },
+    /// A field holds a value the importer cannot accept (`path` is the field's path in the
+    /// model file, such as `tree_info[3].tree_structure.left_child.threshold`).
+    #[error("{format} model, {path}: {reason}")]
+    Invalid {
+        format: &'static str,
+        path: String,
+        reason: String,
+    },
+    /// The model is well formed but of a kind a ranker cannot represent exactly.
+    #[error("{format} model, {path}: {reason}")]
+    Unsupported {
+        format: &'static str,
+        path: String,
+        reason: String,
+    },
+}
+
+/// Which library wrote a model file (for error messages).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Format(pub(crate) &'static str);
+
+impl Format {
+    pub(crate) fn json(self, err: &serde_json::Error) -> ImportError {
+        // serde_json appends " at line L column C" to its Display; the variant carries those.
+        let text = err.to_string();
+        let message = match text.rfind(" at line ") {
+            Some(at) => text[..at].to_string(),
+            None => text,
+        };
+        ImportError::Json {
+            format: self.0,
+            line: err.line(),
+            column: err.column(),
+            message,
+        }
+    }
+
+    pub(crate) fn invalid(self, path: impl Into<String>, reason: impl Into<String>) -> ImportError {
+        ImportError::Invalid {
+            format: self.0,
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn unsupported(
+        self,
+        path: impl Into<String>,
+        reason: impl Into<String>,
+    ) -> ImportError {
+        ImportError::Unsupported {
+            format: self.0,
+            path: path.into(),
+            reason: reason.into(),
+        }
+    }
+}
+
+/// Checks that feature names are unique (the ranker's feature map requires it).
+pub(crate) fn check_unique_names(
+    format: Format,
+    path: &str,
+    names: &[String],
+) -> Result<(), ImportError> {
+    let mut seen = std::collections::HashMap::with_capacity(names.len());
+    for (i, name) in names.iter().enumerate() {
+        if let Some(first) = seen.insert(name.as_str(), i) {
+            return Err(format.invalid(
+                format!("{path}[{i}]"),
+                format!("feature name {name:?} repeats {path}[{first}]; names must be unique"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A model file's kind, told from its JSON's top-level fields.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ModelKind {
+    /// A rankserve ranker file (`"format": "rankserve-ranker"`).
+    Native,
+    /// LightGBM `dump_model()` JSON (`tree_info`).
+    LightGbm,
+    /// XGBoost `save_model()` JSON (`learner`).
+    XgBoost,
+}
+
+/// Tells a model file's kind from its top-level fields without building anything.
+pub fn detect(bytes: &[u8]) -> Result<ModelKind, ImportError> {
+    use serde::de::IgnoredAny;
+    #[derive(serde::Deserialize)]
+    struct Shape {
+        format: Option<IgnoredAny>,
+        tree_info: Option<IgnoredAny>,
+        learner: Option<IgnoredAny>,
+    }
+    let any = Format("model");
+    let shape: Shape = serde_json::from_slice(bytes).map_err(|e| any.json(&e))?;
+    match (shape.format, shape.tree_info, shape.learner) {
+        (Some(_), None, None) => Ok(ModelKind::Native),
+        (None, Some(_), None) => Ok(ModelKind::LightGbm),
+        (None, None, Some(_)) => Ok(ModelKind::XgBoost),
+        _ => Err(any.invalid(
+            "(top level)",
+            "expected exactly one of \"format\" (rankserve ranker), \"tree_info\" (LightGBM \
+             dump_model JSON) or \"learner\" (XGBoost save_model JSON)",
+        )),
+    }
+}
+
+/// An ensemble-only ranker: what both imports produce.
+pub(crate) fn ranker_from_trees(
+    features: Vec<String>,
+    trees: Vec<crate::rank::model::Tree>,
+    base_score: f64,
+) -> Ranker {
+    Ranker {
+        features,
+        inputs: Vec::new(),
+        layers: Vec::new(),
+        ensemble: Some(crate::rank::model::Ensemble { trees, base_score }),
+    }
+}

@@ -7,8 +7,10 @@
 
 use std::path::PathBuf;
 
-use rankserve::rank::import::{import_lightgbm, import_xgboost, ImportError};
+use rankserve::rank::format::{parse_native, to_native_json};
+use rankserve::rank::import::{import_lightgbm, import_xgboost, load_any};
 use rankserve::rank::model::{Decision, Missing, Node, Ranker, Tree};
+use rankserve::rank::RankerError;
 
 fn fixture(name: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -102,7 +104,7 @@ fn max_relative_error(ours: &[f64], theirs: &[f64]) -> (f64, usize) {
         .fold((0.0, 0), |best, e| if e.0 > best.0 { e } else { best })
 }
 
-fn check_parity(name: &str, import: fn(&[u8]) -> Result<Ranker, ImportError>) {
+fn check_parity(name: &str, import: fn(&[u8]) -> Result<Ranker, RankerError>) {
     let ranker = import(&read(&format!("{name}.model.json"))).unwrap();
     let (values, width) = rows(name);
     assert_eq!(width, ranker.features.len(), "{name}: row width");
@@ -207,4 +209,42 @@ fn refuses_truncated_json() {
         .unwrap_err()
         .to_string();
     assert!(err.contains("EOF"), "{err}");
+}
+
+#[test]
+fn native_round_trip_keeps_every_bit() {
+    for (name, import) in [
+        ("lgb_lambdarank", import_lightgbm as fn(&[u8]) -> _),
+        ("lgb_binary_zero", import_lightgbm),
+        ("xgb_ndcg", import_xgboost),
+        ("xgb_logistic", import_xgboost),
+    ] {
+        let ranker = import(&read(&format!("{name}.model.json"))).unwrap();
+        let native = to_native_json(&ranker);
+        let back = parse_native(native.as_bytes()).unwrap();
+        assert_eq!(back, ranker, "{name}: ranker after the native round trip");
+        let (values, width) = rows(name);
+        for x in values.chunks(width) {
+            let (a, b) = (naive_score(&ranker, x), naive_score(&back, x));
+            assert_eq!(
+                a.to_bits(),
+                b.to_bits(),
+                "{name}: score after the round trip"
+            );
+        }
+    }
+}
+
+#[test]
+fn load_any_detects_each_format() {
+    for name in ["lgb_lambdarank", "xgb_ndcg"] {
+        let bytes = read(&format!("{name}.model.json"));
+        let imported = load_any(&bytes).unwrap();
+        let native = to_native_json(&imported);
+        assert_eq!(load_any(native.as_bytes()).unwrap(), imported, "{name}");
+    }
+    assert_eq!(
+        load_any(&read("lgb_binary_zero.model.json")).unwrap(),
+        import_lightgbm(&read("lgb_binary_zero.model.json")).unwrap()
+    );
 }

@@ -21,6 +21,12 @@ pub enum RankerError {
     /// A FreeForm expression does not parse.
     #[error("{path}: {error}")]
     FreeForm { path: String, error: FreeFormError },
+
+    // --- Imports (owned by the `import` branch) ---
+    /// A LightGBM or XGBoost model file was not imported (the error names the library, the
+    /// field path in its file and why).
+    #[error(transparent)]
+    Import(#[from] crate::rank::import::ImportError),
 }
 
 impl RankerError {

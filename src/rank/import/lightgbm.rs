@@ -20,7 +20,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{check_unique_names, ranker_from_trees, Format, ImportError};
+use crate::rank::format::validate;
 use crate::rank::model::{Decision, FeatureIdx, Missing, Node, Ranker, Split, Tree};
+use crate::rank::RankerError;
 
 const LIGHTGBM: Format = Format("LightGBM");
 
@@ -61,7 +63,18 @@ struct RawNode {
 
 /// Imports a LightGBM `booster.dump_model()` JSON document as an ensemble-only ranker whose
 /// features are the model's `feature_names` (LightGBM writes `Column_i` when it had none).
-pub fn import_lightgbm(bytes: &[u8]) -> Result<Ranker, ImportError> {
+///
+/// # Errors
+/// [`RankerError::Import`] naming the field of the model file and why (malformed, or a model a
+/// ranker cannot represent exactly: multi-class, linear trees, averaged output), or the
+/// [`validate`] error of the result.
+pub fn import_lightgbm(bytes: &[u8]) -> Result<Ranker, RankerError> {
+    let ranker = build(bytes)?;
+    validate(&ranker)?;
+    Ok(ranker)
+}
+
+fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
     let dump: Dump = serde_json::from_slice(bytes).map_err(|e| LIGHTGBM.json(&e))?;
     if dump.num_class != 1 {
         return Err(LIGHTGBM.unsupported(

@@ -15,7 +15,9 @@ pub mod xgboost;
 pub use lightgbm::import_lightgbm;
 pub use xgboost::import_xgboost;
 
+use crate::rank::format::parse_native;
 use crate::rank::model::Ranker;
+use crate::rank::RankerError;
 
 /// Why a LightGBM or XGBoost model file was not imported.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -117,24 +119,33 @@ pub enum ModelKind {
 
 /// Tells a model file's kind from its top-level fields without building anything.
 pub fn detect(bytes: &[u8]) -> Result<ModelKind, ImportError> {
-    use serde::de::IgnoredAny;
-    #[derive(serde::Deserialize)]
-    struct Shape {
-        format: Option<IgnoredAny>,
-        tree_info: Option<IgnoredAny>,
-        learner: Option<IgnoredAny>,
-    }
-    let any = Format("model");
-    let shape: Shape = serde_json::from_slice(bytes).map_err(|e| any.json(&e))?;
-    match (shape.format, shape.tree_info, shape.learner) {
-        (Some(_), None, None) => Ok(ModelKind::Native),
-        (None, Some(_), None) => Ok(ModelKind::LightGbm),
-        (None, None, Some(_)) => Ok(ModelKind::XgBoost),
+    let any = Format("rankserve/LightGBM/XGBoost");
+    // Only the top-level keys are kept; values are skipped without being built.
+    let top: std::collections::HashMap<String, serde::de::IgnoredAny> =
+        serde_json::from_slice(bytes).map_err(|e| any.json(&e))?;
+    let has = |key: &str| top.contains_key(key);
+    match (has("format"), has("tree_info"), has("learner")) {
+        (true, false, false) => Ok(ModelKind::Native),
+        (false, true, false) => Ok(ModelKind::LightGbm),
+        (false, false, true) => Ok(ModelKind::XgBoost),
         _ => Err(any.invalid(
             "(top level)",
             "expected exactly one of \"format\" (rankserve ranker), \"tree_info\" (LightGBM \
              dump_model JSON) or \"learner\" (XGBoost save_model JSON)",
         )),
+    }
+}
+
+/// Loads a ranker from a native ranker file, a LightGBM `dump_model()` JSON or an XGBoost
+/// `save_model()` JSON, told apart by [`detect`].
+///
+/// # Errors
+/// The error of [`detect`] or of the loader it picks.
+pub fn load_any(bytes: &[u8]) -> Result<Ranker, RankerError> {
+    match detect(bytes)? {
+        ModelKind::Native => parse_native(bytes),
+        ModelKind::LightGbm => import_lightgbm(bytes),
+        ModelKind::XgBoost => import_xgboost(bytes),
     }
 }
 
@@ -149,5 +160,49 @@ pub(crate) fn ranker_from_trees(
         inputs: Vec::new(),
         layers: Vec::new(),
         ensemble: Some(crate::rank::model::Ensemble { trees, base_score }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn detect_tells_the_formats_apart() {
+        let kind = |text: &str| detect(text.as_bytes());
+        assert_eq!(
+            kind(r#"{"format":"rankserve-ranker","version":1}"#),
+            Ok(ModelKind::Native)
+        );
+        assert_eq!(
+            kind(r#"{"name":"tree","tree_info":[]}"#),
+            Ok(ModelKind::LightGbm)
+        );
+        assert_eq!(
+            kind(r#"{"learner":{},"version":[3,2,0]}"#),
+            Ok(ModelKind::XgBoost)
+        );
+    }
+
+    #[test]
+    fn detect_rejects_a_document_of_no_known_shape() {
+        let err = detect(br#"{"trees":[]}"#).unwrap_err().to_string();
+        assert!(err.contains("expected exactly one of \"format\""), "{err}");
+        let both = detect(br#"{"tree_info":[],"learner":{}}"#).unwrap_err();
+        assert!(matches!(both, ImportError::Invalid { .. }));
+        let err = detect(b"[1, 2]").unwrap_err().to_string();
+        assert!(
+            err.contains("JSON, line 1, column 0: invalid type: sequence"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn load_any_reads_a_native_file() {
+        let text = r#"{"format":"rankserve-ranker","version":1,"features":["a"],
+            "ensemble":{"trees":[{"nodes":[{"leaf":0.5}]}],"base_score":0.25}}"#;
+        let ranker = load_any(text.as_bytes()).unwrap();
+        assert_eq!(ranker.features, ["a"]);
+        assert_eq!(ranker.ensemble.unwrap().base_score, 0.25);
     }
 }

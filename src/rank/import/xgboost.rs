@@ -19,7 +19,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{check_unique_names, ranker_from_trees, Format, ImportError};
+use crate::rank::format::validate;
 use crate::rank::model::{Decision, Missing, Node, Ranker, Split, Tree};
+use crate::rank::RankerError;
 
 const XGBOOST: Format = Format("XGBoost");
 
@@ -82,7 +84,18 @@ struct RawTree {
 /// Imports an XGBoost `booster.save_model("x.json")` document as an ensemble-only ranker whose
 /// features are the model's `feature_names`, or `f0`, `f1`, ... (XGBoost's own default names)
 /// when it has none.
-pub fn import_xgboost(bytes: &[u8]) -> Result<Ranker, ImportError> {
+///
+/// # Errors
+/// [`RankerError::Import`] naming the field of the model file and why (malformed, or a model a
+/// ranker cannot represent exactly: multi-class or multi-target, categorical splits, DART,
+/// an unknown objective), or the [`validate`] error of the result.
+pub fn import_xgboost(bytes: &[u8]) -> Result<Ranker, RankerError> {
+    let ranker = build(bytes)?;
+    validate(&ranker)?;
+    Ok(ranker)
+}
+
+fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
     let model: SavedModel = serde_json::from_slice(bytes).map_err(|e| XGBOOST.json(&e))?;
     let learner = model.learner;
     let param = &learner.learner_model_param;

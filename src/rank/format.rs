@@ -175,7 +175,7 @@ fn to_f32(value: f64, path: &str) -> Result<f32, RankerError> {
     } else {
         Err(RankerError::invalid(
             path,
-            format!("expected a finite f32, got {value} (out of f32 range)"),
+            format!("expected a finite f32, got {value:?} (out of f32 range)"),
         ))
     }
 }
@@ -308,7 +308,7 @@ fn convert_node(node: FileNode, path: &str) -> Result<Node, RankerError> {
                 if !(v.fract() == 0.0 && *v >= 0.0 && *v <= MAX_CATEGORY as f64) {
                     return Err(RankerError::invalid(
                         format!("{path}.categories[{c}]"),
-                        format!("expected an integer category in 0..={MAX_CATEGORY}, got {v}"),
+                        format!("expected an integer category in 0..={MAX_CATEGORY}, got {v:?}"),
                     ));
                 }
                 set.push(*v as u32);
@@ -420,6 +420,12 @@ fn check_features(features: &[String]) -> Result<(), RankerError> {
 pub fn validate(ranker: &Ranker) -> Result<(), RankerError> {
     check_features(&ranker.features)?;
     let n_features = ranker.features.len();
+    if n_features == 0 {
+        return Err(RankerError::invalid(
+            "features",
+            "expected at least one feature name, got none",
+        ));
+    }
     if ranker.inputs.is_empty() && ranker.ensemble.is_none() {
         return Err(RankerError::invalid(
             "inputs",
@@ -454,7 +460,7 @@ pub fn validate(ranker: &Ranker) -> Result<(), RankerError> {
                 if lower >= upper {
                     return Err(RankerError::invalid(
                         format!("{path}.upper"),
-                        format!("expected lower < upper, got lower {lower} and upper {upper}"),
+                        format!("expected lower < upper, got lower {lower:?} and upper {upper:?}"),
                     ));
                 }
             }
@@ -551,7 +557,7 @@ fn check_finite(value: f64, path: &str) -> Result<(), RankerError> {
     } else {
         Err(RankerError::invalid(
             path,
-            format!("expected a finite number, got {value}"),
+            format!("expected a finite number, got {value:?}"),
         ))
     }
 }
@@ -607,7 +613,7 @@ fn check_tree(
                 if leaf_as_f32 && !(*v as f32).is_finite() {
                     return Err(RankerError::invalid(
                         format!("{node_path}.leaf"),
-                        format!("expected a finite f32 (a tree input is read as f32), got {v}"),
+                        format!("expected a finite f32 (a tree input is read as f32), got {v:?}"),
                     ));
                 }
             }
@@ -1004,6 +1010,17 @@ mod tests {
     }
 
     #[test]
+    fn rejects_empty_feature_list() {
+        let err = reject(|v| {
+            v["features"] = serde_json::json!([]);
+            v.as_object_mut().unwrap().remove("inputs");
+            v.as_object_mut().unwrap().remove("layers");
+            v["ensemble"]["trees"] = serde_json::json!([]);
+        });
+        assert_eq!(invalid_at(err), "features");
+    }
+
+    #[test]
     fn rejects_empty_feature_name() {
         assert_eq!(
             invalid_at(reject(|v| v["features"][1] = "".into())),
@@ -1039,7 +1056,7 @@ mod tests {
             err,
             RankerError::invalid(
                 "inputs[2].upper",
-                "expected lower < upper, got lower 1 and upper 1"
+                "expected lower < upper, got lower 1.0 and upper 1.0"
             )
         );
     }
@@ -1207,7 +1224,7 @@ mod tests {
             err,
             RankerError::invalid(
                 "inputs[4].tree.nodes[2].categories[1]",
-                "expected an integer category in 0..=2147483647, got -1"
+                "expected an integer category in 0..=2147483647, got -1.0"
             )
         );
         let err = reject(|v| v["inputs"][4]["tree"]["nodes"][2]["categories"][0] = 2.5.into());

@@ -4,9 +4,11 @@
 //! - [`fe`]: feature extraction over hit requests.
 //! - [`model`]: the validated in-memory ranker, shared by every backend.
 //! - [`format`]: the native ranker file (read, validate, write); [`error`]: its errors.
+//! - [`cpu`]: the CPU evaluator (reference and fast plan).
 //! - [`freeform`]: the FreeForm expression parser and evaluator.
 //! - [`import`]: LightGBM and XGBoost tree ensembles as rankers.
 
+pub mod cpu;
 pub mod error;
 pub mod fe;
 pub mod format;

@@ -31,7 +31,8 @@ pub struct Ranker {
     pub ensemble: Option<Ensemble>,
 }
 
-/// One model input: a function of the feature vector.
+/// One model input: a function of the feature vector. A missing feature value (NaN) reads as 0
+/// in the Linear, LogLinear and FreeForm transforms and is outside every Bucket.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Input {
     /// `f32(x) * slope + intercept`.
@@ -134,7 +135,9 @@ pub enum Decision {
     /// Left when `f32(x) < threshold` in f32 (XGBoost).
     LtF32(f32),
     /// Left when `x` is a non-negative integer category in the (sorted, deduplicated) set
-    /// (LightGBM categorical splits).
+    /// (LightGBM categorical splits). A value's category is `x` truncated toward zero, as
+    /// LightGBM's `static_cast<int>` does (so 2.7 is category 2 and -0.5 category 0); a value
+    /// `<= -1` or `>= 2^31` has none and goes right (see `docs/ranker-format.md`).
     In(Vec<u32>),
 }
 

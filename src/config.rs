@@ -1,1 +1,524 @@
-//! Configuration: file + flags + environment, validated once at start-up.
+//! Configuration of `rankserve serve`: a TOML file, then `RANKSERVE_*` environment variables,
+//! then command-line flags (each layer overrides the one before), validated once at start-up
+//! into a [`Config`] whose errors name the key and where it came from.
+//!
+//! Keys (TOML name / environment variable / default):
+//!
+//! | key | env | default |
+//! |---|---|---|
+//! | `addr` | `RANKSERVE_ADDR` | `127.0.0.1:8080` |
+//! | `rankers` | `RANKSERVE_RANKERS` | `rankers/` |
+//! | `data_dir` | `RANKSERVE_DATA_DIR` | `.rankserve/` |
+//! | `index` | `RANKSERVE_INDEX` | none |
+//! | `backend` | `RANKSERVE_BACKEND` | `auto` (`auto`, `cpu`, `gpu`) |
+//! | `admin_token` | `RANKSERVE_ADMIN_TOKEN` | none (admin routes disabled) |
+//! | `body_limit_bytes` | `RANKSERVE_BODY_LIMIT_BYTES` | 64 MiB |
+//! | `cpu_cache_bytes` | `RANKSERVE_CPU_CACHE_BYTES` | 1 GiB |
+//! | `cpu_threads` | `RANKSERVE_CPU_THREADS` | the machine's parallelism |
+//! | `queue_capacity` | `RANKSERVE_QUEUE_CAPACITY` | 256 requests per ranker |
+//! | `batch_window_us` | `RANKSERVE_BATCH_WINDOW_US` | 200 (0 turns batching off) |
+//! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 4096 |
+//! | `default_timeout_ms` | `RANKSERVE_DEFAULT_TIMEOUT_MS` | 10000 (0: none) |
+//! | `log_format` | `RANKSERVE_LOG_FORMAT` | `human` (`human`, `json`) |
+//! | `sample_log` | `RANKSERVE_SAMPLE_LOG` | none (a `.msgpack` or `.jsonl` request log) |
+//! | `sample_rate` | `RANKSERVE_SAMPLE_RATE` | 0.01 (fraction of `/v1/rank` requests recorded) |
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+
+use serde::Deserialize;
+
+/// Where a configuration value came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// The TOML file at this path.
+    File(PathBuf),
+    /// This environment variable.
+    Env(String),
+    /// A command-line flag.
+    Flag,
+}
+
+impl fmt::Display for Source {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Source::File(path) => write!(f, "config file {}", path.display()),
+            Source::Env(var) => write!(f, "environment variable {var}"),
+            Source::Flag => f.write_str("command line"),
+        }
+    }
+}
+
+/// Why the configuration was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The config file could not be read.
+    #[error("cannot read config file {path}: {source}")]
+    Read {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The config file is not valid TOML or has an unknown key or a value of the wrong type.
+    #[error("config file {path}: {reason}")]
+    Toml { path: PathBuf, reason: String },
+    /// A value has the wrong form or is out of range.
+    #[error("{key} (from {origin}): expected {expected}, got {got:?}")]
+    Invalid {
+        key: &'static str,
+        origin: Source,
+        expected: &'static str,
+        got: String,
+    },
+}
+
+/// Which backend ranks when a request does not say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Backend {
+    /// Per batch: the GPU above its measured crossover, else the CPU; CPU on any GPU failure.
+    Auto,
+    /// Never the GPU.
+    Cpu,
+    /// The GPU; 503 `gpu_unavailable` without one.
+    Gpu,
+}
+
+impl FromStr for Backend {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "auto" => Ok(Backend::Auto),
+            "cpu" => Ok(Backend::Cpu),
+            "gpu" => Ok(Backend::Gpu),
+            _ => Err(()),
+        }
+    }
+}
+
+impl fmt::Display for Backend {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Backend::Auto => "auto",
+            Backend::Cpu => "cpu",
+            Backend::Gpu => "gpu",
+        })
+    }
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogFormat {
+    Human,
+    Json,
+}
+
+impl FromStr for LogFormat {
+    type Err = ();
+    fn from_str(s: &str) -> Result<Self, ()> {
+        match s {
+            "human" => Ok(LogFormat::Human),
+            "json" => Ok(LogFormat::Json),
+            _ => Err(()),
+        }
+    }
+}
+
+/// Recording a sample of live `/v1/rank` requests into a request log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sampling {
+    /// The log (`.msgpack`: concatenated MessagePack objects, `.jsonl`: JSON Lines).
+    pub path: PathBuf,
+    /// Fraction of requests recorded, in (0, 1].
+    pub rate: f64,
+}
+
+/// The validated configuration.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Config {
+    pub addr: SocketAddr,
+    pub rankers: PathBuf,
+    pub data_dir: PathBuf,
+    pub index: Option<PathBuf>,
+    pub backend: Backend,
+    /// `None`: admin routes answer 403 `admin_disabled`.
+    pub admin_token: Option<String>,
+    pub body_limit_bytes: usize,
+    pub cpu_cache_bytes: u64,
+    pub cpu_threads: usize,
+    pub queue_capacity: usize,
+    /// 0: batching off.
+    pub batch_window_us: u64,
+    pub max_batch_docs: usize,
+    /// `None`: no default deadline.
+    pub default_timeout_ms: Option<u64>,
+    pub log_format: LogFormat,
+    pub sampling: Option<Sampling>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            addr: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            rankers: PathBuf::from("rankers"),
+            data_dir: PathBuf::from(".rankserve"),
+            index: None,
+            backend: Backend::Auto,
+            admin_token: None,
+            body_limit_bytes: 64 << 20,
+            cpu_cache_bytes: 1 << 30,
+            cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            queue_capacity: 256,
+            batch_window_us: 200,
+            max_batch_docs: 4096,
+            default_timeout_ms: Some(10_000),
+            log_format: LogFormat::Human,
+            sampling: None,
+        }
+    }
+}
+
+/// One layer of configuration: every key optional. Deserialized from the TOML file, read from
+/// the environment, or filled from flags.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Layer {
+    pub addr: Option<String>,
+    pub rankers: Option<PathBuf>,
+    pub data_dir: Option<PathBuf>,
+    pub index: Option<PathBuf>,
+    pub backend: Option<String>,
+    pub admin_token: Option<String>,
+    pub body_limit_bytes: Option<String>,
+    pub cpu_cache_bytes: Option<String>,
+    pub cpu_threads: Option<String>,
+    pub queue_capacity: Option<String>,
+    pub batch_window_us: Option<String>,
+    pub max_batch_docs: Option<String>,
+    pub default_timeout_ms: Option<String>,
+    pub log_format: Option<String>,
+    pub sample_log: Option<PathBuf>,
+    pub sample_rate: Option<String>,
+}
+
+fn toml_layer(path: &Path, text: &str) -> Result<Layer, ConfigError> {
+    let table: toml::Table = toml::from_str(text).map_err(|e| ConfigError::Toml {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })?;
+    let mut normalized = toml::Table::new();
+    for (key, value) in table {
+        let value = match value {
+            toml::Value::Integer(i) => toml::Value::String(i.to_string()),
+            toml::Value::Float(x) => toml::Value::String(x.to_string()),
+            other => other,
+        };
+        normalized.insert(key, value);
+    }
+    Layer::deserialize(toml::Value::Table(normalized)).map_err(|e| ConfigError::Toml {
+        path: path.to_path_buf(),
+        reason: e.to_string(),
+    })
+}
+
+impl Layer {
+    /// The `RANKSERVE_*` variables found by `lookup` (e.g. `|k| std::env::var(k).ok()`).
+    pub fn from_env(lookup: impl Fn(&str) -> Option<String>) -> Layer {
+        Layer {
+            addr: lookup("RANKSERVE_ADDR"),
+            rankers: lookup("RANKSERVE_RANKERS").map(PathBuf::from),
+            data_dir: lookup("RANKSERVE_DATA_DIR").map(PathBuf::from),
+            index: lookup("RANKSERVE_INDEX").map(PathBuf::from),
+            backend: lookup("RANKSERVE_BACKEND"),
+            admin_token: lookup("RANKSERVE_ADMIN_TOKEN"),
+            body_limit_bytes: lookup("RANKSERVE_BODY_LIMIT_BYTES"),
+            cpu_cache_bytes: lookup("RANKSERVE_CPU_CACHE_BYTES"),
+            cpu_threads: lookup("RANKSERVE_CPU_THREADS"),
+            queue_capacity: lookup("RANKSERVE_QUEUE_CAPACITY"),
+            batch_window_us: lookup("RANKSERVE_BATCH_WINDOW_US"),
+            max_batch_docs: lookup("RANKSERVE_MAX_BATCH_DOCS"),
+            default_timeout_ms: lookup("RANKSERVE_DEFAULT_TIMEOUT_MS"),
+            log_format: lookup("RANKSERVE_LOG_FORMAT"),
+            sample_log: lookup("RANKSERVE_SAMPLE_LOG").map(PathBuf::from),
+            sample_rate: lookup("RANKSERVE_SAMPLE_RATE"),
+        }
+    }
+}
+
+/// The env variable of a key, for error messages.
+fn env_name(key: &str) -> String {
+    format!("RANKSERVE_{}", key.to_ascii_uppercase())
+}
+
+struct Resolver {
+    config: Config,
+    sample_log: Option<PathBuf>,
+    sample_rate: f64,
+}
+
+impl Resolver {
+    fn apply(&mut self, layer: Layer, source: &dyn Fn(&str) -> Source) -> Result<(), ConfigError> {
+        fn parse<T: FromStr>(
+            key: &'static str,
+            value: &str,
+            expected: &'static str,
+            source: &dyn Fn(&str) -> Source,
+            ok: impl Fn(&T) -> bool,
+        ) -> Result<T, ConfigError> {
+            match value.trim().parse::<T>() {
+                Ok(v) if ok(&v) => Ok(v),
+                _ => Err(ConfigError::Invalid {
+                    key,
+                    origin: source(key),
+                    expected,
+                    got: value.to_string(),
+                }),
+            }
+        }
+        let c = &mut self.config;
+        if let Some(v) = layer.addr {
+            c.addr = parse(
+                "addr",
+                &v,
+                "a socket address like 127.0.0.1:8080",
+                source,
+                |_| true,
+            )?;
+        }
+        if let Some(v) = layer.rankers {
+            c.rankers = v;
+        }
+        if let Some(v) = layer.data_dir {
+            c.data_dir = v;
+        }
+        if let Some(v) = layer.index {
+            c.index = Some(v);
+        }
+        if let Some(v) = layer.backend {
+            c.backend = parse("backend", &v, "one of auto, cpu, gpu", source, |_| true)?;
+        }
+        if let Some(v) = layer.admin_token {
+            if v.is_empty() {
+                return Err(ConfigError::Invalid {
+                    key: "admin_token",
+                    origin: source("admin_token"),
+                    expected: "a non-empty token",
+                    got: v,
+                });
+            }
+            c.admin_token = Some(v);
+        }
+        if let Some(v) = layer.body_limit_bytes {
+            c.body_limit_bytes = parse(
+                "body_limit_bytes",
+                &v,
+                "a byte count ≥ 1024",
+                source,
+                |n| *n >= 1024,
+            )?;
+        }
+        if let Some(v) = layer.cpu_cache_bytes {
+            c.cpu_cache_bytes = parse("cpu_cache_bytes", &v, "a byte count ≥ 1", source, |n| {
+                *n >= 1
+            })?;
+        }
+        if let Some(v) = layer.cpu_threads {
+            c.cpu_threads = parse("cpu_threads", &v, "an integer in 1..=1024", source, |n| {
+                (1..=1024).contains(n)
+            })?;
+        }
+        if let Some(v) = layer.queue_capacity {
+            c.queue_capacity = parse("queue_capacity", &v, "an integer ≥ 1", source, |n| {
+                *n >= 1
+            })?;
+        }
+        if let Some(v) = layer.batch_window_us {
+            c.batch_window_us = parse(
+                "batch_window_us",
+                &v,
+                "microseconds in 0..=1000000",
+                source,
+                |n| *n <= 1_000_000,
+            )?;
+        }
+        if let Some(v) = layer.max_batch_docs {
+            c.max_batch_docs = parse("max_batch_docs", &v, "an integer ≥ 1", source, |n| {
+                *n >= 1
+            })?;
+        }
+        if let Some(v) = layer.default_timeout_ms {
+            let ms: u64 = parse(
+                "default_timeout_ms",
+                &v,
+                "milliseconds (0: none)",
+                source,
+                |_| true,
+            )?;
+            c.default_timeout_ms = (ms > 0).then_some(ms);
+        }
+        if let Some(v) = layer.log_format {
+            c.log_format = parse("log_format", &v, "one of human, json", source, |_| true)?;
+        }
+        if let Some(v) = layer.sample_log {
+            if !matches!(
+                v.extension().and_then(|e| e.to_str()),
+                Some("msgpack" | "jsonl")
+            ) {
+                return Err(ConfigError::Invalid {
+                    key: "sample_log",
+                    origin: source("sample_log"),
+                    expected: "a path ending in .msgpack or .jsonl",
+                    got: v.display().to_string(),
+                });
+            }
+            self.sample_log = Some(v);
+        }
+        if let Some(v) = layer.sample_rate {
+            self.sample_rate = parse(
+                "sample_rate",
+                &v,
+                "a fraction in (0, 1]",
+                source,
+                |r: &f64| *r > 0.0 && *r <= 1.0,
+            )?;
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// Resolves defaults, then the TOML file (if any), then `env`, then `flags`, validating
+    /// each value once.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the key and the layer it came from.
+    pub fn resolve(file: Option<&Path>, env: Layer, flags: Layer) -> Result<Config, ConfigError> {
+        let mut resolver = Resolver {
+            config: Config::default(),
+            sample_log: None,
+            sample_rate: 0.01,
+        };
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
+            let layer = toml_layer(path, &text)?;
+            resolver.apply(layer, &|_| Source::File(path.to_path_buf()))?;
+        }
+        resolver.apply(env, &|key| Source::Env(env_name(key)))?;
+        resolver.apply(flags, &|_| Source::Flag)?;
+        let Resolver {
+            mut config,
+            sample_log,
+            sample_rate,
+        } = resolver;
+        config.sampling = sample_log.map(|path| Sampling {
+            path,
+            rate: sample_rate,
+        });
+        Ok(config)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env(pairs: &[(&str, &str)]) -> Layer {
+        let pairs: Vec<(String, String)> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        Layer::from_env(|k| {
+            pairs
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.clone())
+        })
+    }
+
+    #[test]
+    fn defaults_without_anything() {
+        let c = Config::resolve(None, Layer::default(), Layer::default()).unwrap();
+        assert_eq!(c.addr.to_string(), "127.0.0.1:8080");
+        assert_eq!(c.rankers, PathBuf::from("rankers"));
+        assert_eq!(c.batch_window_us, 200);
+        assert_eq!(c.backend, Backend::Auto);
+        assert!(c.admin_token.is_none() && c.sampling.is_none());
+    }
+
+    #[test]
+    fn layers_override_in_order_file_env_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("rankserve.toml");
+        std::fs::write(&path, "addr = \"0.0.0.0:9000\"\nbatch_window_us = 50\nqueue_capacity = 8\nbackend = \"cpu\"\n")
+            .unwrap();
+        let env = env(&[
+            ("RANKSERVE_BATCH_WINDOW_US", "70"),
+            ("RANKSERVE_ADMIN_TOKEN", "s3cret"),
+        ]);
+        let flags = Layer {
+            queue_capacity: Some("9".into()),
+            ..Layer::default()
+        };
+        let c = Config::resolve(Some(&path), env, flags).unwrap();
+        assert_eq!(c.addr.to_string(), "0.0.0.0:9000");
+        assert_eq!(c.batch_window_us, 70);
+        assert_eq!(c.queue_capacity, 9);
+        assert_eq!(c.backend, Backend::Cpu);
+        assert_eq!(c.admin_token.as_deref(), Some("s3cret"));
+    }
+
+    #[test]
+    fn errors_name_the_key_and_source() {
+        let err = Config::resolve(None, env(&[("RANKSERVE_BACKEND", "tpu")]), Layer::default())
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "backend (from environment variable RANKSERVE_BACKEND): expected one of auto, cpu, gpu, got \"tpu\""
+        );
+        let flags = Layer {
+            sample_rate: Some("1.5".into()),
+            ..Layer::default()
+        };
+        let err = Config::resolve(None, Layer::default(), flags).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "sample_rate (from command line): expected a fraction in (0, 1], got \"1.5\""
+        );
+    }
+
+    #[test]
+    fn unknown_toml_key_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("c.toml");
+        std::fs::write(&path, "adr = \"x\"\n").unwrap();
+        let err = Config::resolve(Some(&path), Layer::default(), Layer::default()).unwrap_err();
+        assert!(err.to_string().contains("unknown field `adr`"), "{err}");
+    }
+
+    #[test]
+    fn sampling_needs_a_known_extension() {
+        let flags = Layer {
+            sample_log: Some("x.txt".into()),
+            ..Layer::default()
+        };
+        assert!(Config::resolve(None, Layer::default(), flags).is_err());
+        let flags = Layer {
+            sample_log: Some("x.jsonl".into()),
+            sample_rate: Some("0.5".into()),
+            ..Layer::default()
+        };
+        let c = Config::resolve(None, Layer::default(), flags).unwrap();
+        assert_eq!(
+            c.sampling,
+            Some(Sampling {
+                path: "x.jsonl".into(),
+                rate: 0.5
+            })
+        );
+    }
+}

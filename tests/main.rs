@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 mod cli;
 mod formats;
+mod http;
 mod parity;
 mod selection;

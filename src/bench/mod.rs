@@ -1,1 +1,3 @@
 //! bench: placeholder until its issue lands.
+
+pub mod replay;

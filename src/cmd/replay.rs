@@ -1,15 +1,158 @@
-use super::CmdResult;
+//! `rankserve requests synth` (write a request log) and `rankserve replay` (send one to a
+//! running server and report throughput and latency).
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context;
+
+use super::{BadInputExt, CmdResult};
+use rankserve::bench::replay::{replay, synth_requests, Load, RequestLog};
+use rankserve::rank::import::load_any;
 
 #[derive(clap::Subcommand)]
-pub enum RequestsCommand {}
-
-#[derive(clap::Args)]
-pub struct Args {}
-
-pub fn run_requests(c: RequestsCommand) -> CmdResult {
-    match c {}
+pub enum RequestsCommand {
+    /// Write a log of production-like `/v1/rank` requests: hit documents when every feature of
+    /// the ranker comes from the FE catalogue, else feature vectors.
+    ///
+    /// Example: `rankserve requests synth --ranker medium --docs 1000 --count 200 --out medium-1000.msgpack`
+    #[command(
+        after_help = "Example:\n  rankserve requests synth --ranker medium --docs 1000 --count 200 --out medium-1000.msgpack"
+    )]
+    Synth(SynthArgs),
 }
 
-pub fn run(_args: Args) -> CmdResult {
-    super::not_built("replay")
+#[derive(clap::Args)]
+pub struct SynthArgs {
+    /// Ranker store name (`RANKERS/NAME.json`), or the path of a ranker file.
+    #[arg(long)]
+    ranker: String,
+    /// Directory the name is looked up in.
+    #[arg(long, default_value = "rankers", value_name = "DIR")]
+    rankers: PathBuf,
+    /// Documents per request.
+    #[arg(long)]
+    docs: usize,
+    /// Requests in the log.
+    #[arg(long)]
+    count: usize,
+    /// The log: `.msgpack` (concatenated MessagePack objects) or `.jsonl` (JSON Lines).
+    #[arg(long, value_name = "LOG")]
+    out: PathBuf,
+    /// Ask for the top `k` (`order` in the replies).
+    #[arg(long)]
+    k: Option<usize>,
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+}
+
+/// Replay a request log against a running server; report throughput, p50/p90/p99/p99.9
+/// latency and errors by status.
+#[derive(clap::Args)]
+#[command(
+    after_help = "Example:\n  rankserve replay --url http://127.0.0.1:8080 --log medium-1000.msgpack --concurrency 4 --duration 10"
+)]
+pub struct Args {
+    /// The server's root, `http://HOST:PORT`.
+    #[arg(long)]
+    url: String,
+    /// A request log (`.msgpack` or `.jsonl`), sent round-robin.
+    #[arg(long, value_name = "LOG")]
+    log: PathBuf,
+    /// Closed loop: this many clients, each waiting for its answer.
+    #[arg(long, conflicts_with = "rate", required_unless_present = "rate")]
+    concurrency: Option<usize>,
+    /// Open loop: requests per second, on schedule.
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Seconds to run.
+    #[arg(long)]
+    duration: f64,
+    /// Print the report as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run_requests(c: RequestsCommand) -> CmdResult {
+    match c {
+        RequestsCommand::Synth(args) => synth(args),
+    }
+}
+
+fn synth(args: SynthArgs) -> CmdResult {
+    let as_path = PathBuf::from(&args.ranker);
+    let (path, name) = if as_path.is_file() {
+        let stem = as_path
+            .file_stem()
+            .and_then(|s| s.to_str())
+            .unwrap_or("ranker")
+            .to_string();
+        (as_path, stem)
+    } else {
+        (
+            args.rankers.join(format!("{}.json", args.ranker)),
+            args.ranker.clone(),
+        )
+    };
+    let bytes = std::fs::read(&path)
+        .with_context(|| format!("reading ranker {}", path.display()))
+        .bad_input()?;
+    let ranker = load_any(&bytes)
+        .with_context(|| format!("ranker {}", path.display()))
+        .bad_input()?;
+    let requests = synth_requests(&name, &ranker, args.docs, args.count, args.k, args.seed);
+    RequestLog::write(&args.out, &requests).context("writing the request log")?;
+    eprintln!(
+        "wrote {} requests of {} documents for ranker {name:?} to {}",
+        args.count,
+        args.docs,
+        args.out.display()
+    );
+    Ok(())
+}
+
+pub fn run(args: Args) -> CmdResult {
+    if !(args.duration > 0.0 && args.duration.is_finite()) {
+        return Err(anyhow::anyhow!(
+            "--duration {}: expected seconds > 0",
+            args.duration
+        ))
+        .bad_input();
+    }
+    let load = match (args.concurrency, args.rate) {
+        (Some(c), None) if c >= 1 => Load::Concurrency(c),
+        (None, Some(r)) if r > 0.0 && r.is_finite() => Load::Rate(r),
+        _ => return Err(anyhow::anyhow!("give --concurrency C ≥ 1 or --rate R > 0")).bad_input(),
+    };
+    let log = Arc::new(RequestLog::read(&args.log).bad_input()?);
+    let bar = indicatif::ProgressBar::new(1000);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{elapsed_precise} [{bar:40}] {percent}%")
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    let ticks = bar.clone();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let report = runtime
+        .block_on(replay(
+            &args.url,
+            log,
+            load,
+            Duration::from_secs_f64(args.duration),
+            move |f| ticks.set_position((f.clamp(0.0, 1.0) * 1000.0) as u64),
+        ))
+        .bad_input()?;
+    bar.finish_and_clear();
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).context("writing the report")?
+        );
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
 }

@@ -1,8 +1,129 @@
-use super::CmdResult;
+//! `rankserve serve`: the HTTP API (see `docs/api.md`).
 
+use std::path::PathBuf;
+
+use anyhow::Context;
+
+use super::{BadInputExt, CmdResult};
+use rankserve::config::{Config, Layer, LogFormat};
+use rankserve::server;
+
+/// Serve the HTTP API. Settings come from `--config FILE` (TOML), then `RANKSERVE_*`
+/// environment variables, then these flags.
+///
+/// Example: `rankserve serve --addr 127.0.0.1:8080 --rankers rankers/`
 #[derive(clap::Args)]
-pub struct Args {}
+#[command(
+    after_help = "Example:\n  RANKSERVE_ADMIN_TOKEN=secret rankserve serve --addr 127.0.0.1:8080 --rankers rankers/"
+)]
+pub struct Args {
+    /// TOML configuration file (keys as in docs/api.md, "Configuration").
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Listen address [default: 127.0.0.1:8080].
+    #[arg(long)]
+    addr: Option<String>,
+    /// Index directory for /v1/search (the document stage) [default: none].
+    #[arg(long, value_name = "DIR")]
+    index: Option<PathBuf>,
+    /// Directory of ranker files NAME.json [default: rankers/].
+    #[arg(long, value_name = "DIR")]
+    rankers: Option<PathBuf>,
+    /// Directory for data the server builds (the demo index) [default: .rankserve/].
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Default backend: auto, cpu or gpu [default: auto].
+    #[arg(long)]
+    backend: Option<String>,
+    /// Most bytes in a request body [default: 67108864].
+    #[arg(long)]
+    body_limit_bytes: Option<String>,
+    /// Memory budget of the CPU ranker cache [default: 1073741824].
+    #[arg(long)]
+    cpu_cache_bytes: Option<String>,
+    /// Threads used to score one batch [default: the machine's].
+    #[arg(long)]
+    cpu_threads: Option<String>,
+    /// Requests admitted per ranker before 503 overloaded [default: 256].
+    #[arg(long)]
+    queue_capacity: Option<String>,
+    /// Batching window in microseconds; 0 turns batching off [default: 200].
+    #[arg(long)]
+    batch_window_us: Option<String>,
+    /// Most documents in one batch [default: 4096].
+    #[arg(long)]
+    max_batch_docs: Option<String>,
+    /// Deadline of a request without timeout_ms; 0 for none [default: 10000].
+    #[arg(long)]
+    default_timeout_ms: Option<String>,
+    /// Log format: human or json [default: human].
+    #[arg(long)]
+    log_format: Option<String>,
+    /// Record a sample of /v1/rank requests to this log (.msgpack or .jsonl).
+    #[arg(long, value_name = "LOG")]
+    sample_log: Option<PathBuf>,
+    /// Fraction of /v1/rank requests recorded [default: 0.01].
+    #[arg(long)]
+    sample_rate: Option<String>,
+}
 
-pub fn run(_args: Args) -> CmdResult {
-    super::not_built("serve")
+impl Args {
+    fn into_layer(self) -> (Option<PathBuf>, Layer) {
+        let layer = Layer {
+            addr: self.addr,
+            rankers: self.rankers,
+            data_dir: self.data_dir,
+            index: self.index,
+            backend: self.backend,
+            // The token is read from the file or the environment only: a flag shows in `ps`.
+            admin_token: None,
+            body_limit_bytes: self.body_limit_bytes,
+            cpu_cache_bytes: self.cpu_cache_bytes,
+            cpu_threads: self.cpu_threads,
+            queue_capacity: self.queue_capacity,
+            batch_window_us: self.batch_window_us,
+            max_batch_docs: self.max_batch_docs,
+            default_timeout_ms: self.default_timeout_ms,
+            log_format: self.log_format,
+            sample_log: self.sample_log,
+            sample_rate: self.sample_rate,
+        };
+        (self.config, layer)
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Human => builder.try_init(),
+        LogFormat::Json => builder.json().try_init(),
+    };
+}
+
+pub fn run(args: Args) -> CmdResult {
+    let (file, flags) = args.into_layer();
+    let config = Config::resolve(
+        file.as_deref(),
+        Layer::from_env(|k| std::env::var(k).ok()),
+        flags,
+    )
+    .bad_input()?;
+    init_logging(config.log_format);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async move {
+        let addr = config.addr;
+        let state = server::State::new(config).context("opening the server state")?;
+        let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
+        tracing::info!(addr = %listener.local_addr()?, rankers = %state.store.dir().display(), "listening");
+        server::serve(listener, state, server::shutdown_signal()).await.context("serving")?;
+        tracing::info!("stopped");
+        Ok(())
+    })
 }

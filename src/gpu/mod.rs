@@ -6,9 +6,13 @@
 //! any other CUDA call (cudarc panics otherwise), creates the context and compiles every kernel
 //! module for the device's own architecture; when anything fails it returns the reason, which the
 //! caller logs once before serving on the CPU.
+//!
+//! - [`lru`]: the byte-budgeted LRU cache. The ranker caches (CPU-side in `server`, GPU-side in
+//!   `rank::gpu`) and the posting cache (`select::gpu`) are instances of it.
 
 pub mod device;
 pub mod error;
+pub mod lru;
 pub mod module;
 
 pub use device::GpuDevice;

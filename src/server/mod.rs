@@ -1,1 +1,67 @@
-//! server: placeholder until its issue lands.
+//! The HTTP service (axum): routes, the JSON / MessagePack codec, errors, the ranker store and
+//! its CPU cache, admission and batching, metrics.
+//!
+//! - [`api`]: the wire types.
+//! - [`codec`]: body extractor and replies in the negotiated format.
+//! - [`error`]: `ApiError`, its statuses and stable codes.
+//! - [`routes`]: [`router`] and the handlers.
+//! - [`state`]: what handlers share, admission, the request sampler.
+//! - [`store`]: ranker files and the CPU ranker cache.
+//! - [`batch`]: the per-ranker batching queue; scoring off the async runtime.
+//! - [`metrics`]: Prometheus names and recording.
+
+pub mod api;
+pub mod batch;
+pub mod codec;
+pub mod error;
+pub mod metrics;
+pub mod routes;
+pub mod state;
+pub mod store;
+
+pub use routes::router;
+pub use state::{AppState, State};
+
+use std::future::Future;
+
+/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting and waits for
+/// the requests in flight to be answered.
+///
+/// # Errors
+/// The listener fails.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let warm = std::sync::Arc::clone(&state);
+    tokio::task::spawn_blocking(move || warm.warm_up());
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Resolves on SIGINT (Ctrl-C) or SIGTERM.
+pub async fn shutdown_signal() {
+    let interrupt = async {
+        if tokio::signal::ctrl_c().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    };
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        () = interrupt => {},
+        () = terminate => {},
+    }
+    tracing::info!("shutdown signal received: draining requests in flight");
+}

@@ -1,0 +1,140 @@
+//! The wire types of the HTTP API (the same serde types for JSON and MessagePack), shared by
+//! the server, the request-log synthesizer and the replayer. Field by field in `docs/api.md`.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::config::Backend;
+use crate::rank::fe::{CorpusStats, HitDocument, QueryInfo};
+
+/// `POST /v1/rank` request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankRequest {
+    /// The ranker's store name.
+    pub ranker: String,
+    pub documents: Vec<RankDocument>,
+    /// Needed when a document carries `hits`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<QueryInfo>,
+    /// Needed when a document carries `hits`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<CorpusStats>,
+    /// When given, the reply has `order`: the indices of the `k` best documents.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub k: Option<usize>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub explain: bool,
+    /// Deadline from arrival; the configured default when absent; 0 is already expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+/// One document of a rank request: its feature vector, or its hits for feature extraction.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RankDocument {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub features: Option<FeatureValues>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hits: Option<HitDocument>,
+}
+
+/// A feature vector: in the ranker's order, or by name (absent names are missing). `null` is a
+/// missing value (NaN).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FeatureValues {
+    Vector(Vec<Option<f64>>),
+    Named(BTreeMap<String, Option<f64>>),
+}
+
+/// `POST /v1/rank` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankResponse {
+    /// One per document, in request order (`null` in JSON for a NaN).
+    pub scores: Vec<Option<f64>>,
+    /// With `k`: indices of the best `k` documents, best first, ties by smaller index.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub order: Option<Vec<usize>>,
+    pub timings: Timings,
+    /// The backend that ran: `cpu` or `gpu`.
+    pub backend: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Vec<Explanation>>,
+}
+
+/// Where the time of a rank request went, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Timings {
+    /// Building the feature matrix (feature extraction for hit documents).
+    pub fe_us: u64,
+    /// Model-input transforms, when measured apart from `me_us` (the CPU backend measures
+    /// them together).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mit_us: Option<u64>,
+    /// Model evaluation of the batch this request ran in.
+    pub me_us: u64,
+    /// Waiting for admission into a batch.
+    pub queue_us: u64,
+    /// Arrival of the parsed request to the reply being encoded.
+    pub total_us: u64,
+}
+
+/// Per-document detail of an `explain` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Explanation {
+    /// `V`, in the ranker's feature order (`null` for a missing value in JSON).
+    pub features: Vec<Option<f64>>,
+    /// The model inputs (transforms and tree-input leaf values), in input order.
+    pub inputs: Vec<Option<f32>>,
+}
+
+/// `GET /v1/rankers/{name}` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankerDescription {
+    pub name: String,
+    /// The feature vector's names, in order.
+    pub features: Vec<String>,
+    /// Model inputs counted by type (`linear`, `loglinear`, `bucket`, `freeform`, `tree`, `dummy`).
+    pub inputs: BTreeMap<String, usize>,
+    pub layers: Vec<LayerShape>,
+    /// Trees of the ensemble.
+    pub trees: usize,
+    /// Estimated bytes in memory, parsed.
+    pub bytes: u64,
+    pub file_bytes: u64,
+    /// Where a parsed copy is resident (`cpu`, later `gpu`).
+    pub resident: Vec<String>,
+    /// Documents per batch above which the GPU is faster; `null` until measured on a GPU.
+    pub crossover: Option<u64>,
+}
+
+/// The shape of one NN layer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LayerShape {
+    pub inputs: usize,
+    pub outputs: usize,
+    pub activation: String,
+}
+
+/// `GET /v1/rankers` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RankerList {
+    pub rankers: Vec<crate::server::store::StoredRanker>,
+}
+
+/// `GET /readyz` and `GET /healthz` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Readiness {
+    pub ready: bool,
+    /// Rankers in the CPU cache.
+    pub rankers_loaded: usize,
+    /// What the GPU probe found (`null` while it runs).
+    pub gpu: Option<String>,
+}

@@ -1,0 +1,324 @@
+//! The JSON / MessagePack codec: the [`Coded`] extractor reads a body by its Content-Type,
+//! [`Reply`] answers in the [`Negotiated`] format (`Accept`, else the request's own type, else
+//! JSON), and [`negotiate_errors`] re-encodes error bodies into that format and logs them.
+//!
+//! MessagePack is written with named fields (`rmp_serde::to_vec_named`) so that Python and
+//! JavaScript clients get maps. Body limits are checked on `Content-Length` before anything is
+//! read, then enforced while reading (a chunked body has no length).
+
+use std::io::Cursor;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, FromRequestParts, Request};
+use axum::http::request::Parts;
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http_body_util::{BodyExt, LengthLimitError, Limited};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::error::{ApiError, ErrorLog};
+use super::state::AppState;
+
+/// A body format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Msgpack,
+}
+
+impl Format {
+    /// The format of a media type (parameters such as `; charset=utf-8` ignored).
+    pub fn from_media_type(value: &str) -> Option<Format> {
+        let essence = value
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_ascii_lowercase();
+        match essence.as_str() {
+            "application/json" => Some(Format::Json),
+            "application/msgpack" | "application/x-msgpack" | "application/vnd.msgpack" => {
+                Some(Format::Msgpack)
+            }
+            _ => None,
+        }
+    }
+
+    /// The media type written in responses.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Json => "application/json",
+            Format::Msgpack => "application/msgpack",
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Format::Json => "JSON",
+            Format::Msgpack => "MessagePack",
+        }
+    }
+
+    /// Encodes `value` (MessagePack maps with named fields).
+    ///
+    /// # Errors
+    /// Only when `value`'s `Serialize` fails, which the API's types do not.
+    pub fn encode<T: Serialize>(self, value: &T) -> Result<Vec<u8>, String> {
+        match self {
+            Format::Json => serde_json::to_vec(value).map_err(|e| e.to_string()),
+            Format::Msgpack => rmp_serde::to_vec_named(value).map_err(|e| e.to_string()),
+        }
+    }
+
+    /// Decodes one value from `bytes`, which must hold nothing else.
+    ///
+    /// # Errors
+    /// [`ApiError::BadBody`] with the parser's reason and position (JSON: line and column;
+    /// MessagePack: byte offset).
+    pub fn decode<T: DeserializeOwned>(self, bytes: &[u8]) -> Result<T, ApiError> {
+        let bad = |reason: String| ApiError::BadBody {
+            format: self.name(),
+            reason,
+        };
+        match self {
+            Format::Json => serde_json::from_slice(bytes).map_err(|e| bad(e.to_string())),
+            Format::Msgpack => {
+                let mut de = rmp_serde::Deserializer::new(Cursor::new(bytes));
+                let value = T::deserialize(&mut de)
+                    .map_err(|e| bad(format!("{e} (at or before byte {})", de.position())))?;
+                let read = de.position();
+                if read != bytes.len() as u64 {
+                    return Err(bad(format!(
+                        "trailing bytes after the value at byte {read} of {}",
+                        bytes.len()
+                    )));
+                }
+                Ok(value)
+            }
+        }
+    }
+
+    /// The reply format for a request: `Accept` when it names a supported type, else the
+    /// request's Content-Type, else JSON.
+    pub fn negotiate(headers: &HeaderMap) -> Format {
+        let accepted = headers
+            .get_all(header::ACCEPT)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .find_map(Format::from_media_type);
+        accepted
+            .or_else(|| {
+                headers
+                    .get(header::CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(Format::from_media_type)
+            })
+            .unwrap_or(Format::Json)
+    }
+}
+
+/// Reads a whole body of at most `limit` bytes.
+///
+/// # Errors
+/// [`ApiError::PayloadTooLarge`] when `Content-Length` announces more (nothing is read) or the
+/// body turns out longer; [`ApiError::BadBody`] when the connection fails mid-body.
+pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    if let Some(announced) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+    {
+        if announced.parse::<u64>().map_or(true, |n| n > limit as u64) {
+            return Err(ApiError::PayloadTooLarge {
+                limit,
+                got: announced.to_string(),
+            });
+        }
+    }
+    match Limited::new(body, limit).collect().await {
+        Ok(collected) => Ok(collected.to_bytes()),
+        Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => {
+            Err(ApiError::PayloadTooLarge {
+                limit,
+                got: format!("more than {limit}"),
+            })
+        }
+        Err(err) => Err(ApiError::BadBody {
+            format: "request",
+            reason: format!("reading the body failed: {err}"),
+        }),
+    }
+}
+
+/// A request body decoded by its Content-Type.
+pub struct Coded<T> {
+    pub value: T,
+    pub format: Format,
+}
+
+impl<T: DeserializeOwned> FromRequest<AppState> for Coded<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
+        let content_type = req
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap_or("(not text)"));
+        let format = content_type
+            .and_then(Format::from_media_type)
+            .ok_or_else(|| ApiError::UnsupportedMediaType {
+                got: content_type.unwrap_or("(none)").to_string(),
+            })?;
+        let (parts, body) = req.into_parts();
+        let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
+        let value = format.decode(&bytes)?;
+        Ok(Coded { value, format })
+    }
+}
+
+/// The reply format negotiated for this request.
+#[derive(Debug, Clone, Copy)]
+pub struct Negotiated(pub Format);
+
+impl<S: Send + Sync> FromRequestParts<S> for Negotiated {
+    type Rejection = std::convert::Infallible;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Ok(Negotiated(Format::negotiate(&parts.headers)))
+    }
+}
+
+/// A 200 reply encoded in the negotiated format.
+pub struct Reply<T>(pub Format, pub T);
+
+impl<T: Serialize> IntoResponse for Reply<T> {
+    fn into_response(self) -> Response {
+        let Reply(format, value) = self;
+        match format.encode(&value) {
+            Ok(bytes) => (
+                [(
+                    header::CONTENT_TYPE,
+                    HeaderValue::from_static(format.content_type()),
+                )],
+                bytes,
+            )
+                .into_response(),
+            Err(err) => {
+                ApiError::internal(format!("encoding a reply failed: {err}")).into_response()
+            }
+        }
+    }
+}
+
+/// Middleware: error bodies in the negotiated format, 5xx details and 4xx reasons logged.
+pub async fn negotiate_errors(req: Request, next: Next) -> Response {
+    let format = Format::negotiate(req.headers());
+    let mut response = next.run(req).await;
+    let Some(log) = response.extensions_mut().remove::<ErrorLog>() else {
+        return response;
+    };
+    let status = response.status();
+    match &log.detail {
+        Some(detail) => {
+            tracing::error!(status = status.as_u16(), code = %log.body.error.code, detail = %detail, "request failed")
+        }
+        None => {
+            tracing::info!(status = status.as_u16(), code = %log.body.error.code, message = %log.body.error.message, "request refused")
+        }
+    }
+    metrics::counter!("rankserve_http_errors_total", "code" => log.body.error.code.clone())
+        .increment(1);
+    if format == Format::Msgpack {
+        if let Ok(bytes) = format.encode(&log.body) {
+            let (mut parts, _) = response.into_parts();
+            parts.headers.insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static(format.content_type()),
+            );
+            parts.headers.remove(header::CONTENT_LENGTH);
+            response = Response::from_parts(parts, Body::from(bytes));
+        }
+    }
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn media_types() {
+        assert_eq!(
+            Format::from_media_type("application/json; charset=utf-8"),
+            Some(Format::Json)
+        );
+        assert_eq!(
+            Format::from_media_type("Application/X-MsgPack"),
+            Some(Format::Msgpack)
+        );
+        assert_eq!(
+            Format::from_media_type("application/vnd.msgpack"),
+            Some(Format::Msgpack)
+        );
+        assert_eq!(Format::from_media_type("text/plain"), None);
+    }
+
+    #[test]
+    fn negotiation_prefers_accept_then_content_type_then_json() {
+        let mut headers = HeaderMap::new();
+        assert_eq!(Format::negotiate(&headers), Format::Json);
+        headers.insert(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/msgpack"),
+        );
+        assert_eq!(Format::negotiate(&headers), Format::Msgpack);
+        headers.insert(
+            header::ACCEPT,
+            HeaderValue::from_static("text/html, application/json;q=0.9"),
+        );
+        assert_eq!(Format::negotiate(&headers), Format::Json);
+        headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
+        assert_eq!(Format::negotiate(&headers), Format::Msgpack);
+    }
+
+    #[test]
+    fn decode_errors_give_positions() {
+        let err = Format::Json.decode::<Vec<u32>>(b"[1,\n x]").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "JSON body does not parse: expected value at line 2 column 2"
+        );
+        let mut bytes = rmp_serde::to_vec(&vec![1u32, 2]).unwrap();
+        bytes.push(0xc0);
+        let err = Format::Msgpack.decode::<Vec<u32>>(&bytes).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "MessagePack body does not parse: trailing bytes after the value at byte 3 of 4"
+        );
+        let err = Format::Msgpack
+            .decode::<Vec<u32>>(&[0x92, 0x01])
+            .unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("MessagePack body does not parse: "),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn msgpack_round_trip_uses_named_fields() {
+        #[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
+        struct S {
+            name: String,
+        }
+        let bytes = Format::Msgpack.encode(&S { name: "x".into() }).unwrap();
+        assert_eq!(bytes[0], 0x81); // a one-entry map, not an array
+        assert_eq!(
+            Format::Msgpack.decode::<S>(&bytes).unwrap(),
+            S { name: "x".into() }
+        );
+    }
+}

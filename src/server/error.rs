@@ -1,0 +1,189 @@
+//! The API's errors: each maps to one HTTP status and a stable snake_case `code`, written as
+//! `{"error": {"code": ..., "message": ...}}` in the negotiated format (the
+//! [`negotiate_errors`](super::codec::negotiate_errors) middleware re-encodes the JSON body that
+//! [`ApiError::into_response`] writes when the client asked for MessagePack).
+//!
+//! 4xx messages say what was wrong and where; 5xx bodies are generic and the details go to the
+//! log.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+
+/// An error answered to the client.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("unsupported Content-Type {got:?}: expected application/json or application/msgpack (also application/x-msgpack, application/vnd.msgpack)")]
+    UnsupportedMediaType { got: String },
+    #[error("request body of {got} bytes is over the limit of {limit} bytes")]
+    PayloadTooLarge { limit: usize, got: String },
+    #[error("{format} body does not parse: {reason}")]
+    BadBody {
+        format: &'static str,
+        reason: String,
+    },
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("invalid ranker name {name:?}: expected 1 to 64 characters of A-Z a-z 0-9 _ -")]
+    BadRankerName { name: String },
+    #[error("ranker {name:?} is invalid: {reason}")]
+    BadRanker { name: String, reason: String },
+    #[error("no ranker named {name:?}")]
+    UnknownRanker { name: String },
+    #[error("no route for {method} {path}")]
+    NotFound { method: String, path: String },
+    #[error("method {method} is not allowed on {path}")]
+    MethodNotAllowed { method: String, path: String },
+    #[error("admin route needs `Authorization: Bearer TOKEN` with the configured token")]
+    Unauthorized,
+    #[error("admin routes are disabled: no admin token is configured (admin_token / RANKSERVE_ADMIN_TOKEN)")]
+    AdminDisabled,
+    #[error("backend=gpu asked for, but there is no GPU backend in this build")]
+    GpuUnavailable,
+    #[error("the queue for ranker {ranker:?} is full ({capacity} requests); retry after {retry_after_s} s")]
+    Overloaded {
+        ranker: String,
+        capacity: usize,
+        retry_after_s: u32,
+    },
+    #[error("deadline of {timeout_ms} ms exceeded")]
+    DeadlineExceeded { timeout_ms: u64 },
+    #[error("not ready: {0}")]
+    NotReady(String),
+    /// The server's own fault: `detail` goes to the log, not to the client.
+    #[error("internal error")]
+    Internal { detail: String },
+}
+
+impl ApiError {
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BadBody { .. }
+            | ApiError::InvalidRequest(_)
+            | ApiError::BadRankerName { .. }
+            | ApiError::BadRanker { .. } => StatusCode::BAD_REQUEST,
+            ApiError::UnknownRanker { .. } | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
+            ApiError::AdminDisabled => StatusCode::FORBIDDEN,
+            ApiError::GpuUnavailable | ApiError::Overloaded { .. } | ApiError::NotReady(_) => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
+            ApiError::DeadlineExceeded { .. } => StatusCode::GATEWAY_TIMEOUT,
+            ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable snake_case code (listed in `docs/api.md`).
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
+            ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::BadBody { .. } => "bad_body",
+            ApiError::InvalidRequest(_) => "invalid_request",
+            ApiError::BadRankerName { .. } => "bad_ranker_name",
+            ApiError::BadRanker { .. } => "bad_ranker",
+            ApiError::UnknownRanker { .. } => "unknown_ranker",
+            ApiError::NotFound { .. } => "not_found",
+            ApiError::MethodNotAllowed { .. } => "method_not_allowed",
+            ApiError::Unauthorized => "unauthorized",
+            ApiError::AdminDisabled => "admin_disabled",
+            ApiError::GpuUnavailable => "gpu_unavailable",
+            ApiError::Overloaded { .. } => "overloaded",
+            ApiError::DeadlineExceeded { .. } => "deadline_exceeded",
+            ApiError::NotReady(_) => "not_ready",
+            ApiError::Internal { .. } => "internal",
+        }
+    }
+
+    /// An internal error carrying `detail` for the log.
+    pub fn internal(detail: impl std::fmt::Display) -> Self {
+        ApiError::Internal {
+            detail: detail.to_string(),
+        }
+    }
+}
+
+/// The error body, `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+/// The inside of [`ErrorBody`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+}
+
+/// Put in the response's extensions so the middleware can re-encode and log it.
+#[derive(Debug, Clone)]
+pub struct ErrorLog {
+    pub body: ErrorBody,
+    /// The detail of a 5xx, for the log only.
+    pub detail: Option<String>,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let detail = match &self {
+            ApiError::Internal { detail } => Some(detail.clone()),
+            _ => None,
+        };
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code().to_string(),
+                message: self.to_string(),
+            },
+        };
+        let json = serde_json::to_vec(&body).unwrap_or_default();
+        let mut response = (
+            status,
+            [(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            )],
+            json,
+        )
+            .into_response();
+        if let ApiError::Overloaded { retry_after_s, .. } = self {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        }
+        response.extensions_mut().insert(ErrorLog { body, detail });
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn overloaded_carries_retry_after_and_code() {
+        let response = ApiError::Overloaded {
+            ranker: "m".into(),
+            capacity: 4,
+            retry_after_s: 1,
+        }
+        .into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        let log = response.extensions().get::<ErrorLog>().unwrap();
+        assert_eq!(log.body.error.code, "overloaded");
+    }
+
+    #[test]
+    fn internal_detail_stays_out_of_the_body() {
+        let response = ApiError::internal("disk on fire at /x").into_response();
+        let log = response.extensions().get::<ErrorLog>().unwrap();
+        assert_eq!(log.body.error.message, "internal error");
+        assert_eq!(log.detail.as_deref(), Some("disk on fire at /x"));
+    }
+}

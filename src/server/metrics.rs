@@ -1,0 +1,89 @@
+//! Prometheus metrics: the process-wide recorder, the per-route middleware, and the names.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `rankserve_http_requests_total` | counter | `route`, `status` |
+//! | `rankserve_http_errors_total` | counter | `code` |
+//! | `rankserve_http_request_duration_seconds` | histogram | `route` |
+//! | `rankserve_rank_duration_seconds` | histogram | `ranker` |
+//! | `rankserve_documents_ranked_total` | counter | `ranker` |
+//! | `rankserve_backend_total` | counter | `backend` |
+//! | `rankserve_batch_documents`, `rankserve_batch_requests` | histogram | |
+//! | `rankserve_ranker_cache_{hits,misses,evictions}_total` | counter | `cache` (`cpu`) |
+//! | `rankserve_ranker_cache_bytes`, `rankserve_ranker_cache_budget_bytes` | gauge | `cache` |
+//! | `rankserve_gpu_fallback_total` | counter | `stage`, `reason` |
+
+use std::sync::OnceLock;
+use std::time::Instant;
+
+use axum::extract::{MatchedPath, Request};
+use axum::middleware::Next;
+use axum::response::Response;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+
+use super::state::State;
+
+/// Seconds: 50 µs to 10 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0,
+    2.5, 10.0,
+];
+/// Counts (documents or requests per batch).
+const SIZE_BUCKETS: &[f64] = &[
+    1.0, 2.0, 5.0, 10.0, 20.0, 50.0, 100.0, 200.0, 500.0, 1000.0, 2000.0, 5000.0, 10000.0,
+];
+
+/// The process-wide Prometheus handle, installing the recorder on first use (a process has one
+/// global recorder; servers in one test binary share it).
+pub fn handle() -> &'static PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE.get_or_init(|| {
+        let builder = PrometheusBuilder::new()
+            .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+            .and_then(|b| {
+                b.set_buckets_for_metric(Matcher::Prefix("rankserve_batch_".into()), SIZE_BUCKETS)
+            });
+        let recorder = match builder {
+            Ok(builder) => builder.build_recorder(),
+            // Only an empty bucket list fails; the lists above are constant and non-empty.
+            Err(_) => PrometheusBuilder::new().build_recorder(),
+        };
+        let handle = recorder.handle();
+        if metrics::set_global_recorder(recorder).is_err() {
+            tracing::warn!("a metrics recorder was already installed; /metrics may be empty");
+        }
+        metrics::counter!("rankserve_gpu_fallback_total", "stage" => "rank", "reason" => "none")
+            .absolute(0);
+        handle
+    })
+}
+
+/// Middleware: request count and latency per matched route.
+pub async fn track(req: Request, next: Next) -> Response {
+    let route = req
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or("unmatched", |p| p.as_str())
+        .to_string();
+    let started = Instant::now();
+    let response = next.run(req).await;
+    let status = response.status().as_u16().to_string();
+    metrics::histogram!("rankserve_http_request_duration_seconds", "route" => route.clone())
+        .record(started.elapsed().as_secs_f64());
+    metrics::counter!("rankserve_http_requests_total", "route" => route, "status" => status)
+        .increment(1);
+    response
+}
+
+/// The Prometheus text, with the cache counters brought up to date.
+pub fn render(state: &State) -> String {
+    let (stats, resident, budget) = state.store.cache_stats();
+    metrics::counter!("rankserve_ranker_cache_hits_total", "cache" => "cpu").absolute(stats.hits);
+    metrics::counter!("rankserve_ranker_cache_misses_total", "cache" => "cpu")
+        .absolute(stats.misses);
+    metrics::counter!("rankserve_ranker_cache_evictions_total", "cache" => "cpu")
+        .absolute(stats.evictions);
+    metrics::gauge!("rankserve_ranker_cache_bytes", "cache" => "cpu").set(resident as f64);
+    metrics::gauge!("rankserve_ranker_cache_budget_bytes", "cache" => "cpu").set(budget as f64);
+    handle().render()
+}

@@ -1,0 +1,574 @@
+//! The router and its handlers (DESIGN §5 HTTP): public `v1` routes, admin ranker routes behind
+//! a bearer token, and the operations routes (`healthz`, `readyz`, `metrics`).
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Path, Request, State as Shared};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use tower::ServiceBuilder;
+use tower_http::catch_panic::CatchPanicLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
+use tower_http::timeout::RequestBodyTimeoutLayer;
+use tower_http::trace::TraceLayer;
+
+use super::api::{
+    Explanation, FeatureValues, LayerShape, RankRequest, RankResponse, RankerDescription,
+    RankerList, Readiness, Timings,
+};
+use super::batch::ScoreError;
+use super::codec::{negotiate_errors, read_body, Coded, Negotiated, Reply};
+use super::error::ApiError;
+use super::state::AppState;
+use super::store::{LoadedRanker, StoreError};
+use crate::config::Backend;
+use crate::rank::cpu::model_inputs;
+use crate::rank::fe::FeatureResolver;
+use crate::rank::model::{Activation, Input};
+
+/// How long a client may take to send its body.
+const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The application: every route, with request ids, tracing, metrics, error negotiation and a
+/// panic backstop.
+pub fn router(state: AppState) -> Router {
+    super::metrics::handle();
+    let admin = Router::new()
+        .route(
+            "/v1/rankers/{name}",
+            get(describe_ranker).put(put_ranker).delete(delete_ranker),
+        )
+        .route("/v1/rankers/{name}/load", post(load_ranker));
+    Router::new()
+        .route("/v1/rank", post(rank))
+        .route("/v1/rankers", get(list_rankers))
+        .merge(admin)
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(
+            ServiceBuilder::new()
+                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
+                .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
+                    let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
+                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
+                }))
+                .layer(PropagateRequestIdLayer::x_request_id())
+                .layer(axum::middleware::from_fn(super::metrics::track))
+                .layer(axum::middleware::from_fn(negotiate_errors))
+                .layer(CatchPanicLayer::custom(panic_response))
+                .layer(RequestBodyTimeoutLayer::new(BODY_TIMEOUT)),
+        )
+        .with_state(state)
+}
+
+fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
+    let what = panic
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| panic.downcast_ref::<&str>().copied())
+        .unwrap_or("(no message)");
+    ApiError::internal(format!("handler panicked: {what}")).into_response()
+}
+
+async fn not_found(req: Request) -> ApiError {
+    ApiError::NotFound {
+        method: req.method().to_string(),
+        path: req.uri().path().to_string(),
+    }
+}
+
+async fn method_not_allowed(req: Request) -> ApiError {
+    ApiError::MethodNotAllowed {
+        method: req.method().to_string(),
+        path: req.uri().path().to_string(),
+    }
+}
+
+fn store_error(err: StoreError) -> ApiError {
+    match err {
+        StoreError::BadName { name } => ApiError::BadRankerName { name },
+        StoreError::NotFound { name } => ApiError::UnknownRanker { name },
+        // A stored file that no longer loads is the server's fault; an upload's is the caller's
+        // (see `put_ranker`).
+        err @ (StoreError::Invalid { .. } | StoreError::Io { .. }) => ApiError::internal(err),
+    }
+}
+
+/// Loads (or finds) a ranker off the async runtime: a miss reads and parses a file.
+async fn ranker(state: &AppState, name: &str) -> Result<Arc<LoadedRanker>, ApiError> {
+    let (state, name) = (Arc::clone(state), name.to_string());
+    tokio::task::spawn_blocking(move || state.store.get(&name))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(store_error)
+}
+
+/// 403 when no token is configured, 401 unless `Authorization: Bearer TOKEN` matches it.
+fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    let Some(token) = state.config.admin_token.as_deref() else {
+        return Err(ApiError::AdminDisabled);
+    };
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or("");
+    if constant_time_eq(given.as_bytes(), token.as_bytes()) {
+        Ok(())
+    } else {
+        Err(ApiError::Unauthorized)
+    }
+}
+
+/// Compares without an early exit on the first differing byte (the length still shows).
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = (a.len() != b.len()) as u8;
+    for i in 0..a.len().max(b.len()) {
+        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+fn micros(d: Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
+}
+
+/// `POST /v1/rank`.
+async fn rank(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+    Coded { value: request, .. }: Coded<RankRequest>,
+) -> Result<Reply<RankResponse>, ApiError> {
+    let arrived = Instant::now();
+    let timeout_ms = request.timeout_ms.or(state.config.default_timeout_ms);
+    let deadline = timeout_ms.map(|ms| arrived + Duration::from_millis(ms));
+    let backend = request.backend.unwrap_or(state.config.backend);
+    if backend == Backend::Gpu {
+        return Err(ApiError::GpuUnavailable);
+    }
+    let loaded = ranker(&state, &request.ranker).await?;
+    let _place = state.admit(&request.ranker)?;
+    state.sample(&request);
+
+    let fe_started = Instant::now();
+    let (request, features) = {
+        let loaded = Arc::clone(&loaded);
+        tokio::task::spawn_blocking(move || {
+            let _stage = tracing::info_span!("fe", ranker = %loaded.name, documents = request.documents.len()).entered();
+            let features = feature_matrix(&request, &loaded);
+            (request, features)
+        })
+        .await
+        .map_err(ApiError::internal)?
+    };
+    let features = features?;
+    let fe_us = micros(fe_started.elapsed());
+    let n_docs = request.documents.len();
+    let kept = request.explain.then(|| features.clone());
+
+    let work = state.scorer.score(
+        Arc::clone(&loaded),
+        features,
+        deadline,
+        backend == Backend::Cpu,
+    );
+    let expired = || ApiError::DeadlineExceeded {
+        timeout_ms: timeout_ms.unwrap_or(0),
+    };
+    let scored = match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), work)
+            .await
+            .map_err(|_| expired())?,
+        None => work.await,
+    }
+    .map_err(|err| match err {
+        ScoreError::DeadlineExceeded => expired(),
+        ScoreError::Internal(detail) => ApiError::internal(detail),
+    })?;
+
+    let order = request.k.map(|k| top_k(&scored.scores, k));
+    let explain = kept.map(|features| explain(&loaded, &features));
+    metrics::counter!("rankserve_documents_ranked_total", "ranker" => loaded.name.clone())
+        .increment(n_docs as u64);
+    metrics::counter!("rankserve_backend_total", "backend" => "cpu").increment(1);
+    metrics::histogram!("rankserve_rank_duration_seconds", "ranker" => loaded.name.clone())
+        .record(arrived.elapsed().as_secs_f64());
+    Ok(Reply(
+        format,
+        RankResponse {
+            scores: scored
+                .scores
+                .iter()
+                .map(|&s| (!s.is_nan()).then_some(s))
+                .collect(),
+            order,
+            timings: Timings {
+                fe_us,
+                mit_us: None,
+                me_us: scored.eval_us,
+                queue_us: scored.queue_us,
+                total_us: micros(arrived.elapsed()),
+            },
+            backend: "cpu".to_string(),
+            explain,
+        },
+    ))
+}
+
+/// The request's documents as one row-major `n_docs × n_features` matrix.
+///
+/// # Errors
+/// [`ApiError::InvalidRequest`] naming the document index and field.
+fn feature_matrix(request: &RankRequest, loaded: &LoadedRanker) -> Result<Vec<f64>, ApiError> {
+    let names = &loaded.ranker.features;
+    let width = names.len();
+    let mut matrix = vec![f64::NAN; request.documents.len() * width];
+    let mut by_name: Option<HashMap<&str, usize>> = None;
+    let mut resolver: Option<FeatureResolver> = None;
+    let invalid = |msg: String| ApiError::InvalidRequest(msg);
+    for (i, doc) in request.documents.iter().enumerate() {
+        let row = &mut matrix[i * width..(i + 1) * width];
+        match (&doc.features, &doc.hits) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(format!(
+                    "documents[{i}]: give `features` or `hits`, not both"
+                )))
+            }
+            (None, None) => {
+                return Err(invalid(format!(
+                    "documents[{i}]: needs `features` or `hits`"
+                )))
+            }
+            (Some(FeatureValues::Vector(values)), None) => {
+                if values.len() != width {
+                    return Err(invalid(format!(
+                        "documents[{i}].features: expected {width} values (ranker {:?}'s features), got {}",
+                        loaded.name,
+                        values.len()
+                    )));
+                }
+                for (slot, value) in row.iter_mut().zip(values) {
+                    *slot = value.unwrap_or(f64::NAN);
+                }
+            }
+            (Some(FeatureValues::Named(values)), None) => {
+                let index = by_name.get_or_insert_with(|| {
+                    names
+                        .iter()
+                        .enumerate()
+                        .map(|(j, n)| (n.as_str(), j))
+                        .collect()
+                });
+                for (name, value) in values {
+                    let Some(&j) = index.get(name.as_str()) else {
+                        return Err(invalid(format!(
+                            "documents[{i}].features.{name}: unknown feature: ranker {:?} has no feature {name:?}",
+                            loaded.name
+                        )));
+                    };
+                    row[j] = value.unwrap_or(f64::NAN);
+                }
+            }
+            (None, Some(hits)) => {
+                let (Some(query), Some(stats)) = (&request.query, &request.stats) else {
+                    return Err(invalid(format!(
+                        "documents[{i}].hits: a request with hit documents needs `query` and `stats`"
+                    )));
+                };
+                if resolver.is_none() {
+                    resolver = Some(FeatureResolver::new(names).map_err(|err| {
+                        invalid(format!(
+                            "documents[{i}].hits: ranker {:?} cannot take hit documents, send `features`: {err}",
+                            loaded.name
+                        ))
+                    })?);
+                }
+                if let Some(resolver) = &resolver {
+                    resolver.extract(query, stats, hits, row).map_err(|err| {
+                        invalid(format!("documents[{i}].hits: {}", err.at_index(i)))
+                    })?;
+                }
+            }
+        }
+    }
+    Ok(matrix)
+}
+
+/// Indices of the `k` best scores, best first, ties by smaller index, NaN last.
+fn top_k(scores: &[f64], k: usize) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..scores.len()).collect();
+    let key = |i: &usize| {
+        (
+            scores[*i].is_nan(),
+            std::cmp::Reverse(OrdF64(scores[*i])),
+            *i,
+        )
+    };
+    let k = k.min(order.len());
+    if k < order.len() && k > 0 {
+        order.select_nth_unstable_by_key(k - 1, key);
+        order.truncate(k);
+    }
+    order.sort_unstable_by_key(key);
+    order.truncate(k);
+    order
+}
+
+/// `f64` under `total_cmp` (every comparison, `PartialOrd` included, so NaN keys are equal).
+struct OrdF64(f64);
+impl PartialEq for OrdF64 {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other).is_eq()
+    }
+}
+impl Eq for OrdF64 {}
+impl PartialOrd for OrdF64 {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for OrdF64 {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.0.total_cmp(&other.0)
+    }
+}
+
+fn explain(loaded: &LoadedRanker, features: &[f64]) -> Vec<Explanation> {
+    let width = loaded.ranker.features.len().max(1);
+    features
+        .chunks(width)
+        .map(|row| Explanation {
+            features: row.iter().map(|&v| (!v.is_nan()).then_some(v)).collect(),
+            inputs: model_inputs(&loaded.ranker, row)
+                .into_iter()
+                .map(|v| (!v.is_nan()).then_some(v))
+                .collect(),
+        })
+        .collect()
+}
+
+/// `GET /v1/rankers`.
+async fn list_rankers(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+) -> Result<Reply<RankerList>, ApiError> {
+    let rankers = state.store.list().map_err(store_error)?;
+    Ok(Reply(format, RankerList { rankers }))
+}
+
+/// `GET /v1/rankers/{name}`.
+async fn describe_ranker(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+    Path(name): Path<String>,
+) -> Result<Reply<RankerDescription>, ApiError> {
+    let loaded = ranker(&state, &name).await?;
+    Ok(Reply(
+        format,
+        describe(&loaded, state.store.is_resident(&name)),
+    ))
+}
+
+fn describe(loaded: &LoadedRanker, resident_cpu: bool) -> RankerDescription {
+    let mut inputs = BTreeMap::new();
+    for input in &loaded.ranker.inputs {
+        let kind = match input {
+            Input::Linear { .. } => "linear",
+            Input::LogLinear { .. } => "loglinear",
+            Input::Bucket { .. } => "bucket",
+            Input::FreeForm(_) => "freeform",
+            Input::Tree(_) => "tree",
+            Input::Dummy => "dummy",
+        };
+        *inputs.entry(kind.to_string()).or_insert(0) += 1;
+    }
+    let layers = loaded
+        .ranker
+        .layers
+        .iter()
+        .map(|layer| LayerShape {
+            inputs: layer.inputs,
+            outputs: layer.outputs,
+            activation: match layer.activation {
+                Activation::Identity => "identity",
+                Activation::Relu => "relu",
+                Activation::Tanh => "tanh",
+                Activation::Sigmoid => "sigmoid",
+            }
+            .to_string(),
+        })
+        .collect();
+    RankerDescription {
+        name: loaded.name.clone(),
+        features: loaded.ranker.features.clone(),
+        inputs,
+        layers,
+        trees: loaded.ranker.ensemble.as_ref().map_or(0, |e| e.trees.len()),
+        bytes: loaded.bytes,
+        file_bytes: loaded.file_bytes,
+        resident: if resident_cpu {
+            vec!["cpu".to_string()]
+        } else {
+            Vec::new()
+        },
+        crossover: None,
+    }
+}
+
+/// `PUT /v1/rankers/{name}` (admin): the body is a native, LightGBM or XGBoost ranker file.
+async fn put_ranker(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+    Path(name): Path<String>,
+    req: Request,
+) -> Result<Reply<RankerDescription>, ApiError> {
+    authorize(&state, req.headers())?;
+    let (parts, body) = req.into_parts();
+    let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
+    let shared = Arc::clone(&state);
+    let loaded = tokio::task::spawn_blocking(move || shared.store.put(&name, &bytes))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(|err| match err {
+            StoreError::Invalid { name, source } => ApiError::BadRanker {
+                name,
+                reason: source.to_string(),
+            },
+            other => store_error(other),
+        })?;
+    tracing::info!(ranker = %loaded.name, version = loaded.version, "ranker replaced");
+    Ok(Reply(
+        format,
+        describe(&loaded, state.store.is_resident(&loaded.name)),
+    ))
+}
+
+/// `DELETE /v1/rankers/{name}` (admin).
+async fn delete_ranker(
+    Shared(state): Shared<AppState>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<StatusCode, ApiError> {
+    authorize(&state, &headers)?;
+    let shared = Arc::clone(&state);
+    tokio::task::spawn_blocking(move || shared.store.delete(&name))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(store_error)?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /v1/rankers/{name}/load` (admin): re-reads the file into the cache.
+async fn load_ranker(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+) -> Result<Reply<RankerDescription>, ApiError> {
+    authorize(&state, &headers)?;
+    let shared = Arc::clone(&state);
+    let loaded = tokio::task::spawn_blocking(move || shared.store.reload(&name))
+        .await
+        .map_err(ApiError::internal)?
+        .map_err(store_error)?;
+    Ok(Reply(
+        format,
+        describe(&loaded, state.store.is_resident(&loaded.name)),
+    ))
+}
+
+fn readiness(state: &AppState) -> Readiness {
+    Readiness {
+        ready: state.is_ready(),
+        rankers_loaded: state
+            .store
+            .list()
+            .map_or(0, |l| l.iter().filter(|r| r.resident_cpu).count()),
+        gpu: state.gpu_probe(),
+    }
+}
+
+/// `GET /healthz`: the process answers.
+async fn healthz(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+) -> Reply<Readiness> {
+    Reply(format, readiness(&state))
+}
+
+/// `GET /readyz`: 503 until the rankers are loaded and the GPU probe has finished.
+async fn readyz(Shared(state): Shared<AppState>, Negotiated(format): Negotiated) -> Response {
+    let readiness = readiness(&state);
+    let status = if readiness.ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, Reply(format, readiness)).into_response()
+}
+
+/// `GET /metrics`: Prometheus text.
+async fn metrics(Shared(state): Shared<AppState>) -> Response {
+    let text = super::metrics::render(&state);
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4"),
+        )],
+        text,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The naive reference: a full stable sort.
+    fn top_k_naive(scores: &[f64], k: usize) -> Vec<usize> {
+        let mut order: Vec<usize> = (0..scores.len()).collect();
+        order.sort_by(|&a, &b| {
+            scores[a]
+                .is_nan()
+                .cmp(&scores[b].is_nan())
+                .then(scores[b].total_cmp(&scores[a]))
+                .then(a.cmp(&b))
+        });
+        order.truncate(k);
+        order
+    }
+
+    #[test]
+    fn top_k_breaks_ties_by_index_and_puts_nan_last() {
+        let scores = [1.0, 3.0, f64::NAN, 3.0, 2.0];
+        assert_eq!(top_k(&scores, 3), [1, 3, 4]);
+        assert_eq!(top_k(&scores, 10), [1, 3, 4, 0, 2]);
+        assert_eq!(top_k(&scores, 0), Vec::<usize>::new());
+    }
+
+    proptest! {
+        #[test]
+        fn top_k_matches_full_sort(
+            scores in proptest::collection::vec(prop_oneof![(-3i8..3).prop_map(f64::from), Just(f64::NAN)], 0..40),
+            k in 0usize..45,
+        ) {
+            prop_assert_eq!(top_k(&scores, k), top_k_naive(&scores, k));
+        }
+    }
+
+    #[test]
+    fn constant_time_eq_compares_whole_strings() {
+        assert!(constant_time_eq(b"abc", b"abc"));
+        assert!(!constant_time_eq(b"abc", b"abd"));
+        assert!(!constant_time_eq(b"abc", b"abcd"));
+        assert!(!constant_time_eq(b"", b"a"));
+    }
+}

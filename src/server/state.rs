@@ -1,0 +1,187 @@
+//! The state shared by every handler: configuration, the ranker store, the scorer, admission
+//! (a bounded number of requests per ranker), readiness and the request sampler.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use parking_lot::Mutex;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::api::RankRequest;
+use super::batch::{BatchConfig, Scorer};
+use super::codec::Format;
+use super::error::ApiError;
+use super::store::{RankerStore, StoreError};
+use crate::config::{Config, Sampling};
+
+/// What handlers share.
+pub type AppState = Arc<State>;
+
+/// The shared state; see the module docs.
+pub struct State {
+    pub config: Config,
+    pub store: RankerStore,
+    pub scorer: Scorer,
+    admission: Mutex<HashMap<String, Arc<Semaphore>>>,
+    ready: AtomicBool,
+    gpu_probe: Mutex<Option<String>>,
+    sampler: Option<Sampler>,
+}
+
+/// What `/readyz` says while the GPU probe has not run: this build has no GPU backend.
+pub const NO_GPU_BACKEND: &str = "no GPU backend in this build";
+
+impl State {
+    /// The state for `config`: opens the store (creating the directory) and the sample log.
+    /// Not ready until [`State::warm_up`] has run.
+    ///
+    /// # Errors
+    /// The store's directory or the sample log cannot be created.
+    pub fn new(config: Config) -> Result<AppState, StateError> {
+        let store = RankerStore::open(&config.rankers, config.cpu_cache_bytes)?;
+        let scorer = Scorer::new(BatchConfig {
+            window: Duration::from_micros(config.batch_window_us),
+            max_docs: config.max_batch_docs,
+            threads: config.cpu_threads,
+        });
+        let sampler = config.sampling.as_ref().map(Sampler::open).transpose()?;
+        Ok(Arc::new(State {
+            config,
+            store,
+            scorer,
+            admission: Mutex::new(HashMap::new()),
+            ready: AtomicBool::new(false),
+            gpu_probe: Mutex::new(None),
+            sampler,
+        }))
+    }
+
+    /// Loads every ranker of the store into the CPU cache (a bad file is logged and skipped:
+    /// requests for it answer 500 until it is replaced), runs the GPU probe, and marks the
+    /// server ready. Blocking: run it off the async runtime.
+    pub fn warm_up(&self) {
+        match self.store.list() {
+            Ok(rankers) => {
+                for stored in rankers {
+                    match self.store.get(&stored.name) {
+                        Ok(loaded) => {
+                            tracing::info!(ranker = %loaded.name, bytes = loaded.bytes, "ranker loaded")
+                        }
+                        Err(err) => {
+                            tracing::error!(ranker = %stored.name, error = %err, "ranker not loaded")
+                        }
+                    }
+                }
+            }
+            Err(err) => tracing::error!(error = %err, "cannot list the rankers directory"),
+        }
+        *self.gpu_probe.lock() = Some(NO_GPU_BACKEND.to_string());
+        tracing::info!(gpu = NO_GPU_BACKEND, "GPU probe finished");
+        self.ready.store(true, Ordering::Release);
+    }
+
+    /// Whether [`State::warm_up`] has finished.
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Acquire)
+    }
+
+    /// What the GPU probe found, once it has run.
+    pub fn gpu_probe(&self) -> Option<String> {
+        self.gpu_probe.lock().clone()
+    }
+
+    /// A place in `ranker`'s queue, held until the reply is written.
+    ///
+    /// # Errors
+    /// [`ApiError::Overloaded`] when `queue_capacity` requests for it are in flight.
+    pub fn admit(&self, ranker: &str) -> Result<OwnedSemaphorePermit, ApiError> {
+        let capacity = self.config.queue_capacity;
+        let semaphore = Arc::clone(
+            self.admission
+                .lock()
+                .entry(ranker.to_string())
+                .or_insert_with(|| Arc::new(Semaphore::new(capacity))),
+        );
+        semaphore
+            .try_acquire_owned()
+            .map_err(|_| ApiError::Overloaded {
+                ranker: ranker.to_string(),
+                capacity,
+                retry_after_s: 1,
+            })
+    }
+
+    /// Records `request` in the sample log with the configured probability.
+    pub fn sample(&self, request: &RankRequest) {
+        if let Some(sampler) = &self.sampler {
+            sampler.maybe_record(request);
+        }
+    }
+}
+
+/// Why the state could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("cannot open the sample log {path}: {source}")]
+    SampleLog {
+        path: std::path::PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// Appends a random fraction of live `/v1/rank` requests to a request log (the format
+/// `rankserve replay` reads).
+struct Sampler {
+    rate: f64,
+    format: Format,
+    out: Mutex<std::io::BufWriter<std::fs::File>>,
+}
+
+impl Sampler {
+    fn open(sampling: &Sampling) -> Result<Sampler, StateError> {
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&sampling.path)
+            .map_err(|source| StateError::SampleLog {
+                path: sampling.path.clone(),
+                source,
+            })?;
+        Ok(Sampler {
+            rate: sampling.rate,
+            format: log_format_of(&sampling.path),
+            out: Mutex::new(std::io::BufWriter::new(file)),
+        })
+    }
+
+    fn maybe_record(&self, request: &RankRequest) {
+        if rand::random::<f64>() >= self.rate {
+            return;
+        }
+        let mut frame = match self.format.encode(request) {
+            Ok(frame) => frame,
+            Err(err) => return tracing::warn!(error = %err, "request not sampled"),
+        };
+        if self.format == Format::Json {
+            frame.push(b'\n');
+        }
+        let mut out = self.out.lock();
+        if let Err(err) = out.write_all(&frame).and_then(|()| out.flush()) {
+            tracing::warn!(error = %err, "writing the sample log failed");
+        }
+    }
+}
+
+/// The format of a request log by its extension: `.jsonl` is JSON Lines, anything else
+/// concatenated MessagePack objects.
+pub fn log_format_of(path: &std::path::Path) -> Format {
+    match path.extension().and_then(|e| e.to_str()) {
+        Some("jsonl") => Format::Json,
+        _ => Format::Msgpack,
+    }
+}

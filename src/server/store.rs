@@ -1,0 +1,337 @@
+//! The ranker store: ranker files `NAME.json` in one directory, and a CPU-side cache of parsed
+//! rankers under a byte budget ([`ByteLru`]), loaded lazily on a miss.
+//!
+//! An upload is validated fully ([`load_any`]: native, LightGBM or XGBoost) before anything is
+//! replaced, then written to a temporary file in the same directory, fsynced, renamed over the
+//! old file and the directory fsynced: a crash leaves the old file or the new one, never half of
+//! one, and a bad upload never replaces a good one. The cache hands out `Arc`s, so a request in
+//! flight finishes on the version it started with while a replacement is swapped in.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use crate::gpu::lru::{ByteLru, LruStats};
+use crate::rank::import::load_any;
+use crate::rank::model::{Ensemble, Input, Node, Ranker, Tree};
+use crate::rank::RankerError;
+
+/// A parsed ranker as the server holds it.
+#[derive(Debug)]
+pub struct LoadedRanker {
+    /// Its store name (the file stem).
+    pub name: String,
+    pub ranker: Ranker,
+    /// Estimated bytes of the parsed ranker in memory (what the cache budget counts).
+    pub bytes: u64,
+    /// Size of its file.
+    pub file_bytes: u64,
+    /// Distinguishes versions of one name (a new number per load).
+    pub version: u64,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("invalid ranker name {name:?}: expected 1 to 64 characters of A-Z a-z 0-9 _ -")]
+    BadName { name: String },
+    #[error("no ranker named {name:?}")]
+    NotFound { name: String },
+    #[error("ranker {name:?}: {source}")]
+    Invalid { name: String, source: RankerError },
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+}
+
+/// One entry of [`RankerStore::list`].
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoredRanker {
+    pub name: String,
+    pub file_bytes: u64,
+    /// Whether a parsed copy is in the CPU cache.
+    pub resident_cpu: bool,
+}
+
+/// Whether `name` is a valid store name: `[A-Za-z0-9_-]{1,64}`.
+pub fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// Estimated heap + inline bytes of a parsed ranker (what the cache budget counts).
+pub fn estimate_bytes(ranker: &Ranker) -> u64 {
+    fn tree_bytes(tree: &Tree) -> usize {
+        tree.nodes.len() * size_of::<Node>()
+            + tree
+                .nodes
+                .iter()
+                .map(|node| match node {
+                    Node::Split(split) => match &split.decision {
+                        crate::rank::model::Decision::In(categories) => categories.len() * 4,
+                        _ => 0,
+                    },
+                    Node::Leaf(_) => 0,
+                })
+                .sum::<usize>()
+    }
+    let features: usize = ranker
+        .features
+        .iter()
+        .map(|f| size_of::<String>() + f.len())
+        .sum();
+    let inputs: usize = ranker
+        .inputs
+        .iter()
+        .map(|input| {
+            size_of::<Input>()
+                + match input {
+                    Input::Tree(tree) => tree_bytes(tree),
+                    // The expression tree is small next to the source; count the source twice.
+                    Input::FreeForm(ff) => 2 * ff.source.len(),
+                    _ => 0,
+                }
+        })
+        .sum();
+    let layers: usize = ranker
+        .layers
+        .iter()
+        .map(|l| 4 * (l.weights.len() + l.bias.len()) + 64)
+        .sum();
+    let ensemble = ranker
+        .ensemble
+        .as_ref()
+        .map_or(0, |Ensemble { trees, .. }| {
+            trees
+                .iter()
+                .map(|t| size_of::<Tree>() + tree_bytes(t))
+                .sum()
+        });
+    (size_of::<Ranker>() + features + inputs + layers + ensemble) as u64
+}
+
+/// Rankers on disk and their CPU cache.
+pub struct RankerStore {
+    dir: PathBuf,
+    cache: Mutex<ByteLru<String, LoadedRanker>>,
+    /// Serializes writes and cache misses per store, so a miss never re-inserts a version
+    /// older than one a concurrent upload just wrote.
+    write_lock: Mutex<()>,
+    next_version: AtomicU64,
+}
+
+impl RankerStore {
+    /// A store over `dir` (created if missing) with a CPU cache of `cache_budget_bytes`.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] when the directory cannot be created.
+    pub fn open(dir: &Path, cache_budget_bytes: u64) -> Result<RankerStore, StoreError> {
+        std::fs::create_dir_all(dir).map_err(|source| StoreError::Io {
+            path: dir.to_path_buf(),
+            source,
+        })?;
+        Ok(RankerStore {
+            dir: dir.to_path_buf(),
+            cache: Mutex::new(ByteLru::new(cache_budget_bytes)),
+            write_lock: Mutex::new(()),
+            next_version: AtomicU64::new(1),
+        })
+    }
+
+    /// The store's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path_of(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("{name}.json"))
+    }
+
+    fn check_name(name: &str) -> Result<(), StoreError> {
+        if valid_name(name) {
+            Ok(())
+        } else {
+            Err(StoreError::BadName {
+                name: name.to_string(),
+            })
+        }
+    }
+
+    /// The rankers on disk, by name.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] when the directory cannot be listed.
+    pub fn list(&self) -> Result<Vec<StoredRanker>, StoreError> {
+        let io = |source| StoreError::Io {
+            path: self.dir.clone(),
+            source,
+        };
+        let mut out = Vec::new();
+        for entry in std::fs::read_dir(&self.dir).map_err(io)? {
+            let entry = entry.map_err(io)?;
+            let path = entry.path();
+            let Some(name) = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(".json"))
+            else {
+                continue;
+            };
+            if !valid_name(name) {
+                continue;
+            }
+            let file_bytes = entry.metadata().map_err(io)?.len();
+            let resident_cpu = self.cache.lock().contains(name);
+            out.push(StoredRanker {
+                name: name.to_string(),
+                file_bytes,
+                resident_cpu,
+            });
+        }
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(out)
+    }
+
+    /// Whether `name` is in the CPU cache (not an access).
+    pub fn is_resident(&self, name: &str) -> bool {
+        self.cache.lock().contains(name)
+    }
+
+    /// The ranker `name`, from the cache or (on a miss) parsed from its file and cached.
+    ///
+    /// # Errors
+    /// [`StoreError::BadName`], [`StoreError::NotFound`], or the file's own [`StoreError::Invalid`]
+    /// / [`StoreError::Io`].
+    pub fn get(&self, name: &str) -> Result<Arc<LoadedRanker>, StoreError> {
+        Self::check_name(name)?;
+        if let Some(hit) = self.cache.lock().get(name) {
+            return Ok(hit);
+        }
+        let _writing = self.write_lock.lock();
+        // Loaded by a concurrent miss while this one waited?
+        if let Some(hit) = self.cache.lock().get(name) {
+            return Ok(hit);
+        }
+        self.load_locked(name)
+    }
+
+    /// Re-reads `name` from its file and replaces the cached copy.
+    ///
+    /// # Errors
+    /// As [`RankerStore::get`].
+    pub fn reload(&self, name: &str) -> Result<Arc<LoadedRanker>, StoreError> {
+        Self::check_name(name)?;
+        let _writing = self.write_lock.lock();
+        self.load_locked(name)
+    }
+
+    fn load_locked(&self, name: &str) -> Result<Arc<LoadedRanker>, StoreError> {
+        let path = self.path_of(name);
+        let bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::NotFound {
+                    name: name.to_string(),
+                })
+            }
+            Err(source) => return Err(StoreError::Io { path, source }),
+        };
+        let ranker = load_any(&bytes).map_err(|source| StoreError::Invalid {
+            name: name.to_string(),
+            source,
+        })?;
+        Ok(self.cache_insert(name, ranker, bytes.len() as u64))
+    }
+
+    fn cache_insert(&self, name: &str, ranker: Ranker, file_bytes: u64) -> Arc<LoadedRanker> {
+        let loaded = Arc::new(LoadedRanker {
+            name: name.to_string(),
+            bytes: estimate_bytes(&ranker),
+            ranker,
+            file_bytes,
+            version: self.next_version.fetch_add(1, Ordering::Relaxed),
+        });
+        let evicted = self
+            .cache
+            .lock()
+            .insert(name.to_string(), Arc::clone(&loaded), loaded.bytes);
+        for (evicted_name, _) in evicted {
+            tracing::info!(ranker = %evicted_name, "ranker evicted from the CPU cache");
+        }
+        loaded
+    }
+
+    /// Validates `bytes` (native, LightGBM or XGBoost) and, only if valid, stores them as
+    /// `name` atomically and swaps the cached copy.
+    ///
+    /// # Errors
+    /// [`StoreError::BadName`], [`StoreError::Invalid`] (nothing was written), [`StoreError::Io`].
+    pub fn put(&self, name: &str, bytes: &[u8]) -> Result<Arc<LoadedRanker>, StoreError> {
+        Self::check_name(name)?;
+        let ranker = load_any(bytes).map_err(|source| StoreError::Invalid {
+            name: name.to_string(),
+            source,
+        })?;
+        let _writing = self.write_lock.lock();
+        let path = self.path_of(name);
+        let io = |source| StoreError::Io {
+            path: path.clone(),
+            source,
+        };
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".upload-")
+            .suffix(".tmp")
+            .tempfile_in(&self.dir)
+            .map_err(io)?;
+        tmp.write_all(bytes).map_err(io)?;
+        tmp.as_file().sync_all().map_err(io)?;
+        tmp.persist(&path).map_err(|e| io(e.error))?;
+        self.sync_dir()?;
+        Ok(self.cache_insert(name, ranker, bytes.len() as u64))
+    }
+
+    /// Deletes `name`'s file and cached copy (requests in flight keep theirs).
+    ///
+    /// # Errors
+    /// [`StoreError::BadName`], [`StoreError::NotFound`], [`StoreError::Io`].
+    pub fn delete(&self, name: &str) -> Result<(), StoreError> {
+        Self::check_name(name)?;
+        let _writing = self.write_lock.lock();
+        let path = self.path_of(name);
+        match std::fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Err(StoreError::NotFound {
+                    name: name.to_string(),
+                })
+            }
+            Err(source) => return Err(StoreError::Io { path, source }),
+        }
+        self.cache.lock().remove(name);
+        self.sync_dir()
+    }
+
+    fn sync_dir(&self) -> Result<(), StoreError> {
+        let io = |source| StoreError::Io {
+            path: self.dir.clone(),
+            source,
+        };
+        std::fs::File::open(&self.dir)
+            .map_err(io)?
+            .sync_all()
+            .map_err(io)
+    }
+
+    /// CPU cache counters, resident bytes and budget.
+    pub fn cache_stats(&self) -> (LruStats, u64, u64) {
+        let cache = self.cache.lock();
+        (cache.stats(), cache.resident_bytes(), cache.budget_bytes())
+    }
+}

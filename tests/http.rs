@@ -1,0 +1,858 @@
+//! The HTTP service: routes through `oneshot` on `server::router(state)`, and real servers on
+//! `127.0.0.1:0` for concurrency, overload and graceful shutdown.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{header, Request, StatusCode};
+use axum::Router;
+use http_body_util::BodyExt;
+use rand::{Rng, SeedableRng};
+use tower::ServiceExt;
+
+use rankserve::config::Config;
+use rankserve::rank::cpu::score_batch;
+use rankserve::rank::fe::{
+    feature_names, synth_corpus_stats, synth_hit_documents, synth_query, FeatureResolver,
+};
+use rankserve::rank::format::{to_native_json, validate};
+use rankserve::rank::model::{
+    Activation, Decision, Ensemble, Input, Layer, Missing, Node, Ranker, Split, Tree,
+};
+use rankserve::server::api::{
+    FeatureValues, RankDocument, RankRequest, RankResponse, RankerDescription,
+};
+use rankserve::server::error::ErrorBody;
+use rankserve::server::{router, AppState, State};
+
+const TOKEN: &str = "test-token";
+
+fn split(feature: u32, threshold: f64, left: u32, right: u32) -> Node {
+    Node::Split(Split {
+        feature,
+        decision: Decision::LeF64(threshold),
+        missing: Missing::Nan,
+        default_left: true,
+        left,
+        right,
+    })
+}
+
+/// A small ranker over the first four FE catalogue features (so hit documents work too):
+/// every input type but FreeForm, one tanh layer, and a two-tree ensemble scaled by `bias`.
+fn test_ranker(bias: f64) -> Ranker {
+    let features: Vec<String> = feature_names()[..4].to_vec();
+    let tree = Tree {
+        nodes: vec![split(3, 0.5, 1, 2), Node::Leaf(-0.25), Node::Leaf(0.75)],
+    };
+    let ranker = Ranker {
+        features,
+        inputs: vec![
+            Input::Linear {
+                feature: 0,
+                slope: 0.5,
+                intercept: 0.1,
+            },
+            Input::LogLinear {
+                feature: 1,
+                slope: 0.3,
+                intercept: 0.0,
+            },
+            Input::Bucket {
+                feature: 2,
+                lower: 0.0,
+                upper: 2.0,
+            },
+            Input::Tree(tree.clone()),
+        ],
+        layers: vec![Layer {
+            inputs: 4,
+            outputs: 1,
+            weights: vec![0.4, -0.2, 0.3, 0.9],
+            bias: vec![0.05],
+            activation: Activation::Tanh,
+        }],
+        ensemble: Some(Ensemble {
+            trees: vec![
+                tree,
+                Tree {
+                    nodes: vec![split(0, 1.5, 1, 2), Node::Leaf(bias), Node::Leaf(-bias)],
+                },
+            ],
+            base_score: 0.5,
+        }),
+    };
+    validate(&ranker).expect("test ranker is valid");
+    ranker
+}
+
+struct TestServer {
+    state: AppState,
+    app: Router,
+    _dir: tempfile::TempDir,
+}
+
+fn server_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("small.json"),
+        to_native_json(&test_ranker(0.125)),
+    )
+    .unwrap();
+    let mut config = Config {
+        rankers: dir.path().to_path_buf(),
+        admin_token: Some(TOKEN.into()),
+        ..Config::default()
+    };
+    config.cpu_threads = 2;
+    tweak(&mut config);
+    let state = State::new(config).unwrap();
+    state.warm_up();
+    let app = router(Arc::clone(&state));
+    TestServer {
+        state,
+        app,
+        _dir: dir,
+    }
+}
+
+fn server() -> TestServer {
+    server_with(|_| {})
+}
+
+fn random_features(n_docs: usize, width: usize, seed: u64) -> Vec<f64> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..n_docs * width)
+        .map(|i| {
+            if i % 17 == 5 {
+                f64::NAN
+            } else {
+                rng.random_range(-1.0..3.0)
+            }
+        })
+        .collect()
+}
+
+fn rank_request(ranker: &str, features: &[f64], width: usize) -> RankRequest {
+    RankRequest {
+        ranker: ranker.into(),
+        documents: features
+            .chunks(width)
+            .enumerate()
+            .map(|(i, row)| RankDocument {
+                id: Some(format!("d{i}")),
+                features: Some(FeatureValues::Vector(
+                    row.iter().map(|&v| (!v.is_nan()).then_some(v)).collect(),
+                )),
+                hits: None,
+            })
+            .collect(),
+        query: None,
+        stats: None,
+        k: None,
+        backend: None,
+        explain: false,
+        timeout_ms: None,
+    }
+}
+
+fn post(uri: &str, content_type: &str, body: Vec<u8>) -> Request<Body> {
+    Request::post(uri)
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(body))
+        .unwrap()
+}
+
+fn json(request: &impl serde::Serialize) -> Vec<u8> {
+    serde_json::to_vec(request).unwrap()
+}
+
+async fn send(
+    app: &Router,
+    request: Request<Body>,
+) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
+    let response = app.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let headers = response.headers().clone();
+    let bytes = response
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
+    (status, headers, bytes)
+}
+
+/// Sends `request` and checks the error status, code and exact message (JSON body).
+async fn expect_error(
+    app: &Router,
+    request: Request<Body>,
+    status: StatusCode,
+    code: &str,
+    message: &str,
+) {
+    let (got, _, body) = send(app, request).await;
+    let body: ErrorBody = serde_json::from_slice(&body).unwrap_or_else(|e| {
+        panic!(
+            "error body is not JSON ({e}): {}",
+            String::from_utf8_lossy(&body)
+        )
+    });
+    assert_eq!(
+        (got, body.error.code.as_str(), body.error.message.as_str()),
+        (status, code, message)
+    );
+}
+
+fn expected_scores(ranker: &Ranker, features: &[f64]) -> Vec<Option<f64>> {
+    score_batch(ranker, features, 1)
+        .into_iter()
+        .map(|s| (!s.is_nan()).then_some(s))
+        .collect()
+}
+
+#[tokio::test]
+async fn rank_in_json_and_msgpack_equals_score_batch() {
+    let s = server();
+    let features = random_features(50, 4, 7);
+    let mut request = rank_request("small", &features, 4);
+    request.k = Some(5);
+    request.explain = true;
+    let want = expected_scores(&test_ranker(0.125), &features);
+
+    let (status, headers, body) =
+        send(&s.app, post("/v1/rank", "application/json", json(&request))).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(headers[header::CONTENT_TYPE], "application/json");
+    let reply: RankResponse = serde_json::from_slice(&body).unwrap();
+    assert_eq!(reply.scores, want);
+    assert_eq!(reply.backend, "cpu");
+    let order = reply.order.unwrap();
+    assert_eq!(order.len(), 5);
+    let key = |i: usize| want[i].unwrap_or(f64::NEG_INFINITY);
+    assert!(order
+        .windows(2)
+        .all(|w| key(w[0]) > key(w[1]) || (key(w[0]) == key(w[1]) && w[0] < w[1])));
+    let explain = reply.explain.unwrap();
+    assert_eq!(explain.len(), 50);
+    assert_eq!(explain[1].features.len(), 4);
+    assert_eq!(explain[1].inputs.len(), 4);
+
+    for content_type in [
+        "application/msgpack",
+        "application/x-msgpack",
+        "application/vnd.msgpack",
+    ] {
+        let body = rmp_serde::to_vec_named(&request).unwrap();
+        let (status, headers, body) = send(&s.app, post("/v1/rank", content_type, body)).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(headers[header::CONTENT_TYPE], "application/msgpack");
+        let reply: RankResponse = rmp_serde::from_slice(&body).unwrap();
+        assert_eq!(reply.scores, want);
+    }
+
+    // Accept wins over the request's own type.
+    let request = Request::post("/v1/rank")
+        .header(header::CONTENT_TYPE, "application/msgpack")
+        .header(header::ACCEPT, "application/json")
+        .body(Body::from(
+            rmp_serde::to_vec_named(&rank_request("small", &features, 4)).unwrap(),
+        ))
+        .unwrap();
+    let (status, headers, body) = send(&s.app, request).await;
+    assert_eq!(
+        (status, &headers[header::CONTENT_TYPE]),
+        (StatusCode::OK, &"application/json".parse().unwrap())
+    );
+    assert_eq!(
+        serde_json::from_slice::<RankResponse>(&body)
+            .unwrap()
+            .scores,
+        want
+    );
+}
+
+#[tokio::test]
+async fn named_features_and_hit_documents_rank_like_their_vectors() {
+    let s = server();
+    let ranker = test_ranker(0.125);
+    // By name: absent names are missing.
+    let named = serde_json::json!({"ranker": "small", "documents": [
+        {"features": {ranker.features[0].clone(): 2.0, ranker.features[3].clone(): 1.0}}]});
+    let (status, _, body) = send(&s.app, post("/v1/rank", "application/json", json(&named))).await;
+    assert_eq!(status, StatusCode::OK);
+    let reply: RankResponse = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        reply.scores,
+        expected_scores(&ranker, &[2.0, f64::NAN, f64::NAN, 1.0])
+    );
+
+    // Hits: the server's feature extraction equals the resolver's.
+    let docs = synth_hit_documents(20, 3, 11);
+    let (query, stats) = (synth_query(3, 11), synth_corpus_stats());
+    let resolver = FeatureResolver::new(&ranker.features).unwrap();
+    let mut features = vec![0.0; 20 * 4];
+    resolver
+        .extract_batch(&query, &stats, &docs, &mut features, 1)
+        .unwrap();
+    let request = RankRequest {
+        ranker: "small".into(),
+        documents: docs
+            .into_iter()
+            .map(|h| RankDocument {
+                id: None,
+                features: None,
+                hits: Some(h),
+            })
+            .collect(),
+        query: Some(query),
+        stats: Some(stats),
+        ..rank_request("small", &[], 4)
+    };
+    let body = rmp_serde::to_vec_named(&request).unwrap();
+    let (status, _, body) = send(&s.app, post("/v1/rank", "application/msgpack", body)).await;
+    assert_eq!(status, StatusCode::OK);
+    let reply: RankResponse = rmp_serde::from_slice(&body).unwrap();
+    assert_eq!(reply.scores, expected_scores(&ranker, &features));
+}
+
+#[tokio::test]
+async fn every_client_error_status_with_its_body() {
+    let s = server_with(|c| c.body_limit_bytes = 4096);
+    let ok = json(&rank_request("small", &random_features(2, 4, 1), 4));
+
+    expect_error(
+        &s.app,
+        post("/v1/rank", "text/plain", ok.clone()),
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        "unsupported_media_type",
+        "unsupported Content-Type \"text/plain\": expected application/json or application/msgpack (also application/x-msgpack, application/vnd.msgpack)",
+    )
+    .await;
+
+    // Announced as 1 GB: refused on the header, before any body is read.
+    let huge = Request::post("/v1/rank")
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CONTENT_LENGTH, "1000000000")
+        .body(Body::from(ok.clone()))
+        .unwrap();
+    expect_error(
+        &s.app,
+        huge,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "request body of 1000000000 bytes is over the limit of 4096 bytes",
+    )
+    .await;
+    // Not announced (chunked): refused while reading.
+    let stream = futures_body(vec![b' '; 5000]);
+    let chunked = Request::post("/v1/rank")
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(stream)
+        .unwrap();
+    expect_error(
+        &s.app,
+        chunked,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload_too_large",
+        "request body of more than 4096 bytes is over the limit of 4096 bytes",
+    )
+    .await;
+
+    expect_error(
+        &s.app,
+        post("/v1/rank", "application/json", b"{\"ranker\": \"small\",\n \"documents\": [1,]}".to_vec()),
+        StatusCode::BAD_REQUEST,
+        "bad_body",
+        "JSON body does not parse: invalid type: integer `1`, expected struct RankDocument at line 2 column 16",
+    )
+    .await;
+
+    let short = serde_json::json!({"ranker": "small", "documents": [{"features": [1, 2, 3, 4]}, {"features": [1, 2, 3]}]});
+    expect_error(
+        &s.app,
+        post("/v1/rank", "application/json", json(&short)),
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        "documents[1].features: expected 4 values (ranker \"small\"'s features), got 3",
+    )
+    .await;
+
+    let unknown =
+        serde_json::json!({"ranker": "small", "documents": [{"features": {"no.such": 1.0}}]});
+    expect_error(
+        &s.app,
+        post("/v1/rank", "application/json", json(&unknown)),
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        "documents[0].features.no.such: unknown feature: ranker \"small\" has no feature \"no.such\"",
+    )
+    .await;
+
+    let bad_hit = serde_json::json!({"ranker": "small", "query": {"terms": 2, "idf": [1.0, 2.0]},
+        "stats": {"avg_length": {"body": 100.0}},
+        "documents": [{"features": [1, 2, 3, 4]}, {"hits": {"streams": {"body": {"length": 10, "phrases": [[[0, 1], [5, 2]]]}}}}]});
+    let (status, _, body) =
+        send(&s.app, post("/v1/rank", "application/json", json(&bad_hit))).await;
+    let body: ErrorBody = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (status, body.error.code.as_str()),
+        (StatusCode::BAD_REQUEST, "invalid_request")
+    );
+    assert!(
+        body.error
+            .message
+            .starts_with("documents[1].hits: document 1, streams.body.phrases[0][1]: term index 5"),
+        "{}",
+        body.error.message
+    );
+
+    expect_error(
+        &s.app,
+        post(
+            "/v1/rank",
+            "application/json",
+            json(&rank_request("nope", &[], 4)),
+        ),
+        StatusCode::NOT_FOUND,
+        "unknown_ranker",
+        "no ranker named \"nope\"",
+    )
+    .await;
+
+    let mut gpu = rank_request("small", &random_features(1, 4, 1), 4);
+    gpu.backend = Some(rankserve::config::Backend::Gpu);
+    expect_error(
+        &s.app,
+        post("/v1/rank", "application/json", json(&gpu)),
+        StatusCode::SERVICE_UNAVAILABLE,
+        "gpu_unavailable",
+        "backend=gpu asked for, but there is no GPU backend in this build",
+    )
+    .await;
+
+    let mut expired = rank_request("small", &random_features(3, 4, 1), 4);
+    expired.timeout_ms = Some(0);
+    expect_error(
+        &s.app,
+        post("/v1/rank", "application/json", json(&expired)),
+        StatusCode::GATEWAY_TIMEOUT,
+        "deadline_exceeded",
+        "deadline of 0 ms exceeded",
+    )
+    .await;
+
+    let put = |auth: Option<&str>| {
+        let mut builder = Request::put("/v1/rankers/other");
+        if let Some(auth) = auth {
+            builder = builder.header(header::AUTHORIZATION, auth);
+        }
+        builder
+            .body(Body::from(to_native_json(&test_ranker(1.0))))
+            .unwrap()
+    };
+    let unauthorized = "admin route needs `Authorization: Bearer TOKEN` with the configured token";
+    expect_error(
+        &s.app,
+        put(None),
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        unauthorized,
+    )
+    .await;
+    expect_error(
+        &s.app,
+        put(Some("Bearer wrong")),
+        StatusCode::UNAUTHORIZED,
+        "unauthorized",
+        unauthorized,
+    )
+    .await;
+    let disabled = server_with(|c| c.admin_token = None);
+    expect_error(
+        &disabled.app,
+        put(Some("Bearer test-token")),
+        StatusCode::FORBIDDEN,
+        "admin_disabled",
+        "admin routes are disabled: no admin token is configured (admin_token / RANKSERVE_ADMIN_TOKEN)",
+    )
+    .await;
+
+    expect_error(
+        &s.app,
+        Request::get("/v2/nothing").body(Body::empty()).unwrap(),
+        StatusCode::NOT_FOUND,
+        "not_found",
+        "no route for GET /v2/nothing",
+    )
+    .await;
+}
+
+/// A body without Content-Length, sent in 1000-byte chunks.
+fn futures_body(bytes: Vec<u8>) -> Body {
+    struct Chunks(Vec<bytes::Bytes>);
+    impl hyper::body::Body for Chunks {
+        type Data = bytes::Bytes;
+        type Error = std::convert::Infallible;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<bytes::Bytes>, Self::Error>>>
+        {
+            std::task::Poll::Ready(
+                self.0
+                    .pop()
+                    .map(|chunk| Ok(hyper::body::Frame::data(chunk))),
+            )
+        }
+    }
+    Body::new(Chunks(
+        bytes
+            .chunks(1000)
+            .rev()
+            .map(bytes::Bytes::copy_from_slice)
+            .collect(),
+    ))
+}
+
+#[tokio::test]
+async fn errors_follow_the_negotiated_format_and_request_ids_are_echoed() {
+    let s = server();
+    let request = Request::post("/v1/rank")
+        .header(header::CONTENT_TYPE, "application/msgpack")
+        .header("x-request-id", "abc-123")
+        .body(Body::from(
+            rmp_serde::to_vec_named(&rank_request("nope", &[], 4)).unwrap(),
+        ))
+        .unwrap();
+    let (status, headers, body) = send(&s.app, request).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(headers["x-request-id"], "abc-123");
+    assert_eq!(headers[header::CONTENT_TYPE], "application/msgpack");
+    let body: ErrorBody = rmp_serde::from_slice(&body).unwrap();
+    assert_eq!(body.error.code, "unknown_ranker");
+    // Generated when absent.
+    let (_, headers, _) = send(
+        &s.app,
+        Request::get("/healthz").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(headers["x-request-id"].len(), 36);
+}
+
+#[tokio::test]
+async fn bad_upload_leaves_the_old_ranker_serving_and_good_upload_replaces_it() {
+    let s = server();
+    let features = random_features(10, 4, 3);
+    let rank = || {
+        post(
+            "/v1/rank",
+            "application/json",
+            json(&rank_request("small", &features, 4)),
+        )
+    };
+    let before: RankResponse = serde_json::from_slice(&send(&s.app, rank()).await.2).unwrap();
+    let file = s.state.store.dir().join("small.json");
+    let on_disk = std::fs::read(&file).unwrap();
+
+    let put = |body: String| {
+        Request::put("/v1/rankers/small")
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+            .body(Body::from(body))
+            .unwrap()
+    };
+    let mut broken = test_ranker(0.125);
+    broken.layers[0].bias = vec![0.0, 1.0]; // two biases for one output
+    let (status, _, body) = send(&s.app, put(to_native_json(&broken))).await;
+    let body: ErrorBody = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        (status, body.error.code.as_str()),
+        (StatusCode::BAD_REQUEST, "bad_ranker")
+    );
+    assert!(
+        body.error
+            .message
+            .starts_with("ranker \"small\" is invalid: "),
+        "{}",
+        body.error.message
+    );
+    let (status, _, body) = send(&s.app, put("{\"format\": \"rankserve-ranker\", ".into())).await;
+    assert_eq!(
+        status,
+        StatusCode::BAD_REQUEST,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
+
+    assert_eq!(std::fs::read(&file).unwrap(), on_disk);
+    let after: RankResponse = serde_json::from_slice(&send(&s.app, rank()).await.2).unwrap();
+    assert_eq!(after.scores, before.scores);
+    let leftovers: Vec<_> = std::fs::read_dir(s.state.store.dir())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "{leftovers:?}");
+
+    // A good upload swaps in at once.
+    let replacement = test_ranker(2.0);
+    let (status, _, body) = send(&s.app, put(to_native_json(&replacement))).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let description: RankerDescription = serde_json::from_slice(&body).unwrap();
+    assert_eq!(description.features, replacement.features);
+    assert_eq!(description.trees, 2);
+    assert_eq!(description.resident, ["cpu"]);
+    let replaced: RankResponse = serde_json::from_slice(&send(&s.app, rank()).await.2).unwrap();
+    assert_eq!(replaced.scores, expected_scores(&replacement, &features));
+    assert_ne!(replaced.scores, before.scores);
+
+    // Delete, then it is gone.
+    let delete = Request::delete("/v1/rankers/small")
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(send(&s.app, delete).await.0, StatusCode::NO_CONTENT);
+    assert_eq!(send(&s.app, rank()).await.0, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn ops_routes_describe_list_ready_and_metrics() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("small.json"),
+        to_native_json(&test_ranker(0.125)),
+    )
+    .unwrap();
+    let state = State::new(Config {
+        rankers: dir.path().to_path_buf(),
+        ..Config::default()
+    })
+    .unwrap();
+    let app = router(Arc::clone(&state));
+    let get = |uri: &str| Request::get(uri).body(Body::empty()).unwrap();
+    assert_eq!(
+        send(&app, get("/readyz")).await.0,
+        StatusCode::SERVICE_UNAVAILABLE
+    );
+    assert_eq!(send(&app, get("/healthz")).await.0, StatusCode::OK);
+    state.warm_up();
+    let (status, _, body) = send(&app, get("/readyz")).await;
+    assert_eq!(status, StatusCode::OK);
+    let ready: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(
+        ready,
+        serde_json::json!({"ready": true, "rankers_loaded": 1, "gpu": "no GPU backend in this build"})
+    );
+
+    let (_, _, body) = send(&app, get("/v1/rankers")).await;
+    let list: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(list["rankers"][0]["name"], "small");
+    let (_, _, body) = send(&app, get("/v1/rankers/small")).await;
+    let description: RankerDescription = serde_json::from_slice(&body).unwrap();
+    assert_eq!(description.features, test_ranker(0.125).features);
+    assert_eq!(description.inputs.get("tree"), Some(&1));
+    assert_eq!(description.layers.len(), 1);
+    assert_eq!(description.crossover, None);
+
+    send(
+        &app,
+        post(
+            "/v1/rank",
+            "application/json",
+            json(&rank_request("small", &random_features(3, 4, 2), 4)),
+        ),
+    )
+    .await;
+    let (status, _, body) = send(&app, get("/metrics")).await;
+    let text = String::from_utf8(body).unwrap();
+    assert_eq!(status, StatusCode::OK);
+    for name in [
+        "rankserve_http_requests_total",
+        "rankserve_http_request_duration_seconds_bucket",
+        "rankserve_rank_duration_seconds_bucket",
+        "rankserve_documents_ranked_total",
+        "rankserve_backend_total",
+        "rankserve_batch_documents_bucket",
+        "rankserve_ranker_cache_hits_total",
+        "rankserve_gpu_fallback_total",
+    ] {
+        assert!(text.contains(name), "{name} missing from /metrics:\n{text}");
+    }
+}
+
+/// A real server on a loopback port; `shutdown` stops it.
+struct Live {
+    addr: std::net::SocketAddr,
+    shutdown: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<std::io::Result<()>>,
+    _server: TestServer,
+}
+
+async fn live(tweak: impl FnOnce(&mut Config)) -> Live {
+    let server = server_with(tweak);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (shutdown, stop) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(rankserve::server::serve(
+        listener,
+        Arc::clone(&server.state),
+        async {
+            let _ = stop.await;
+        },
+    ));
+    Live {
+        addr,
+        shutdown,
+        task,
+        _server: server,
+    }
+}
+
+type Client = hyper_util::client::legacy::Client<
+    hyper_util::client::legacy::connect::HttpConnector,
+    http_body_util::Full<bytes::Bytes>,
+>;
+
+fn client() -> Client {
+    hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
+}
+
+async fn post_live(
+    client: &Client,
+    addr: std::net::SocketAddr,
+    request: &RankRequest,
+) -> (StatusCode, Vec<u8>) {
+    let request = Request::post(format!("http://{addr}/v1/rank"))
+        .header(header::CONTENT_TYPE, "application/msgpack")
+        .body(http_body_util::Full::new(bytes::Bytes::from(
+            rmp_serde::to_vec_named(request).unwrap(),
+        )))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status();
+    (
+        status,
+        response
+            .into_body()
+            .collect()
+            .await
+            .unwrap()
+            .to_bytes()
+            .to_vec(),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sixty_four_concurrent_clients_are_batched_and_all_correct() {
+    let live = live(|c| {
+        c.batch_window_us = 2000;
+        c.max_batch_docs = 400;
+    })
+    .await;
+    let ranker = test_ranker(0.125);
+    let client = client();
+    let mut tasks = Vec::new();
+    for i in 0..64u64 {
+        let (client, addr, ranker) = (client.clone(), live.addr, ranker.clone());
+        tasks.push(tokio::spawn(async move {
+            let features = random_features(1 + (i as usize * 7) % 40, 4, 100 + i);
+            let (status, body) =
+                post_live(&client, addr, &rank_request("small", &features, 4)).await;
+            assert_eq!(status, StatusCode::OK, "client {i}");
+            let reply: RankResponse = rmp_serde::from_slice(&body).unwrap();
+            assert_eq!(
+                reply.scores,
+                expected_scores(&ranker, &features),
+                "client {i}"
+            );
+        }));
+    }
+    for task in tasks {
+        task.await.unwrap();
+    }
+    // Some batch merged several requests (the recorder is shared by this binary's tests, so
+    // this shows batching happened, not how much of it was this test's).
+    let metrics = rankserve::server::metrics::handle().render();
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split_whitespace().last())
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    assert!(value("rankserve_batch_requests_sum") > value("rankserve_batch_requests_count"));
+    let _ = live.shutdown.send(());
+    live.task.await.unwrap().unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn full_queue_is_503_overloaded_with_retry_after() {
+    let live = live(|c| {
+        c.queue_capacity = 1;
+        c.batch_window_us = 400_000; // the first request waits in its batch
+    })
+    .await;
+    let client = client();
+    let first = {
+        let (client, addr) = (client.clone(), live.addr);
+        tokio::spawn(async move {
+            post_live(
+                &client,
+                addr,
+                &rank_request("small", &random_features(2, 4, 1), 4),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let request = Request::post(format!("http://{}/v1/rank", live.addr))
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(json(
+            &rank_request("small", &random_features(2, 4, 2), 4),
+        ))))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+    let body: ErrorBody =
+        serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
+    assert_eq!(body.error.code, "overloaded");
+    assert_eq!(
+        body.error.message,
+        "the queue for ranker \"small\" is full (1 requests); retry after 1 s"
+    );
+    assert_eq!(first.await.unwrap().0, StatusCode::OK);
+    let _ = live.shutdown.send(());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn shutdown_with_requests_in_flight_loses_none() {
+    let live = live(|c| c.batch_window_us = 300_000).await;
+    let client = client();
+    let ranker = test_ranker(0.125);
+    let mut tasks = Vec::new();
+    for i in 0..16u64 {
+        let (client, addr, ranker) = (client.clone(), live.addr, ranker.clone());
+        tasks.push(tokio::spawn(async move {
+            let features = random_features(3, 4, i);
+            let (status, body) =
+                post_live(&client, addr, &rank_request("small", &features, 4)).await;
+            assert_eq!(status, StatusCode::OK);
+            let reply: RankResponse = rmp_serde::from_slice(&body).unwrap();
+            assert_eq!(reply.scores, expected_scores(&ranker, &features));
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await; // all sent, waiting in the batch
+    let _ = live.shutdown.send(());
+    for task in tasks {
+        task.await.unwrap();
+    }
+    tokio::time::timeout(Duration::from_secs(5), live.task)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+}

@@ -61,8 +61,3 @@ pub fn exit_code(result: CmdResult) -> i32 {
     let _ = writeln!(std::io::stderr(), "rankserve: {err:#}");
     code
 }
-
-/// The error a command family returns until its issue lands.
-pub fn not_built(what: &str) -> CmdResult {
-    Err(Failure::Other(anyhow::anyhow!("`{what}` is not built yet")))
-}

@@ -18,6 +18,12 @@ for t in carry/tests/*; do
   summary+=("tests/$name: $status ($passed passed, $failed failed)")
   [ "$status" = FAIL ] && grep -E "^(test .* FAILED|---- |thread .* panicked)" -A4 "$out/test-$name.log" | head -40
 done
+# The fallback path: every GPU call fails, every answer must still be the CPU's.
+if RANKSERVE_FAULT_GPU=1 carry/tests/main gpu_fault --test-threads 1 >"$out/test-fault.log" 2>&1; then
+  summary+=("fault injection (RANKSERVE_FAULT_GPU=1): pass")
+else
+  summary+=("fault injection (RANKSERVE_FAULT_GPU=1): FAIL"); tail -30 "$out/test-fault.log"
+fi
 for cmd in "$@"; do
   log="$out/bench-$(echo "$cmd" | tr -c 'A-Za-z0-9' '_' | cut -c1-60).log"
   echo "== rankserve $cmd" | tee "$log"

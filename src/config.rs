@@ -15,6 +15,7 @@
 //! | `body_limit_bytes` | `RANKSERVE_BODY_LIMIT_BYTES` | 64 MiB |
 //! | `cpu_cache_bytes` | `RANKSERVE_CPU_CACHE_BYTES` | 1 GiB |
 //! | `cpu_threads` | `RANKSERVE_CPU_THREADS` | the machine's parallelism |
+//! | `gpu_cache_bytes` | `RANKSERVE_GPU_CACHE_BYTES` | 4 GiB (device copies of rankers) |
 //! | `queue_capacity` | `RANKSERVE_QUEUE_CAPACITY` | 256 requests per ranker |
 //! | `batch_window_us` | `RANKSERVE_BATCH_WINDOW_US` | 200 (0 turns batching off) |
 //! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 4096 |
@@ -148,6 +149,8 @@ pub struct Config {
     pub body_limit_bytes: usize,
     pub cpu_cache_bytes: u64,
     pub cpu_threads: usize,
+    /// Budget of the GPU ranker cache (device memory).
+    pub gpu_cache_bytes: u64,
     pub queue_capacity: usize,
     /// 0: batching off.
     pub batch_window_us: u64,
@@ -170,6 +173,7 @@ impl Default for Config {
             body_limit_bytes: 64 << 20,
             cpu_cache_bytes: 1 << 30,
             cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            gpu_cache_bytes: 4 << 30,
             queue_capacity: 256,
             batch_window_us: 200,
             max_batch_docs: 4096,
@@ -194,6 +198,7 @@ pub struct Layer {
     pub body_limit_bytes: Option<String>,
     pub cpu_cache_bytes: Option<String>,
     pub cpu_threads: Option<String>,
+    pub gpu_cache_bytes: Option<String>,
     pub queue_capacity: Option<String>,
     pub batch_window_us: Option<String>,
     pub max_batch_docs: Option<String>,
@@ -236,6 +241,7 @@ impl Layer {
             body_limit_bytes: lookup("RANKSERVE_BODY_LIMIT_BYTES"),
             cpu_cache_bytes: lookup("RANKSERVE_CPU_CACHE_BYTES"),
             cpu_threads: lookup("RANKSERVE_CPU_THREADS"),
+            gpu_cache_bytes: lookup("RANKSERVE_GPU_CACHE_BYTES"),
             queue_capacity: lookup("RANKSERVE_QUEUE_CAPACITY"),
             batch_window_us: lookup("RANKSERVE_BATCH_WINDOW_US"),
             max_batch_docs: lookup("RANKSERVE_MAX_BATCH_DOCS"),
@@ -327,6 +333,11 @@ impl Resolver {
         if let Some(v) = layer.cpu_threads {
             c.cpu_threads = parse("cpu_threads", &v, "an integer in 1..=1024", source, |n| {
                 (1..=1024).contains(n)
+            })?;
+        }
+        if let Some(v) = layer.gpu_cache_bytes {
+            c.gpu_cache_bytes = parse("gpu_cache_bytes", &v, "a byte count ≥ 1", source, |n| {
+                *n >= 1
             })?;
         }
         if let Some(v) = layer.queue_capacity {

@@ -11,7 +11,7 @@ use http_body_util::BodyExt;
 use rand::{Rng, SeedableRng};
 use tower::ServiceExt;
 
-use rankserve::config::Config;
+use rankserve::config::{Backend, Config};
 use rankserve::rank::cpu::score_batch;
 use rankserve::rank::fe::{
     feature_names, synth_corpus_stats, synth_hit_documents, synth_query, FeatureResolver,
@@ -106,6 +106,8 @@ fn server_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
         ..Config::default()
     };
     config.cpu_threads = 2;
+    // Bit-exact comparisons with the CPU reference: GPU tests opt in to `auto` or `gpu`.
+    config.backend = Backend::Cpu;
     tweak(&mut config);
     let state = State::new(config).unwrap();
     state.warm_up();
@@ -423,13 +425,13 @@ async fn every_client_error_status_with_its_body() {
     .await;
 
     let mut gpu = rank_request("small", &random_features(1, 4, 1), 4);
-    gpu.backend = Some(rankserve::config::Backend::Gpu);
+    gpu.backend = Some(Backend::Gpu);
     expect_error(
         &s.app,
         post("/v1/rank", "application/json", json(&gpu)),
         StatusCode::SERVICE_UNAVAILABLE,
         "gpu_unavailable",
-        "backend=gpu asked for, but there is no GPU backend in this build",
+        "backend=gpu asked for, but this server has no usable GPU (see /readyz for why); use backend=auto or cpu",
     )
     .await;
 
@@ -626,6 +628,7 @@ async fn ops_routes_describe_list_ready_and_metrics() {
     .unwrap();
     let state = State::new(Config {
         rankers: dir.path().to_path_buf(),
+        backend: Backend::Cpu,
         ..Config::default()
     })
     .unwrap();
@@ -642,7 +645,7 @@ async fn ops_routes_describe_list_ready_and_metrics() {
     let ready: serde_json::Value = serde_json::from_slice(&body).unwrap();
     assert_eq!(
         ready,
-        serde_json::json!({"ready": true, "rankers_loaded": 1, "gpu": "no GPU backend in this build"})
+        serde_json::json!({"ready": true, "rankers_loaded": 1, "gpu": "not probed: the configured backend is cpu"})
     );
 
     let (_, _, body) = send(&app, get("/v1/rankers")).await;
@@ -855,4 +858,109 @@ async fn shutdown_with_requests_in_flight_loses_none() {
         .unwrap()
         .unwrap()
         .unwrap();
+}
+
+/// Scores equal within DESIGN §2's NN tolerance (the test ranker has a tanh layer).
+fn assert_close(got: &[Option<f64>], want: &[Option<f64>]) {
+    assert_eq!(got.len(), want.len());
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let (g, w) = (g.unwrap(), w.unwrap());
+        assert!(
+            (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+            "document {i}: GPU {g} vs CPU {w}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn gpu_backend_ranks_like_the_cpu_and_reports_itself() {
+    if rankserve::gpu::device::device_for_tests("gpu_backend_ranks_like_the_cpu").is_none() {
+        return;
+    }
+    if std::env::var("RANKSERVE_FAULT_GPU").is_ok_and(|v| v == "1") {
+        return eprintln!(
+            "skipped under RANKSERVE_FAULT_GPU=1 (see gpu_fault_falls_back_to_the_cpu)"
+        );
+    }
+    let s = server_with(|c| c.backend = Backend::Auto);
+    assert!(s.state.has_gpu());
+    let features = random_features(300, 4, 11);
+    let want = expected_scores(&test_ranker(0.125), &features);
+    for backend in [Backend::Gpu, Backend::Cpu] {
+        let mut request = rank_request("small", &features, 4);
+        request.backend = Some(backend);
+        let (status, _, body) =
+            send(&s.app, post("/v1/rank", "application/json", json(&request))).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let reply: RankResponse = serde_json::from_slice(&body).unwrap();
+        assert_eq!(reply.backend, backend.to_string());
+        match backend {
+            Backend::Cpu => assert_eq!(reply.scores, want),
+            _ => assert_close(&reply.scores, &want),
+        }
+    }
+    // Warm-up uploaded the ranker and measured its crossover.
+    let (_, _, body) = send(
+        &s.app,
+        Request::get("/v1/rankers/small")
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    let description: RankerDescription = serde_json::from_slice(&body).unwrap();
+    assert_eq!(description.resident, ["cpu", "gpu"]);
+    let crossover = description.crossover.expect("crossover measured at load");
+    assert!(!crossover.points.is_empty());
+}
+
+#[tokio::test]
+async fn ranker_over_the_gpu_budget_is_ranked_on_the_cpu() {
+    if rankserve::gpu::device::device_for_tests("ranker_over_the_gpu_budget").is_none() {
+        return;
+    }
+    let s = server_with(|c| {
+        c.backend = Backend::Auto;
+        c.gpu_cache_bytes = 1;
+    });
+    let features = random_features(64, 4, 12);
+    let mut request = rank_request("small", &features, 4);
+    request.backend = Some(Backend::Gpu);
+    let (status, _, body) =
+        send(&s.app, post("/v1/rank", "application/json", json(&request))).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let reply: RankResponse = serde_json::from_slice(&body).unwrap();
+    assert_eq!(reply.backend, "cpu");
+    assert_eq!(
+        reply.scores,
+        expected_scores(&test_ranker(0.125), &features)
+    );
+}
+
+/// Meaningful under `RANKSERVE_FAULT_GPU=1` (scripts/gpu-run.sh runs it so): every GPU call
+/// fails, and the caller still gets the CPU's answer.
+#[tokio::test]
+async fn gpu_fault_falls_back_to_the_cpu() {
+    if std::env::var("RANKSERVE_FAULT_GPU").is_err() {
+        return eprintln!("gpu_fault_falls_back_to_the_cpu: runs under RANKSERVE_FAULT_GPU=1");
+    }
+    if rankserve::gpu::device::device_for_tests("gpu_fault_falls_back_to_the_cpu").is_none() {
+        return;
+    }
+    let s = server_with(|c| c.backend = Backend::Auto);
+    let features = random_features(500, 4, 13);
+    for backend in [Backend::Gpu, Backend::Auto] {
+        let mut request = rank_request("small", &features, 4);
+        request.backend = Some(backend);
+        let (status, _, body) =
+            send(&s.app, post("/v1/rank", "application/json", json(&request))).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let reply: RankResponse = serde_json::from_slice(&body).unwrap();
+        assert_eq!(reply.backend, "cpu");
+        assert_eq!(
+            reply.scores,
+            expected_scores(&test_ranker(0.125), &features)
+        );
+    }
+    let metrics = rankserve::server::metrics::handle().render();
+    assert!(metrics.contains("rankserve_gpu_fallback_total{stage=\"rank\",reason=\"gpu_error\"}"));
 }

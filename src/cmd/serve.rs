@@ -44,6 +44,9 @@ pub struct Args {
     /// Threads used to score one batch [default: the machine's].
     #[arg(long)]
     cpu_threads: Option<String>,
+    /// Memory budget of the GPU ranker cache [default: 4294967296].
+    #[arg(long)]
+    gpu_cache_bytes: Option<String>,
     /// Requests admitted per ranker before 503 overloaded [default: 256].
     #[arg(long)]
     queue_capacity: Option<String>,
@@ -80,6 +83,7 @@ impl Args {
             body_limit_bytes: self.body_limit_bytes,
             cpu_cache_bytes: self.cpu_cache_bytes,
             cpu_threads: self.cpu_threads,
+            gpu_cache_bytes: self.gpu_cache_bytes,
             queue_capacity: self.queue_capacity,
             batch_window_us: self.batch_window_us,
             max_batch_docs: self.max_batch_docs,

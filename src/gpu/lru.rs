@@ -79,6 +79,15 @@ impl<K: Eq + Hash + Clone, V> ByteLru<K, V> {
         }
     }
 
+    /// The value under `key` without marking it used or counting a hit or miss.
+    pub fn peek<Q>(&self, key: &Q) -> Option<&Arc<V>>
+    where
+        K: Borrow<Q>,
+        Q: Eq + Hash + ?Sized,
+    {
+        self.slots.get(key).map(|slot| &slot.value)
+    }
+
     /// Whether `key` is resident; does not count as an access.
     pub fn contains<Q>(&self, key: &Q) -> bool
     where
@@ -167,6 +176,7 @@ mod tests {
         assert!(lru.insert("a", Arc::new(1), 10).is_empty());
         assert!(lru.insert("b", Arc::new(2), 10).is_empty());
         assert!(lru.insert("c", Arc::new(3), 10).is_empty());
+        assert_eq!(lru.peek("b").map(|v| **v), Some(2)); // not an access: b stays the oldest
         assert_eq!(lru.get("a").as_deref(), Some(&1)); // b is now the oldest
         let evicted = lru.insert("d", Arc::new(4), 15);
         let keys: Vec<_> = evicted.iter().map(|(k, _)| *k).collect();

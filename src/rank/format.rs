@@ -708,7 +708,7 @@ pub fn to_native_json(ranker: &Ranker) -> String {
             ",\n  \"ensemble\": {{\"base_score\": {}, \"trees\": [",
             f64_str(e.base_score)
         );
-        let trees: Vec<String> = e.trees.iter().map(|t| tree_json(t)).collect();
+        let trees: Vec<String> = e.trees.iter().map(tree_json).collect();
         push_list(&mut out, "    ", trees.into_iter());
         out.push_str("]}");
     }

@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::Backend;
 use crate::rank::fe::{CorpusStats, HitDocument, QueryInfo};
+use crate::rank::gpu::crossover::Crossover;
 
 /// `POST /v1/rank` request.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -109,10 +110,12 @@ pub struct RankerDescription {
     /// Estimated bytes in memory, parsed.
     pub bytes: u64,
     pub file_bytes: u64,
-    /// Where a parsed copy is resident (`cpu`, later `gpu`).
+    /// Where a copy is resident: `cpu` (parsed, in the CPU cache), `gpu` (in the GPU cache).
     pub resident: Vec<String>,
-    /// Documents per batch above which the GPU is faster; `null` until measured on a GPU.
-    pub crossover: Option<u64>,
+    /// The measured CPU/GPU crossover: `docs`, the batch size from which the GPU is faster
+    /// (`null` when it never was), and the timings it was decided from; `null` until measured
+    /// (there is no GPU, or the ranker has not been used since it loaded).
+    pub crossover: Option<Crossover>,
 }
 
 /// The shape of one NN layer.

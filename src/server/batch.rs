@@ -2,10 +2,10 @@
 //!
 //! Requests for the same ranker (the same loaded version) that arrive within the batch window
 //! are merged into one feature matrix of at most `max_batch_docs` rows, scored by one
-//! `score_batch` call and split back. Each ranker has a dedicated OS thread that collects and
+//! evaluation and split back. Each ranker has a dedicated OS thread that collects and
 //! scores its batches: a thread can wait on its channel with microsecond precision
 //! (`recv_timeout`), where tokio's timer has a 1 ms granularity, and a running batch never holds
-//! an async worker. A document's score never depends on its batch-mates: `score_batch` scores
+//! an async worker. A document's score never depends on its batch-mates: both backends score
 //! rows independently.
 //!
 //! Work nobody will read is skipped: a job whose caller has gone (its deadline fired and the
@@ -13,6 +13,9 @@
 //!
 //! Bypass (scored at once on tokio's blocking pool): batching off (window 0), `backend=cpu`,
 //! and requests that fill a batch on their own (at least `max_batch_docs` documents).
+//!
+//! A batch runs on the backend its first request asked for (requests with another `backend`
+//! open the next batch); [`Engines`] picks CPU or GPU for `auto` from the batch's size.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -22,8 +25,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
+use super::engine::{Engines, Ran};
 use super::store::LoadedRanker;
-use crate::rank::cpu::score_batch;
+use crate::config::Backend;
 
 /// Batching parameters.
 #[derive(Debug, Clone, Copy)]
@@ -32,7 +36,7 @@ pub struct BatchConfig {
     pub window: Duration,
     /// Most documents in one batch.
     pub max_docs: usize,
-    /// Threads `score_batch` uses.
+    /// Threads CPU scoring uses.
     pub threads: usize,
 }
 
@@ -48,6 +52,8 @@ pub struct Scored {
     /// Documents and requests of that batch.
     pub batch_docs: usize,
     pub batch_requests: usize,
+    /// The backend that evaluated the batch.
+    pub backend: Ran,
 }
 
 /// Why a request was not scored.
@@ -63,6 +69,7 @@ struct Job {
     ranker: Arc<LoadedRanker>,
     features: Vec<f64>,
     n_docs: usize,
+    backend: Backend,
     deadline: Option<Instant>,
     submitted: Instant,
     reply: oneshot::Sender<Result<Scored, ScoreError>>,
@@ -71,6 +78,7 @@ struct Job {
 /// Scores requests directly or through per-ranker batching threads.
 pub struct Scorer {
     config: BatchConfig,
+    engines: Arc<Engines>,
     queues: Mutex<HashMap<String, mpsc::Sender<Job>>>,
 }
 
@@ -78,8 +86,14 @@ impl Scorer {
     pub fn new(config: BatchConfig) -> Scorer {
         Scorer {
             config,
+            engines: Arc::new(Engines::new(config.threads)),
             queues: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The backends batches run on.
+    pub fn engines(&self) -> &Arc<Engines> {
+        &self.engines
     }
 
     /// Whether batching is on.
@@ -87,8 +101,9 @@ impl Scorer {
         !self.config.window.is_zero()
     }
 
-    /// Scores `features` (`n_docs × ranker.features.len()`, row-major) with `ranker`, batched
-    /// with other requests unless `bypass` (or the request is big enough on its own).
+    /// Scores `features` (`n_docs × ranker.features.len()`, row-major) with `ranker` on
+    /// `backend`, batched with other requests unless `bypass` (the request asked for the CPU
+    /// itself) or the request is big enough on its own.
     ///
     /// # Errors
     /// [`ScoreError::DeadlineExceeded`] when `deadline` passed before the work started.
@@ -97,17 +112,14 @@ impl Scorer {
         ranker: Arc<LoadedRanker>,
         features: Vec<f64>,
         deadline: Option<Instant>,
+        backend: Backend,
         bypass: bool,
     ) -> Result<Scored, ScoreError> {
         let n_features = ranker.ranker.features.len();
-        let n_docs = if n_features == 0 {
-            0
-        } else {
-            features.len() / n_features
-        };
+        let n_docs = features.len().checked_div(n_features).unwrap_or(0);
         let submitted = Instant::now();
         if bypass || !self.batching() || n_docs >= self.config.max_docs {
-            let threads = self.config.threads;
+            let engines = Arc::clone(&self.engines);
             return tokio::task::spawn_blocking(move || {
                 if deadline.is_some_and(|d| Instant::now() >= d) {
                     return Err(ScoreError::DeadlineExceeded);
@@ -116,13 +128,14 @@ impl Scorer {
                 let _stage =
                     tracing::debug_span!("score", ranker = %ranker.name, documents = n_docs)
                         .entered();
-                let scores = score_batch(&ranker.ranker, &features, threads);
+                let (scores, ran) = engines.evaluate(&ranker, &features, n_docs, backend);
                 Ok(Scored {
                     scores,
                     queue_us: micros(started - submitted),
                     eval_us: micros(started.elapsed()),
                     batch_docs: n_docs,
                     batch_requests: 1,
+                    backend: ran,
                 })
             })
             .await
@@ -133,6 +146,7 @@ impl Scorer {
             ranker,
             features,
             n_docs,
+            backend,
             deadline,
             submitted,
             reply,
@@ -151,10 +165,10 @@ impl Scorer {
             return Ok(queue.clone());
         }
         let (send, receive) = mpsc::channel();
-        let config = self.config;
+        let (config, engines) = (self.config, Arc::clone(&self.engines));
         std::thread::Builder::new()
             .name(format!("batch-{name}"))
-            .spawn(move || run_batches(receive, config))
+            .spawn(move || run_batches(receive, config, &engines))
             .map_err(|e| ScoreError::Internal(format!("spawning a batch thread: {e}")))?;
         queues.insert(name.to_string(), send.clone());
         Ok(send)
@@ -166,7 +180,7 @@ fn micros(d: Duration) -> u64 {
 }
 
 /// A batch thread: collect, drop the expired, score, split, repeat until the scorer is dropped.
-fn run_batches(queue: mpsc::Receiver<Job>, config: BatchConfig) {
+fn run_batches(queue: mpsc::Receiver<Job>, config: BatchConfig, engines: &Engines) {
     let mut carried: Option<Job> = None;
     loop {
         let first = match carried.take() {
@@ -184,19 +198,23 @@ fn run_batches(queue: mpsc::Receiver<Job>, config: BatchConfig) {
             let Ok(job) = queue.recv_timeout(wait) else {
                 break;
             };
-            // A new version of the ranker, or no room: this job opens the next batch.
-            if !Arc::ptr_eq(&job.ranker, &jobs[0].ranker) || docs + job.n_docs > config.max_docs {
+            // A new version of the ranker, another backend, or no room: this job opens the
+            // next batch.
+            if !Arc::ptr_eq(&job.ranker, &jobs[0].ranker)
+                || job.backend != jobs[0].backend
+                || docs + job.n_docs > config.max_docs
+            {
                 carried = Some(job);
                 break;
             }
             docs += job.n_docs;
             jobs.push(job);
         }
-        score_jobs(jobs, config.threads);
+        score_jobs(jobs, engines);
     }
 }
 
-fn score_jobs(jobs: Vec<Job>, threads: usize) {
+fn score_jobs(jobs: Vec<Job>, engines: &Engines) {
     let started = Instant::now();
     let mut live = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -214,14 +232,15 @@ fn score_jobs(jobs: Vec<Job>, threads: usize) {
     let batch_docs: usize = live.iter().map(|j| j.n_docs).sum();
     let _stage = tracing::debug_span!("score", ranker = %ranker.name, documents = batch_docs, requests = live.len())
         .entered();
-    let scores = if live.len() == 1 {
-        score_batch(&ranker.ranker, &live[0].features, threads)
+    let backend = first.backend;
+    let (scores, ran) = if live.len() == 1 {
+        engines.evaluate(&ranker, &live[0].features, batch_docs, backend)
     } else {
         let mut matrix = Vec::with_capacity(live.iter().map(|j| j.features.len()).sum());
         for job in &live {
             matrix.extend_from_slice(&job.features);
         }
-        score_batch(&ranker.ranker, &matrix, threads)
+        engines.evaluate(&ranker, &matrix, batch_docs, backend)
     };
     let eval_us = micros(started.elapsed());
     metrics::histogram!("rankserve_batch_documents").record(batch_docs as f64);
@@ -237,6 +256,7 @@ fn score_jobs(jobs: Vec<Job>, threads: usize) {
             eval_us,
             batch_docs,
             batch_requests,
+            backend: ran,
         }));
     }
 }

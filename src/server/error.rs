@@ -38,7 +38,7 @@ pub enum ApiError {
     Unauthorized,
     #[error("admin routes are disabled: no admin token is configured (admin_token / RANKSERVE_ADMIN_TOKEN)")]
     AdminDisabled,
-    #[error("backend=gpu asked for, but there is no GPU backend in this build")]
+    #[error("backend=gpu asked for, but this server has no usable GPU (see /readyz for why); use backend=auto or cpu")]
     GpuUnavailable,
     #[error("the queue for ranker {ranker:?} is full ({capacity} requests); retry after {retry_after_s} s")]
     Overloaded {

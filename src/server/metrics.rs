@@ -9,7 +9,7 @@
 //! | `rankserve_documents_ranked_total` | counter | `ranker` |
 //! | `rankserve_backend_total` | counter | `backend` |
 //! | `rankserve_batch_documents`, `rankserve_batch_requests` | histogram | |
-//! | `rankserve_ranker_cache_{hits,misses,evictions}_total` | counter | `cache` (`cpu`) |
+//! | `rankserve_ranker_cache_{hits,misses,evictions}_total` | counter | `cache` (`cpu`, `gpu`) |
 //! | `rankserve_ranker_cache_bytes`, `rankserve_ranker_cache_budget_bytes` | gauge | `cache` |
 //! | `rankserve_gpu_fallback_total` | counter | `stage`, `reason` |
 
@@ -22,6 +22,7 @@ use axum::response::Response;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
 
 use super::state::State;
+use crate::gpu::lru::LruStats;
 
 /// Seconds: 50 µs to 10 s.
 const LATENCY_BUCKETS: &[f64] = &[
@@ -77,13 +78,19 @@ pub async fn track(req: Request, next: Next) -> Response {
 
 /// The Prometheus text, with the cache counters brought up to date.
 pub fn render(state: &State) -> String {
-    let (stats, resident, budget) = state.store.cache_stats();
-    metrics::counter!("rankserve_ranker_cache_hits_total", "cache" => "cpu").absolute(stats.hits);
-    metrics::counter!("rankserve_ranker_cache_misses_total", "cache" => "cpu")
-        .absolute(stats.misses);
-    metrics::counter!("rankserve_ranker_cache_evictions_total", "cache" => "cpu")
-        .absolute(stats.evictions);
-    metrics::gauge!("rankserve_ranker_cache_bytes", "cache" => "cpu").set(resident as f64);
-    metrics::gauge!("rankserve_ranker_cache_budget_bytes", "cache" => "cpu").set(budget as f64);
+    record_cache("cpu", state.store.cache_stats());
+    if let Some(gpu) = state.scorer.engines().gpu() {
+        record_cache("gpu", gpu.stats());
+    }
     handle().render()
+}
+
+fn record_cache(cache: &'static str, (stats, resident, budget): (LruStats, u64, u64)) {
+    metrics::counter!("rankserve_ranker_cache_hits_total", "cache" => cache).absolute(stats.hits);
+    metrics::counter!("rankserve_ranker_cache_misses_total", "cache" => cache)
+        .absolute(stats.misses);
+    metrics::counter!("rankserve_ranker_cache_evictions_total", "cache" => cache)
+        .absolute(stats.evictions);
+    metrics::gauge!("rankserve_ranker_cache_bytes", "cache" => cache).set(resident as f64);
+    metrics::gauge!("rankserve_ranker_cache_budget_bytes", "cache" => cache).set(budget as f64);
 }

@@ -8,11 +8,13 @@
 //! - [`state`]: what handlers share, admission, the request sampler.
 //! - [`store`]: ranker files and the CPU ranker cache.
 //! - [`batch`]: the per-ranker batching queue; scoring off the async runtime.
+//! - [`engine`]: the CPU pool and the GPU, chosen per batch, with the fallback to the CPU.
 //! - [`metrics`]: Prometheus names and recording.
 
 pub mod api;
 pub mod batch;
 pub mod codec;
+pub mod engine;
 pub mod error;
 pub mod metrics;
 pub mod routes;

@@ -150,7 +150,7 @@ async fn rank(
     let timeout_ms = request.timeout_ms.or(state.config.default_timeout_ms);
     let deadline = timeout_ms.map(|ms| arrived + Duration::from_millis(ms));
     let backend = request.backend.unwrap_or(state.config.backend);
-    if backend == Backend::Gpu {
+    if backend == Backend::Gpu && !state.has_gpu() {
         return Err(ApiError::GpuUnavailable);
     }
     let loaded = ranker(&state, &request.ranker).await?;
@@ -177,7 +177,8 @@ async fn rank(
         Arc::clone(&loaded),
         features,
         deadline,
-        backend == Backend::Cpu,
+        backend,
+        request.backend == Some(Backend::Cpu),
     );
     let expired = || ApiError::DeadlineExceeded {
         timeout_ms: timeout_ms.unwrap_or(0),
@@ -197,7 +198,7 @@ async fn rank(
     let explain = kept.map(|features| explain(&loaded, &features));
     metrics::counter!("rankserve_documents_ranked_total", "ranker" => loaded.name.clone())
         .increment(n_docs as u64);
-    metrics::counter!("rankserve_backend_total", "backend" => "cpu").increment(1);
+    metrics::counter!("rankserve_backend_total", "backend" => scored.backend.as_str()).increment(1);
     metrics::histogram!("rankserve_rank_duration_seconds", "ranker" => loaded.name.clone())
         .record(arrived.elapsed().as_secs_f64());
     Ok(Reply(
@@ -216,7 +217,7 @@ async fn rank(
                 queue_us: scored.queue_us,
                 total_us: micros(arrived.elapsed()),
             },
-            backend: "cpu".to_string(),
+            backend: scored.backend.as_str().to_string(),
             explain,
         },
     ))
@@ -359,7 +360,12 @@ async fn list_rankers(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
 ) -> Result<Reply<RankerList>, ApiError> {
-    let rankers = state.store.list().map_err(store_error)?;
+    let mut rankers = state.store.list().map_err(store_error)?;
+    if let Some(gpu) = state.scorer.engines().gpu() {
+        for ranker in &mut rankers {
+            ranker.resident_gpu = gpu.contains(&ranker.name);
+        }
+    }
     Ok(Reply(format, RankerList { rankers }))
 }
 
@@ -370,13 +376,10 @@ async fn describe_ranker(
     Path(name): Path<String>,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     let loaded = ranker(&state, &name).await?;
-    Ok(Reply(
-        format,
-        describe(&loaded, state.store.is_resident(&name)),
-    ))
+    Ok(Reply(format, describe(&state, &loaded)))
 }
 
-fn describe(loaded: &LoadedRanker, resident_cpu: bool) -> RankerDescription {
+fn describe(state: &AppState, loaded: &LoadedRanker) -> RankerDescription {
     let mut inputs = BTreeMap::new();
     for input in &loaded.ranker.inputs {
         let kind = match input {
@@ -413,12 +416,22 @@ fn describe(loaded: &LoadedRanker, resident_cpu: bool) -> RankerDescription {
         trees: loaded.ranker.ensemble.as_ref().map_or(0, |e| e.trees.len()),
         bytes: loaded.bytes,
         file_bytes: loaded.file_bytes,
-        resident: if resident_cpu {
-            vec!["cpu".to_string()]
-        } else {
-            Vec::new()
-        },
-        crossover: None,
+        resident: [
+            ("cpu", state.store.is_resident(&loaded.name)),
+            (
+                "gpu",
+                state
+                    .scorer
+                    .engines()
+                    .gpu()
+                    .is_some_and(|gpu| gpu.contains(&loaded.name)),
+            ),
+        ]
+        .into_iter()
+        .filter(|&(_, here)| here)
+        .map(|(place, _)| place.to_string())
+        .collect(),
+        crossover: loaded.crossover.get().cloned(),
     }
 }
 
@@ -433,21 +446,22 @@ async fn put_ranker(
     let (parts, body) = req.into_parts();
     let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
     let shared = Arc::clone(&state);
-    let loaded = tokio::task::spawn_blocking(move || shared.store.put(&name, &bytes))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(|err| match err {
-            StoreError::Invalid { name, source } => ApiError::BadRanker {
-                name,
-                reason: source.to_string(),
-            },
-            other => store_error(other),
-        })?;
+    let loaded = tokio::task::spawn_blocking(move || {
+        let loaded = shared.store.put(&name, &bytes)?;
+        shared.scorer.engines().crossover(&loaded);
+        Ok(loaded)
+    })
+    .await
+    .map_err(ApiError::internal)?
+    .map_err(|err| match err {
+        StoreError::Invalid { name, source } => ApiError::BadRanker {
+            name,
+            reason: source.to_string(),
+        },
+        other => store_error(other),
+    })?;
     tracing::info!(ranker = %loaded.name, version = loaded.version, "ranker replaced");
-    Ok(Reply(
-        format,
-        describe(&loaded, state.store.is_resident(&loaded.name)),
-    ))
+    Ok(Reply(format, describe(&state, &loaded)))
 }
 
 /// `DELETE /v1/rankers/{name}` (admin).
@@ -458,14 +472,21 @@ async fn delete_ranker(
 ) -> Result<StatusCode, ApiError> {
     authorize(&state, &headers)?;
     let shared = Arc::clone(&state);
-    tokio::task::spawn_blocking(move || shared.store.delete(&name))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(store_error)?;
+    tokio::task::spawn_blocking(move || {
+        shared.store.delete(&name)?;
+        if let Some(gpu) = shared.scorer.engines().gpu() {
+            gpu.remove(&name);
+        }
+        Ok::<_, StoreError>(())
+    })
+    .await
+    .map_err(ApiError::internal)?
+    .map_err(store_error)?;
     Ok(StatusCode::NO_CONTENT)
 }
 
-/// `POST /v1/rankers/{name}/load` (admin): re-reads the file into the cache.
+/// `POST /v1/rankers/{name}/load` (admin): re-reads the file into the CPU cache, uploads it to
+/// the GPU cache and measures its crossover (when there is a GPU).
 async fn load_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
@@ -474,14 +495,15 @@ async fn load_ranker(
 ) -> Result<Reply<RankerDescription>, ApiError> {
     authorize(&state, &headers)?;
     let shared = Arc::clone(&state);
-    let loaded = tokio::task::spawn_blocking(move || shared.store.reload(&name))
-        .await
-        .map_err(ApiError::internal)?
-        .map_err(store_error)?;
-    Ok(Reply(
-        format,
-        describe(&loaded, state.store.is_resident(&loaded.name)),
-    ))
+    let loaded = tokio::task::spawn_blocking(move || {
+        let loaded = shared.store.reload(&name)?;
+        shared.scorer.engines().crossover(&loaded);
+        Ok::<_, StoreError>(loaded)
+    })
+    .await
+    .map_err(ApiError::internal)?
+    .map_err(store_error)?;
+    Ok(Reply(format, describe(&state, &loaded)))
 }
 
 fn readiness(state: &AppState) -> Readiness {

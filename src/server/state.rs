@@ -15,7 +15,8 @@ use super::batch::{BatchConfig, Scorer};
 use super::codec::Format;
 use super::error::ApiError;
 use super::store::{RankerStore, StoreError};
-use crate::config::{Config, Sampling};
+use crate::config::{Backend, Config, Sampling};
+use crate::gpu::GpuDevice;
 
 /// What handlers share.
 pub type AppState = Arc<State>;
@@ -30,9 +31,6 @@ pub struct State {
     gpu_probe: Mutex<Option<String>>,
     sampler: Option<Sampler>,
 }
-
-/// What `/readyz` says while the GPU probe has not run: this build has no GPU backend.
-pub const NO_GPU_BACKEND: &str = "no GPU backend in this build";
 
 impl State {
     /// The state for `config`: opens the store (creating the directory) and the sample log.
@@ -60,15 +58,18 @@ impl State {
     }
 
     /// Loads every ranker of the store into the CPU cache (a bad file is logged and skipped:
-    /// requests for it answer 500 until it is replaced), runs the GPU probe, and marks the
-    /// server ready. Blocking: run it off the async runtime.
+    /// requests for it answer 500 until it is replaced), runs the GPU probe (unless the
+    /// configured backend is `cpu`), uploads the rankers to the GPU and measures their
+    /// crossovers, and marks the server ready. Blocking: run it off the async runtime.
     pub fn warm_up(&self) {
+        let mut loaded = Vec::new();
         match self.store.list() {
             Ok(rankers) => {
                 for stored in rankers {
                     match self.store.get(&stored.name) {
-                        Ok(loaded) => {
-                            tracing::info!(ranker = %loaded.name, bytes = loaded.bytes, "ranker loaded")
+                        Ok(ranker) => {
+                            tracing::info!(ranker = %ranker.name, bytes = ranker.bytes, "ranker loaded");
+                            loaded.push(ranker);
                         }
                         Err(err) => {
                             tracing::error!(ranker = %stored.name, error = %err, "ranker not loaded")
@@ -78,9 +79,38 @@ impl State {
             }
             Err(err) => tracing::error!(error = %err, "cannot list the rankers directory"),
         }
-        *self.gpu_probe.lock() = Some(NO_GPU_BACKEND.to_string());
-        tracing::info!(gpu = NO_GPU_BACKEND, "GPU probe finished");
+        let probe = self.probe_gpu();
+        tracing::info!(gpu = %probe, "GPU probe finished");
+        *self.gpu_probe.lock() = Some(probe);
+        for ranker in &loaded {
+            self.scorer.engines().crossover(ranker);
+        }
         self.ready.store(true, Ordering::Release);
+    }
+
+    /// Finds the GPU and hands it to the scorer; says what it found.
+    fn probe_gpu(&self) -> String {
+        if self.config.backend == Backend::Cpu {
+            return "not probed: the configured backend is cpu".to_string();
+        }
+        match GpuDevice::probe() {
+            Ok(device) => {
+                let found = format!("{} ({})", device.name(), device.arch());
+                self.scorer
+                    .engines()
+                    .install_gpu(device, self.config.gpu_cache_bytes);
+                found
+            }
+            Err(err) => {
+                tracing::warn!(reason = %err, "no GPU: ranking on the CPU");
+                err.to_string()
+            }
+        }
+    }
+
+    /// Whether the probe found a GPU.
+    pub fn has_gpu(&self) -> bool {
+        self.scorer.engines().gpu().is_some()
     }
 
     /// Whether [`State::warm_up`] has finished.

@@ -10,11 +10,13 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use parking_lot::Mutex;
 
 use crate::gpu::lru::{ByteLru, LruStats};
+use crate::rank::cpu::CpuPlan;
+use crate::rank::gpu::crossover::Crossover;
 use crate::rank::import::load_any;
 use crate::rank::model::{Ensemble, Input, Node, Ranker, Tree};
 use crate::rank::RankerError;
@@ -31,6 +33,10 @@ pub struct LoadedRanker {
     pub file_bytes: u64,
     /// Distinguishes versions of one name (a new number per load).
     pub version: u64,
+    /// The ranker compiled for the CPU, once per load.
+    pub plan: CpuPlan,
+    /// Its CPU/GPU crossover, measured on first use when there is a GPU.
+    pub crossover: OnceLock<Crossover>,
 }
 
 /// Why a store operation failed.
@@ -56,6 +62,13 @@ pub struct StoredRanker {
     pub file_bytes: u64,
     /// Whether a parsed copy is in the CPU cache.
     pub resident_cpu: bool,
+    /// Whether a device copy is in the GPU cache.
+    #[serde(default)]
+    pub resident_gpu: bool,
+    /// The measured CPU/GPU crossover in documents per batch (`null`: not measured, or the
+    /// GPU never wins).
+    #[serde(default)]
+    pub crossover_docs: Option<usize>,
 }
 
 /// Whether `name` is a valid store name: `[A-Za-z0-9_-]{1,64}`.
@@ -164,7 +177,7 @@ impl RankerStore {
         }
     }
 
-    /// The rankers on disk, by name.
+    /// The rankers on disk, by name (`resident_gpu` is the caller's to fill in).
     ///
     /// # Errors
     /// [`StoreError::Io`] when the directory cannot be listed.
@@ -188,11 +201,16 @@ impl RankerStore {
                 continue;
             }
             let file_bytes = entry.metadata().map_err(io)?.len();
-            let resident_cpu = self.cache.lock().contains(name);
+            let (resident_cpu, crossover_docs) = match self.cache.lock().peek(name) {
+                Some(loaded) => (true, loaded.crossover.get().and_then(|c| c.docs)),
+                None => (false, None),
+            };
             out.push(StoredRanker {
                 name: name.to_string(),
                 file_bytes,
                 resident_cpu,
+                resident_gpu: false,
+                crossover_docs,
             });
         }
         out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -253,7 +271,10 @@ impl RankerStore {
     fn cache_insert(&self, name: &str, ranker: Ranker, file_bytes: u64) -> Arc<LoadedRanker> {
         let loaded = Arc::new(LoadedRanker {
             name: name.to_string(),
-            bytes: estimate_bytes(&ranker),
+            // The CPU plan holds about as much again as the parsed ranker.
+            bytes: 2 * estimate_bytes(&ranker),
+            plan: CpuPlan::new(&ranker),
+            crossover: OnceLock::new(),
             ranker,
             file_bytes,
             version: self.next_version.fetch_add(1, Ordering::Relaxed),

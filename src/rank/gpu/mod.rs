@@ -2,5 +2,7 @@
 //! of rankers and the launches that evaluate them. Results must match [`crate::rank`]'s CPU
 //! reference within DESIGN §2's tolerances (tree leaf choices identical).
 
+pub mod cache;
+pub mod crossover;
 pub mod ranker;
 pub mod trees;

@@ -1,0 +1,167 @@
+//! Where a batch is evaluated: the CPU (a dedicated rayon pool of `cpu_threads`, built once) or
+//! the GPU (the device found by the start-up probe and its ranker cache), chosen per batch.
+//!
+//! - `backend=cpu` never touches the GPU.
+//! - `backend=gpu` runs on the GPU (the handler answers 503 `gpu_unavailable` first when there
+//!   is none).
+//! - `backend=auto` runs on the GPU when the batch has at least the ranker's measured crossover
+//!   of documents ([`crate::rank::gpu::crossover`]), measured when the ranker loads.
+//!
+//! Any GPU failure (a CUDA error, a ranker over the GPU cache's budget) moves the batch to the
+//! CPU, which gives the same answer; it is logged and counted in
+//! `rankserve_gpu_fallback_total`, and the reply says `cpu`.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use parking_lot::Mutex;
+
+use super::store::LoadedRanker;
+use crate::config::Backend;
+use crate::gpu::{GpuDevice, GpuError};
+use crate::rank::gpu::cache::GpuRankerCache;
+use crate::rank::gpu::crossover::{self, Crossover};
+
+/// The longest one batch size of the crossover measurement may take before larger sizes are
+/// skipped.
+const CROSSOVER_STEP_BUDGET: Duration = Duration::from_millis(200);
+
+/// Which backend evaluated a batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Ran {
+    Cpu,
+    Gpu,
+}
+
+impl Ran {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Ran::Cpu => "cpu",
+            Ran::Gpu => "gpu",
+        }
+    }
+}
+
+/// The CPU pool and, once the probe found one, the GPU.
+pub struct Engines {
+    pool: Option<rayon::ThreadPool>,
+    gpu: OnceLock<GpuRankerCache>,
+    /// One batch on the device at a time: the device has one stream and one cuBLAS handle.
+    gpu_turn: Mutex<()>,
+}
+
+impl Engines {
+    /// CPU scoring on `threads` threads (1: the calling thread). The GPU comes later, from
+    /// [`Engines::install_gpu`].
+    pub fn new(threads: usize) -> Engines {
+        let pool = (threads != 1)
+            .then(|| {
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(threads)
+                    .thread_name(|i| format!("score-{i}"))
+                    .build()
+            })
+            .and_then(|built| {
+                built
+                    .inspect_err(|err| tracing::warn!(error = %err, "no CPU scoring pool: scoring on rayon's global pool"))
+                    .ok()
+            });
+        Engines {
+            pool,
+            gpu: OnceLock::new(),
+            gpu_turn: Mutex::new(()),
+        }
+    }
+
+    /// Makes `device` available with a ranker cache of `cache_bytes`; only the first call counts.
+    pub fn install_gpu(&self, device: Arc<GpuDevice>, cache_bytes: u64) {
+        let _ = self.gpu.set(GpuRankerCache::new(device, cache_bytes));
+    }
+
+    /// The GPU ranker cache, when there is a GPU.
+    pub fn gpu(&self) -> Option<&GpuRankerCache> {
+        self.gpu.get()
+    }
+
+    /// Scores on the CPU.
+    pub fn cpu(&self, loaded: &LoadedRanker, features: &[f64]) -> Vec<f64> {
+        match &self.pool {
+            Some(pool) => pool.install(|| loaded.plan.score_batch(features, 0)),
+            None => loaded.plan.score_batch(features, 1),
+        }
+    }
+
+    /// Scores `n_docs` rows of `features` on the backend `backend` picks (see the module docs).
+    pub fn evaluate(
+        &self,
+        loaded: &LoadedRanker,
+        features: &[f64],
+        n_docs: usize,
+        backend: Backend,
+    ) -> (Vec<f64>, Ran) {
+        let on_gpu = match backend {
+            Backend::Cpu => false,
+            Backend::Gpu => true,
+            Backend::Auto => self
+                .crossover(loaded)
+                .is_some_and(|c| c.prefers_gpu(n_docs)),
+        };
+        if let (true, Some(cache)) = (on_gpu && n_docs > 0, self.gpu()) {
+            let scored = self.with_gpu(|| {
+                let cached = cache.get_or_upload(&loaded.name, loaded.version, &loaded.ranker)?;
+                cached.gpu.score(cache.device(), features, false)
+            });
+            match scored {
+                Ok(scored) => return (scored.scores, Ran::Gpu),
+                Err(err) => fell_back(&loaded.name, &err),
+            }
+        }
+        (self.cpu(loaded, features), Ran::Cpu)
+    }
+
+    fn with_gpu<T>(&self, run: impl FnOnce() -> Result<T, GpuError>) -> Result<T, GpuError> {
+        let _turn = self.gpu_turn.lock();
+        run()
+    }
+
+    /// The ranker's crossover, measured on first use when there is a GPU (`None` without one).
+    /// A failed measurement is logged and keeps the ranker on the CPU under `auto`.
+    pub fn crossover<'a>(&self, loaded: &'a LoadedRanker) -> Option<&'a Crossover> {
+        let cache = self.gpu()?;
+        Some(loaded.crossover.get_or_init(|| {
+            let measured = self.with_gpu(|| {
+                let cached = cache.get_or_upload(&loaded.name, loaded.version, &loaded.ranker)?;
+                crossover::measure(
+                    cache.device(),
+                    &loaded.ranker,
+                    &cached.gpu,
+                    &|rows| self.cpu(loaded, rows),
+                    CROSSOVER_STEP_BUDGET,
+                )
+            });
+            match measured {
+                Ok(found) => {
+                    tracing::info!(ranker = %loaded.name, crossover_docs = ?found.docs, "CPU/GPU crossover measured");
+                    found
+                }
+                Err(err) => {
+                    fell_back(&loaded.name, &err);
+                    Crossover {
+                        docs: None,
+                        points: Vec::new(),
+                    }
+                }
+            }
+        }))
+    }
+}
+
+fn fell_back(ranker: &str, err: &GpuError) {
+    let reason = match err {
+        GpuError::TooLarge { .. } => "too_large",
+        _ => "gpu_error",
+    };
+    tracing::warn!(ranker, error = %err, "GPU failed: ranking on the CPU");
+    metrics::counter!("rankserve_gpu_fallback_total", "stage" => "rank", "reason" => reason)
+        .increment(1);
+}

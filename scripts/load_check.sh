@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Load check of /v1/rank (issue 3): the medium ranker with 100 and 1000 documents per request,
+# batching on and off, closed loop with rankserve's own replayer against a loopback server.
+# Prints, per case, client throughput and latency and the server's own timings, and the
+# service's overhead: client latency minus feature extraction and scoring (HTTP, codec, queue).
+#
+#   bash scripts/load_check.sh [SECONDS] [CONCURRENCY]     # default 10 s, 4 clients
+#
+# Needs a release build (cargo build --release) or RANKSERVE=path/to/rankserve.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=${1:-10}
+concurrency=${2:-4}
+bin=${RANKSERVE:-target/release/rankserve}
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+for docs in 100 1000; do
+  "$bin" requests synth --ranker medium --docs "$docs" --count 64 --out "$work/medium-$docs.msgpack"
+done
+
+port=18480
+for window in 200 0; do
+  port=$((port + 1))
+  RANKSERVE_LOG_FORMAT=json "$bin" serve --addr "127.0.0.1:$port" --backend cpu \
+    --batch-window-us "$window" --rankers rankers >"$work/serve-$window.log" 2>&1 &
+  server=$!
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
+    sleep 0.1
+  done
+  for docs in 100 1000; do
+    echo "== medium, $docs documents per request, batch window ${window} µs, $concurrency clients"
+    "$bin" replay --url "http://127.0.0.1:$port" --log "$work/medium-$docs.msgpack" \
+      --concurrency "$concurrency" --duration "$seconds" --json >"$work/report.json"
+    python3 - "$work/report.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+lat, fe, me = r["latency_us"], r["server_fe_us"], r["server_me_us"]
+print(f"  {r['throughput_rps']:.1f} req/s, {r['documents_per_s']:.0f} docs/s, errors {r['errors'] or 'none'}")
+print(f"  client latency p50 {lat['p50']} µs, p99 {lat['p99']} µs (mean {lat['mean']:.0f})")
+print(f"  server FE mean {fe['mean']:.0f} µs, scoring mean {me['mean']:.0f} µs")
+overhead = lat["mean"] - fe["mean"] - me["mean"]
+print(f"  service overhead (HTTP + codec + queue) mean {overhead:.0f} µs = {100 * overhead / lat['mean']:.1f} % of the client latency")
+EOF
+  done
+  kill "$server"
+  wait "$server" 2>/dev/null || true
+done

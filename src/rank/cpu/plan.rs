@@ -7,8 +7,9 @@
 //! comparison `x <= bound`: an `lt_f32` threshold `t` is replaced by the largest f64 `b` with
 //! `f32(x) < t ⇔ x <= b` ([`lt_f32_bound`]). Missing-value rules become three flag bits
 //! combined without branches. A leaf points to itself on both sides and keeps its value in the
-//! threshold slot, so a tree is walked for [`BLOCK`] documents at once, for exactly the tree's
-//! depth steps, with no branch on "is this a leaf": the documents' walks are independent, which
+//! threshold slot, so a tree is walked for [`BLOCK`] documents at once, at most the tree's depth
+//! steps, with no per-document branch on "is this a leaf" (the block stops when every document
+//! stands on a leaf): the documents' walks are independent, which
 //! keeps several loads in flight (the blocked traversal of Asadi et al. and QuickScorer's
 //! observation that tree walks are latency-bound, not compute-bound). Categorical splits take a
 //! slower branch, only in trees that have one.
@@ -32,6 +33,7 @@ const NAN_LEFT: u32 = 1;
 const ZERO_MISSING: u32 = 2;
 const DEFAULT_LEFT: u32 = 4;
 const CATEGORICAL: u32 = 8;
+const LEAF: u32 = 16;
 
 /// A flattened node. Numeric split: left when `x <= threshold`. Categorical split: `threshold`
 /// holds the index of its set in [`Forest::sets`]. Leaf: `threshold` is the leaf value and both
@@ -69,7 +71,7 @@ impl Forest {
                 Node::Leaf(v) => FlatNode {
                     threshold: *v,
                     feature: 0,
-                    flags: 0,
+                    flags: LEAF,
                     children: [at, at],
                 },
                 Node::Split(s) => {
@@ -131,8 +133,13 @@ impl Forest {
         let rows = &rows[..N * n_features];
         let mut at = [self.roots[t]; N];
         for _ in 0..self.depths[t] {
+            // Unbalanced trees: the block usually reaches its leaves well before the deepest
+            // path's length, and stops there (leaves step to themselves, so this only saves
+            // work; the leaves reached are the same).
+            let mut all_leaves = true;
             for (d, at) in at.iter_mut().enumerate() {
                 let node = &self.nodes[*at as usize];
+                all_leaves &= node.flags & LEAF != 0;
                 let x = rows[d * n_features + node.feature as usize];
                 let left = if CAT && node.flags & CATEGORICAL != 0 {
                     self.categorical_left(node, x)
@@ -140,6 +147,9 @@ impl Forest {
                     numeric_left(node, x)
                 };
                 *at = node.children[usize::from(!left)];
+            }
+            if all_leaves {
+                break;
             }
         }
         at

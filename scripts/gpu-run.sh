@@ -8,6 +8,8 @@ out=${OUT:-/tmp/rankserve-out}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm,power.draw --format=csv | tee "$out/gpu.txt"
 export RANKSERVE_REQUIRE_GPU=1 RUST_BACKTRACE=1
+# The CLI tests run the binary where cargo built it (CARGO_BIN_EXE_rankserve, fixed at build time).
+mkdir -p target/release && cp carry/rankserve target/release/rankserve
 summary=()
 for t in carry/tests/*; do
   name=$(basename "$t")

@@ -6,12 +6,14 @@
 #
 #   bash scripts/load_check.sh [SECONDS] [CONCURRENCY]     # default 10 s, 4 clients
 #
-# Needs a release build (cargo build --release) or RANKSERVE=path/to/rankserve.
+# Needs a release build (cargo build --release) or RANKSERVE=path/to/rankserve. BACKEND=auto
+# (or gpu) serves with the GPU where there is one; the default is cpu.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-10}
 concurrency=${2:-4}
 bin=${RANKSERVE:-target/release/rankserve}
+backend=${BACKEND:-cpu}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 
@@ -22,7 +24,7 @@ done
 port=18480
 for window in 200 0; do
   port=$((port + 1))
-  RANKSERVE_LOG_FORMAT=json "$bin" serve --addr "127.0.0.1:$port" --backend cpu \
+  RANKSERVE_LOG_FORMAT=json "$bin" serve --addr "127.0.0.1:$port" --backend "$backend" \
     --batch-window-us "$window" --rankers rankers >"$work/serve-$window.log" 2>&1 &
   server=$!
   for _ in $(seq 100); do
@@ -30,18 +32,21 @@ for window in 200 0; do
     sleep 0.1
   done
   for docs in 100 1000; do
-    echo "== medium, $docs documents per request, batch window ${window} µs, $concurrency clients"
+    echo "== medium, $docs documents per request, backend $backend, batch window ${window} µs, $concurrency clients"
     "$bin" replay --url "http://127.0.0.1:$port" --log "$work/medium-$docs.msgpack" \
       --concurrency "$concurrency" --duration "$seconds" --json >"$work/report.json"
     python3 - "$work/report.json" <<'EOF'
 import json, sys
 r = json.load(open(sys.argv[1]))
-lat, fe, me = r["latency_us"], r["server_fe_us"], r["server_me_us"]
+lat, total = r["latency_us"], r["server_total_us"]
+mean = {k: r["server_" + k + "_us"]["mean"] for k in ("decode", "fe", "me", "queue")}
 print(f"  {r['throughput_rps']:.1f} req/s, {r['documents_per_s']:.0f} docs/s, errors {r['errors'] or 'none'}")
-print(f"  client latency p50 {lat['p50']} µs, p99 {lat['p99']} µs (mean {lat['mean']:.0f})")
-print(f"  server FE mean {fe['mean']:.0f} µs, scoring mean {me['mean']:.0f} µs")
-overhead = lat["mean"] - fe["mean"] - me["mean"]
-print(f"  service overhead (HTTP + codec + queue) mean {overhead:.0f} µs = {100 * overhead / lat['mean']:.1f} % of the client latency")
+print(f"  client latency p50 {lat['p50']} µs, p99 {lat['p99']} µs, mean {lat['mean']:.0f} µs; server total mean {total['mean']:.0f} µs")
+print("  server means: " + ", ".join(f"{k} {v:.0f} µs" for k, v in mean.items()))
+overhead = lat["mean"] - mean["fe"] - mean["me"]
+outside = lat["mean"] - total["mean"]
+print(f"  service overhead (client latency - FE - scoring) mean {overhead:.0f} µs = {100 * overhead / lat['mean']:.1f} %:"
+      f" decode {mean['decode']:.0f}, batch queue {mean['queue']:.0f}, outside the handler (HTTP, body transfer, reply) {outside:.0f} µs")
 EOF
   done
   kill "$server"

@@ -218,6 +218,8 @@ pub struct ReplayReport {
     pub latency_us: Percentiles,
     /// The server's `timings.total_us` (parsed request to reply), microseconds.
     pub server_total_us: Percentiles,
+    /// The server's `timings.decode_us` (decoding the request body), microseconds.
+    pub server_decode_us: Percentiles,
     /// The server's `timings.fe_us` (feature extraction or reading the vectors), microseconds.
     pub server_fe_us: Percentiles,
     /// The server's `timings.me_us` (scoring of the request's batch), microseconds.
@@ -275,6 +277,7 @@ impl ReplayReport {
         for (name, p) in [
             ("client latency", &self.latency_us),
             ("server total", &self.server_total_us),
+            ("server decode", &self.server_decode_us),
             ("server FE", &self.server_fe_us),
             ("server scoring (me)", &self.server_me_us),
             ("server queue", &self.server_queue_us),
@@ -299,6 +302,7 @@ impl ReplayReport {
 struct Tally {
     latency: Option<hdrhistogram::Histogram<u64>>,
     total: Option<hdrhistogram::Histogram<u64>>,
+    decode: Option<hdrhistogram::Histogram<u64>>,
     fe: Option<hdrhistogram::Histogram<u64>>,
     me: Option<hdrhistogram::Histogram<u64>>,
     queue: Option<hdrhistogram::Histogram<u64>>,
@@ -443,6 +447,7 @@ pub async fn replay(
         documents_per_s: tally.documents as f64 / elapsed,
         latency_us: of(&tally.latency),
         server_total_us: of(&tally.total),
+        server_decode_us: of(&tally.decode),
         server_fe_us: of(&tally.fe),
         server_me_us: of(&tally.me),
         server_queue_us: of(&tally.queue),
@@ -481,6 +486,7 @@ async fn send_one(
             if let Ok(reply) = log.format.decode::<RankResponse>(&body) {
                 tally.documents += reply.scores.len() as u64;
                 Tally::record(&mut tally.total, reply.timings.total_us);
+                Tally::record(&mut tally.decode, reply.timings.decode_us);
                 Tally::record(&mut tally.fe, reply.timings.fe_us);
                 Tally::record(&mut tally.me, reply.timings.me_us);
                 Tally::record(&mut tally.queue, reply.timings.queue_us);

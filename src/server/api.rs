@@ -73,6 +73,9 @@ pub struct RankResponse {
 /// Where the time of a rank request went, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timings {
+    /// Decoding the request body (JSON or MessagePack), once it was read.
+    #[serde(default)]
+    pub decode_us: u64,
     /// Building the feature matrix (feature extraction for hit documents).
     pub fe_us: u64,
     /// Model-input transforms, when measured apart from `me_us` (the CPU backend measures
@@ -83,7 +86,8 @@ pub struct Timings {
     pub me_us: u64,
     /// Waiting for admission into a batch.
     pub queue_us: u64,
-    /// Arrival of the parsed request to the reply being encoded.
+    /// From the request's headers arriving (before its body was read) to the reply being
+    /// encoded.
     pub total_us: u64,
 }
 

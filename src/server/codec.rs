@@ -7,6 +7,7 @@
 //! read, then enforced while reading (a chunked body has no length).
 
 use std::io::Cursor;
+use std::time::Instant;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -157,6 +158,10 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
 pub struct Coded<T> {
     pub value: T,
     pub format: Format,
+    /// When the extractor began: the request's headers had arrived, its body not yet.
+    pub started: Instant,
+    /// Time spent decoding the body (after it was read).
+    pub decode_us: u64,
 }
 
 impl<T: DeserializeOwned> FromRequest<AppState> for Coded<T> {
@@ -172,10 +177,21 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Coded<T> {
             .ok_or_else(|| ApiError::UnsupportedMediaType {
                 got: content_type.unwrap_or("(none)").to_string(),
             })?;
+        let started = Instant::now();
         let (parts, body) = req.into_parts();
         let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
+        let decoding = Instant::now();
         let value = format.decode(&bytes)?;
-        Ok(Coded { value, format })
+        Ok(Coded {
+            value,
+            format,
+            started,
+            decode_us: decoding
+                .elapsed()
+                .as_micros()
+                .try_into()
+                .unwrap_or(u64::MAX),
+        })
     }
 }
 

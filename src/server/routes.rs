@@ -144,9 +144,13 @@ fn micros(d: Duration) -> u64 {
 async fn rank(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Coded { value: request, .. }: Coded<RankRequest>,
+    Coded {
+        value: request,
+        started: arrived,
+        decode_us,
+        ..
+    }: Coded<RankRequest>,
 ) -> Result<Reply<RankResponse>, ApiError> {
-    let arrived = Instant::now();
     let timeout_ms = request.timeout_ms.or(state.config.default_timeout_ms);
     let deadline = timeout_ms.map(|ms| arrived + Duration::from_millis(ms));
     let backend = request.backend.unwrap_or(state.config.backend);
@@ -211,6 +215,7 @@ async fn rank(
                 .collect(),
             order,
             timings: Timings {
+                decode_us,
                 fe_us,
                 mit_us: None,
                 me_us: scored.eval_us,

@@ -22,6 +22,18 @@ for line in sys.stdin:
         shutil.copy(exe, "carry/tests/" + name)
         print("carry/tests/" + name)
 '
-strip carry/rankserve carry/tests/*
+# The criterion benchmarks (run there as `carry/benches/NAME --bench`).
+mkdir -p carry/benches
+cargo bench --locked --no-run --message-format=json 2>/dev/null \
+  | python3 -c '
+import json, sys, shutil
+for line in sys.stdin:
+    msg = json.loads(line)
+    exe = msg.get("executable")
+    if msg.get("reason") == "compiler-artifact" and exe and msg["target"]["kind"] == ["bench"]:
+        shutil.copy(exe, "carry/benches/" + msg["target"]["name"])
+        print("carry/benches/" + msg["target"]["name"])
+'
+strip carry/rankserve carry/tests/* carry/benches/*
 if [ -d .whl ]; then cp -r .whl carry/whl; fi
 du -sh carry

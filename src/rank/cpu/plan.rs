@@ -26,8 +26,16 @@ use crate::rank::model::{Activation, Decision, Expr, Input, Layer, Missing, Node
 
 /// Documents walked together through one tree.
 pub const BLOCK: usize = 16;
-/// Documents per rayon task.
+/// Most documents per rayon task.
 const TASK_DOCS: usize = 256;
+
+/// Documents per rayon task for a batch of `n`: about two tasks per thread of the current pool,
+/// whole blocks, at most [`TASK_DOCS`], so that batches of a few hundred documents (a query's
+/// candidates) still spread over every thread.
+fn task_docs(n: usize) -> usize {
+    let per_task = n.div_ceil(2 * rayon::current_num_threads().max(1));
+    per_task.next_multiple_of(BLOCK).clamp(BLOCK, TASK_DOCS)
+}
 
 const NAN_LEFT: u32 = 1;
 const ZERO_MISSING: u32 = 2;
@@ -342,8 +350,9 @@ impl CpuPlan {
             return out;
         }
         let run = |out: &mut [f64]| {
-            out.par_chunks_mut(TASK_DOCS)
-                .zip(features.par_chunks(TASK_DOCS * nf))
+            let task = task_docs(out.len());
+            out.par_chunks_mut(task)
+                .zip(features.par_chunks(task * nf))
                 .for_each(|(out, rows)| self.score_into(rows, out));
         };
         if threads == 0 {

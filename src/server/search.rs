@@ -1,0 +1,365 @@
+//! `POST /v1/search` and `POST /v1/index/reload`: the search pipeline that chains the document
+//! stage into the ranking stage over the index being served (DESIGN §4 puts it here, with the
+//! server, so that neither stage imports the other).
+//!
+//! A search runs: query → [`select::search`] for the best candidates by BM25 → a hit request per
+//! candidate, built from the index's forward index and static features → the ranker's
+//! [`FeatureResolver`] → the shared [`Scorer`](super::batch::Scorer) (as `/v1/rank` uses it) →
+//! top-k, ties by smaller docID. Without a ranker, or on an index without a forward index (a
+//! CIFF import), the hits are the BM25 top-k and `backends.rank` is `none`.
+//!
+//! Inputs that select nothing are not errors (`docs/api.md` lists them): an empty query, a query
+//! of unknown terms, `k = 0` answer no hits; `k` and `candidates` above the collection's size
+//! are clamped to it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State as Shared};
+
+use super::api::{
+    IndexDescription, ReloadRequest, SearchBackends, SearchHit, SearchRequest, SearchResponse,
+    SearchTimings,
+};
+use super::codec::{read_body, Coded, Format, Negotiated, Reply};
+use super::error::ApiError;
+use super::routes::{authorize, before_deadline, explain, micros, ranker, top_k};
+use super::state::AppState;
+use super::store::LoadedRanker;
+use crate::config::Backend;
+use crate::index::tokenize::Tokenizer;
+use crate::index::{DocId, Index};
+use crate::rank::fe::{CorpusStats, FeatureResolver, HitDocument, HitStream, QueryInfo};
+use crate::select::{self, bm25, dedup_terms, Query};
+
+/// The query's terms: `query` tokenized like the documents, or `terms` as given.
+///
+/// # Errors
+/// [`ApiError::InvalidRequest`] when both or neither are given.
+fn query_terms(request: &SearchRequest) -> Result<Vec<String>, ApiError> {
+    match (&request.query, &request.terms) {
+        (Some(text), None) => Ok(Tokenizer::new().tokens(text)),
+        (None, Some(terms)) => Ok(terms.clone()),
+        (Some(_), Some(_)) => Err(ApiError::InvalidRequest(
+            "give `query` (text) or `terms` (a list), not both".into(),
+        )),
+        (None, None) => Err(ApiError::InvalidRequest(
+            "needs `query` (text) or `terms` (a list)".into(),
+        )),
+    }
+}
+
+/// The candidates and, when a ranker runs, their feature vectors.
+struct Candidates {
+    /// (docID, BM25 score): by docID when `features` is set (row `i` is `selected[i]`, so the
+    /// top-k's ties by smaller row are ties by smaller docID), else best first.
+    selected: Vec<(DocId, f64)>,
+    /// Row-major `selected.len() × ranker width`.
+    features: Option<Vec<f64>>,
+    select_us: u64,
+    fe_us: u64,
+}
+
+/// Selects the candidates of `terms` and, with `ranker`, extracts their features (blocking).
+///
+/// # Errors
+/// [`ApiError::InvalidRequest`] when the ranker's features cannot be extracted from hits;
+/// [`ApiError::Internal`] when the forward index does not decode.
+fn select_candidates(
+    index: &Index,
+    terms: Vec<String>,
+    request: &SearchRequest,
+    ranker: Option<&LoadedRanker>,
+    threads: usize,
+) -> Result<Candidates, ApiError> {
+    let n_docs = index.num_docs() as usize;
+    let wanted = match ranker {
+        Some(_) => request.candidates.max(request.k),
+        None => request.k,
+    };
+    let query = Query::new(terms, wanted.min(n_docs), request.mode);
+    let result = select::search(index, &query).map_err(ApiError::internal)?;
+    let Some(ranker) = ranker else {
+        return Ok(Candidates {
+            selected: result.hits,
+            features: None,
+            select_us: result.select_us,
+            fe_us: 0,
+        });
+    };
+    let fe_started = Instant::now();
+    let mut selected = result.hits;
+    selected.sort_unstable_by_key(|&(doc, _)| doc);
+    let resolver = FeatureResolver::new(&ranker.ranker.features).map_err(|err| {
+        ApiError::InvalidRequest(format!(
+            "ranker {:?} cannot rank search results (its features must come from feature extraction): {err}",
+            ranker.name
+        ))
+    })?;
+    let (query_info, stats, documents) = hit_requests(index, &query.terms, &selected)?;
+    let mut features = vec![f64::NAN; selected.len() * resolver.len()];
+    resolver
+        .extract_batch(&query_info, &stats, &documents, &mut features, threads)
+        .map_err(ApiError::internal)?;
+    Ok(Candidates {
+        selected,
+        features: Some(features),
+        select_us: result.select_us,
+        fe_us: micros(fe_started.elapsed()),
+    })
+}
+
+/// The hit requests of `selected` for the query `terms` (DESIGN §5): Q is the number of distinct
+/// terms, in first-occurrence order (selection's order), idf is BM25's (a term not in the index
+/// has df 0), the average lengths are the index's per stream (streams no document has are left
+/// out: FE does not normalise them), and static features are the document's, absent when NaN
+/// (FE reads an absent one as a missing value).
+///
+/// # Errors
+/// [`ApiError::Internal`] when a document's forward-index entry does not decode (the index was
+/// checked at open, so this is corruption the server did not catch).
+fn hit_requests(
+    index: &Index,
+    terms: &[String],
+    selected: &[(DocId, f64)],
+) -> Result<(QueryInfo, CorpusStats, Vec<HitDocument>), ApiError> {
+    let distinct = dedup_terms(terms);
+    let ids: Vec<_> = distinct.iter().map(|t| index.term_id(t)).collect();
+    let n = index.num_docs() as u64;
+    let query = QueryInfo {
+        terms: distinct.len() as u32,
+        idf: ids
+            .iter()
+            .map(|id| bm25::idf(n, id.map_or(0, |id| index.term_info(id).df) as u64))
+            .collect(),
+    };
+    let manifest = index.manifest();
+    let stats = CorpusStats {
+        avg_length: manifest
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (name.clone(), index.avg_stream_length(i)))
+            .filter(|&(_, avg)| avg > 0.0)
+            .collect(),
+    };
+    let documents = selected
+        .iter()
+        .map(|&(doc, _)| {
+            let streams = index
+                .hits(doc, &ids)
+                .map_err(ApiError::internal)?
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| {
+                    let stream = HitStream {
+                        length: s.length,
+                        phrases: s.phrases,
+                    };
+                    (s.stream, stream)
+                })
+                .collect();
+            let static_features: BTreeMap<String, f64> = manifest
+                .static_features
+                .iter()
+                .enumerate()
+                .map(|(f, name)| (name.clone(), index.static_value(doc, f)))
+                .filter(|(_, value)| !value.is_nan())
+                .collect();
+            Ok(HitDocument {
+                id: Some(index.doc_id(doc).to_string()),
+                streams,
+                static_features,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok((query, stats, documents))
+}
+
+/// `POST /v1/search`.
+pub(super) async fn search(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+    Coded { value: request, .. }: Coded<SearchRequest>,
+) -> Result<Reply<SearchResponse>, ApiError> {
+    let arrived = Instant::now();
+    let timeout_ms = request.timeout_ms.or(state.config.default_timeout_ms);
+    let deadline = timeout_ms.map(|ms| arrived + Duration::from_millis(ms));
+    let check_deadline = || match deadline {
+        Some(deadline) if Instant::now() >= deadline => Err(ApiError::DeadlineExceeded {
+            timeout_ms: timeout_ms.unwrap_or(0),
+        }),
+        _ => Ok(()),
+    };
+    let backend = request.backend.unwrap_or(state.config.backend);
+    if backend == Backend::Gpu {
+        return Err(ApiError::GpuUnavailable);
+    }
+    let terms = query_terms(&request)?;
+    let index = state.index().ok_or(ApiError::NoIndex)?;
+    let loaded = match &request.ranker {
+        Some(name) => Some(ranker(&state, name).await?),
+        None => None,
+    };
+    let _place = loaded.as_ref().map(|l| state.admit(&l.name)).transpose()?;
+    // Ranking reads hit requests, which only a forward index can give.
+    let loaded = loaded.filter(|_| index.has_forward());
+    check_deadline()?;
+
+    let (request, candidates) = {
+        let (index, loaded) = (Arc::clone(&index), loaded.clone());
+        let threads = state.config.cpu_threads;
+        tokio::task::spawn_blocking(move || {
+            let _stage = tracing::info_span!("search", terms = terms.len()).entered();
+            let candidates = select_candidates(&index, terms, &request, loaded.as_deref(), threads);
+            (request, candidates)
+        })
+        .await
+        .map_err(ApiError::internal)?
+    };
+    let Candidates {
+        selected,
+        features,
+        select_us,
+        fe_us,
+    } = candidates?;
+    check_deadline()?;
+
+    let (hits, me_us, queue_us, rank_backend) = match (loaded, features) {
+        (Some(loaded), Some(features)) => {
+            let kept = request.explain.then(|| features.clone());
+            let work = state.scorer.score(
+                Arc::clone(&loaded),
+                features,
+                deadline,
+                backend == Backend::Cpu,
+            );
+            let scored = before_deadline(work, deadline, timeout_ms).await?;
+            let order = top_k(&scored.scores, request.k);
+            let explained = kept.map(|features| {
+                let width = loaded.ranker.features.len();
+                let rows: Vec<f64> = order
+                    .iter()
+                    .flat_map(|&i| &features[i * width..(i + 1) * width])
+                    .copied()
+                    .collect();
+                explain(&loaded, &rows)
+            });
+            let hits = order
+                .iter()
+                .enumerate()
+                .map(|(rank, &i)| {
+                    let (doc, selection_score) = selected[i];
+                    let score = scored.scores[i];
+                    SearchHit {
+                        doc,
+                        id: index.doc_id(doc).to_string(),
+                        score: (!score.is_nan()).then_some(score),
+                        selection_score,
+                        explain: explained.as_ref().map(|e| e[rank].clone()),
+                    }
+                })
+                .collect();
+            metrics::counter!("rankserve_documents_ranked_total", "ranker" => loaded.name.clone())
+                .increment(selected.len() as u64);
+            metrics::counter!("rankserve_backend_total", "backend" => "cpu").increment(1);
+            (hits, scored.eval_us, scored.queue_us, "cpu")
+        }
+        _ => {
+            let hits = selected
+                .iter()
+                .take(request.k)
+                .map(|&(doc, score)| SearchHit {
+                    doc,
+                    id: index.doc_id(doc).to_string(),
+                    score: Some(score),
+                    selection_score: score,
+                    explain: None,
+                })
+                .collect();
+            (hits, 0, 0, "none")
+        }
+    };
+    metrics::histogram!("rankserve_search_select_seconds")
+        .record(Duration::from_micros(select_us).as_secs_f64());
+    metrics::histogram!("rankserve_search_duration_seconds", "ranker" => request.ranker.clone().unwrap_or_else(|| "none".into()))
+        .record(arrived.elapsed().as_secs_f64());
+    Ok(Reply(
+        format,
+        SearchResponse {
+            hits,
+            timings: SearchTimings {
+                select_us,
+                fe_us,
+                mit_us: None,
+                me_us,
+                queue_us,
+                total_us: micros(arrived.elapsed()),
+            },
+            backends: SearchBackends {
+                select: "cpu".into(),
+                rank: rank_backend.into(),
+            },
+        },
+    ))
+}
+
+/// `POST /v1/index/reload` (admin): opens `dir` (default: the directory being served, else the
+/// configured one) with every check [`Index::open`] makes, then swaps it in. A failure leaves
+/// the index being served untouched.
+pub(super) async fn reload_index(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+    req: Request,
+) -> Result<Reply<IndexDescription>, ApiError> {
+    authorize(&state, req.headers())?;
+    let (parts, body) = req.into_parts();
+    let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
+    // An empty body (with or without a Content-Type) asks for the default directory.
+    let request: ReloadRequest = if bytes.is_empty() {
+        ReloadRequest::default()
+    } else {
+        Format::of_body(&parts.headers)?.decode(&bytes)?
+    };
+    let dir = request
+        .dir
+        .or_else(|| state.index().map(|index| index.dir().to_path_buf()))
+        .or_else(|| state.config.index.clone())
+        .ok_or_else(|| {
+            ApiError::InvalidRequest(
+                "no index directory: give `dir` (no index is configured or served)".into(),
+            )
+        })?;
+    let opened = {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || Index::open(&dir))
+            .await
+            .map_err(ApiError::internal)?
+    };
+    let index = Arc::new(opened.map_err(|err| ApiError::BadIndex {
+        dir: dir.display().to_string(),
+        reason: err.to_string(),
+    })?);
+    let description = describe(&index);
+    let old = state.swap_index(index);
+    tracing::info!(
+        dir = %dir.display(),
+        docs = description.docs,
+        replaced = %old.as_ref().map_or("none".into(), |o| o.dir().display().to_string()),
+        "index reloaded"
+    );
+    Ok(Reply(format, description))
+}
+
+fn describe(index: &Index) -> IndexDescription {
+    let manifest = index.manifest();
+    IndexDescription {
+        dir: index.dir().to_path_buf(),
+        docs: manifest.num_docs,
+        terms: manifest.num_terms,
+        codec: manifest.codec.name().into(),
+        scoring: manifest.scoring.clone(),
+        forward: index.has_forward(),
+    }
+}

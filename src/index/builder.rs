@@ -28,7 +28,7 @@ use super::codecs::{encode_list, Codec, SkipEntry};
 use super::corpus::{parse_line, CorpusDoc, CorpusReader, RawLine};
 use super::format::{write_file, SectionWriter};
 use super::reader::{
-    Manifest, TermInfo, FORWARD_FILE, KIND_DOCS, KIND_FORWARD, KIND_POSTINGS, KIND_SKIPS,
+    Index, Manifest, TermInfo, FORWARD_FILE, KIND_DOCS, KIND_FORWARD, KIND_POSTINGS, KIND_SKIPS,
     KIND_TERMS,
 };
 use super::tokenize::Tokenizer;
@@ -458,6 +458,35 @@ pub fn build(
     pool.install(|| build_in_pool(corpus, out, opts, progress))
 }
 
+/// Opens the index in `out` if there is one that opens (every check of [`Index::open`]);
+/// otherwise builds it from `corpus` (as [`build`], without progress). A directory at `out` that
+/// does not open is moved aside to `<out>.unreadable-<unix seconds>`, never deleted. Returns the
+/// build's report, or `None` when the existing index was reused.
+///
+/// # Errors
+/// As [`build`]; [`IndexError::Io`] when the unreadable directory cannot be moved aside.
+pub fn open_or_build(
+    corpus: &Path,
+    out: &Path,
+    opts: &BuildOptions,
+) -> Result<Option<BuildReport>, IndexError> {
+    if out.exists() {
+        match Index::open(out) {
+            Ok(_) => return Ok(None),
+            Err(err) => {
+                let secs = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let mut aside = out.as_os_str().to_owned();
+                aside.push(format!(".unreadable-{secs}"));
+                tracing::warn!(index = %out.display(), moved_to = ?aside, error = %err, "existing index does not open: rebuilding it");
+                std::fs::rename(out, &aside).map_err(|e| IndexError::io(out, e))?;
+            }
+        }
+    }
+    build(corpus, out, opts, &|_| {}).map(Some)
+}
+
 fn build_in_pool(
     corpus: &Path,
     out: &Path,
@@ -728,5 +757,40 @@ impl Drop for TempDir {
         if !self.committed {
             let _ = std::fs::remove_dir_all(&self.path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture_corpus() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/corpus.jsonl")
+    }
+
+    #[test]
+    fn open_or_build_builds_once_then_reuses_and_moves_a_broken_one_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("index");
+        let opts = BuildOptions {
+            threads: 1,
+            ..BuildOptions::default()
+        };
+        let built = open_or_build(&fixture_corpus(), &out, &opts).unwrap();
+        assert_eq!(built.map(|r| r.docs), Some(200));
+        assert!(open_or_build(&fixture_corpus(), &out, &opts)
+            .unwrap()
+            .is_none());
+
+        std::fs::write(out.join(super::super::reader::DOCS_FILE), b"truncated").unwrap();
+        let rebuilt = open_or_build(&fixture_corpus(), &out, &opts).unwrap();
+        assert!(rebuilt.is_some());
+        assert_eq!(Index::open(&out).unwrap().num_docs(), 200);
+        let aside: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("index.unreadable-"))
+            .collect();
+        assert_eq!(aside.len(), 1, "{aside:?}");
     }
 }

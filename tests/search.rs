@@ -562,3 +562,128 @@ async fn search_on_a_real_listener_in_msgpack() {
     live.task.await.unwrap().unwrap();
     drop(dir);
 }
+
+/// The scoring stream of `index` as a CIFF file: lists in sorted term order (terms that occur
+/// only in other streams have no list), docID gaps, scoring lengths as document lengths.
+fn export_ciff(index: &Index) -> Vec<u8> {
+    use prost::Message;
+    use rankserve::index::ciff::{DocRecord, Header, Posting, PostingsList};
+    use rankserve::index::TERMINATED;
+    let mut lists = Vec::new();
+    for i in 0..index.num_terms() as usize {
+        let (term, id) = index.term_at(i);
+        let mut cursor = index.postings(id).cursor();
+        let (mut postings, mut previous) = (Vec::new(), 0);
+        while cursor.doc() != TERMINATED {
+            postings.push(Posting {
+                docid: (cursor.doc() - previous) as i32,
+                tf: cursor.tf() as i32,
+            });
+            previous = cursor.doc();
+            cursor.advance();
+        }
+        if !postings.is_empty() {
+            lists.push(PostingsList {
+                term: term.to_string(),
+                df: postings.len() as i64,
+                cf: postings.iter().map(|p| p.tf as i64).sum(),
+                postings,
+            });
+        }
+    }
+    let n = index.num_docs();
+    let mut out = Vec::new();
+    Header {
+        version: 1,
+        num_postings_lists: lists.len() as i32,
+        num_doc_records: n as i32,
+        total_postings_lists: lists.len() as i32,
+        total_docs: n as i32,
+        total_terms_in_collection: index.manifest().total_scoring_length as i64,
+        average_doclength: index.avg_scoring_length(),
+        description: "exported by tests/search.rs".into(),
+    }
+    .encode_length_delimited(&mut out)
+    .unwrap();
+    for list in lists {
+        list.encode_length_delimited(&mut out).unwrap();
+    }
+    for d in 0..n {
+        DocRecord {
+            docid: d as i32,
+            collection_docid: index.doc_id(d).to_string(),
+            doclength: index.scoring_length(d) as i32,
+        }
+        .encode_length_delimited(&mut out)
+        .unwrap();
+    }
+    out
+}
+
+fn rankserve_cli(args: &[&std::ffi::OsStr]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_rankserve"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn ciff_import_serves_the_same_bm25_results_as_the_index_it_came_from() {
+    let (dir, original) = built(&fixture_corpus(), "fixture", Codec::Ef);
+    let file = dir.path().join("fixture.ciff");
+    std::fs::write(&file, export_ciff(&original)).unwrap();
+    let imported = dir.path().join("imported");
+    let output = rankserve_cli(&[
+        "index".as_ref(),
+        "import-ciff".as_ref(),
+        file.as_os_str(),
+        "--out".as_ref(),
+        imported.as_os_str(),
+        "--codec".as_ref(),
+        "pfor".as_ref(),
+    ]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+
+    let s = server_with(|c| c.index = Some(imported.clone()));
+    for text in QUERIES {
+        for mode in [Mode::And, Mode::Or, Mode::AndOr] {
+            let mut req = request(text, mode, 8);
+            req.ranker = Some("small".into());
+            let got = search_json(&s, &req).await;
+            assert_eq!(got.backends.rank, "none");
+            let want = search(&original, &Query::from_text(text, 8, mode))
+                .unwrap()
+                .hits;
+            assert_eq!(doc_scores(&got), want, "{text:?} {mode:?}");
+            for hit in &got.hits {
+                assert_eq!(hit.id, original.doc_id(hit.doc));
+            }
+        }
+    }
+
+    // A truncated file is refused with exit 2, naming the file and the message, and no index.
+    let bytes = std::fs::read(&file).unwrap();
+    std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
+    let refused = dir.path().join("refused");
+    let output = rankserve_cli(&[
+        "index".as_ref(),
+        "import-ciff".as_ref(),
+        file.as_os_str(),
+        "--out".as_ref(),
+        refused.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.starts_with(&format!(
+            "rankserve: CIFF file {}: postings list ",
+            file.display()
+        )),
+        "{stderr}"
+    );
+    assert!(!refused.exists());
+}

@@ -335,11 +335,34 @@ fn encode_chunk(
     (fwd, fwd_lens, postings, lens)
 }
 
-/// One term range's encoded lists.
-struct RangeOut {
+/// One term range's encoded lists (offsets relative to the range until [`write_postings`]).
+#[derive(Default)]
+pub(crate) struct RangeOut {
     bytes: Vec<u8>,
     skips: Vec<SkipEntry>,
     infos: Vec<TermInfo>,
+}
+
+impl RangeOut {
+    /// Encodes the next term's list (`docs` strictly increasing, `tfs ≥ 1`, at most 2³² − 1
+    /// postings) and records its info.
+    pub(crate) fn push_list(
+        &mut self,
+        codec: Codec,
+        docs: &[u32],
+        tfs: &[u32],
+        doc_len: impl Fn(u32) -> u32,
+    ) {
+        let (offset, first_skip) = (self.bytes.len(), self.skips.len());
+        encode_list(codec, docs, tfs, doc_len, &mut self.bytes, &mut self.skips);
+        self.infos.push(TermInfo {
+            df: docs.len() as u32,
+            n_blocks: (self.skips.len() - first_skip) as u32,
+            postings_offset: offset as u64,
+            postings_len: (self.bytes.len() - offset) as u64,
+            skip_start: first_skip as u64,
+        });
+    }
 }
 
 /// Inverts the chunks' postings (each sorted by term, then doc; chunks in doc order) and
@@ -406,29 +429,10 @@ fn invert(
                     *at += 1;
                 }
             }
-            let mut out = RangeOut {
-                bytes: Vec::new(),
-                skips: Vec::new(),
-                infos: Vec::with_capacity(r.len()),
-            };
-            for (k, t) in r.clone().enumerate() {
+            let mut out = RangeOut::default();
+            for k in 0..r.len() {
                 let (s, e) = (starts[k], starts[k + 1]);
-                let (off, sk) = (out.bytes.len(), out.skips.len());
-                encode_list(
-                    codec,
-                    &docs[s..e],
-                    &tfs[s..e],
-                    |d| scoring_len[d as usize],
-                    &mut out.bytes,
-                    &mut out.skips,
-                );
-                out.infos.push(TermInfo {
-                    df: df[t],
-                    n_blocks: (out.skips.len() - sk) as u32,
-                    postings_offset: off as u64,
-                    postings_len: (out.bytes.len() - off) as u64,
-                    skip_start: sk as u64,
-                });
+                out.push_list(codec, &docs[s..e], &tfs[s..e], |d| scoring_len[d as usize]);
             }
             out
         })
@@ -624,7 +628,7 @@ pub(crate) fn u32s(v: &[u32]) -> Vec<u8> {
 
 /// Writes `postings.bin` and `skips.bin` from encoded ranges (in term order); returns every
 /// term's info with file-absolute offsets, and the two files' payload sizes.
-fn write_postings(
+pub(crate) fn write_postings(
     dir: &Path,
     ranges: Vec<RangeOut>,
 ) -> Result<(Vec<TermInfo>, u64, u64), IndexError> {

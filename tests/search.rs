@@ -10,6 +10,7 @@ use axum::body::Body;
 use axum::http::{header, Request, StatusCode};
 use http_body_util::BodyExt;
 
+use crate::cli::{rankserve, root};
 use crate::http::{client, expect_error, json, live, post, send, server_with, TestServer, TOKEN};
 use crate::selection::{built, fixture_corpus};
 use rankserve::index::builder::{build, BuildOptions};
@@ -620,27 +621,20 @@ fn export_ciff(index: &Index) -> Vec<u8> {
     out
 }
 
-fn rankserve_cli(args: &[&std::ffi::OsStr]) -> std::process::Output {
-    std::process::Command::new(env!("CARGO_BIN_EXE_rankserve"))
-        .args(args)
-        .output()
-        .unwrap()
-}
-
 #[tokio::test]
 async fn ciff_import_serves_the_same_bm25_results_as_the_index_it_came_from() {
     let (dir, original) = built(&fixture_corpus(), "fixture", Codec::Ef);
     let file = dir.path().join("fixture.ciff");
     std::fs::write(&file, export_ciff(&original)).unwrap();
     let imported = dir.path().join("imported");
-    let output = rankserve_cli(&[
-        "index".as_ref(),
-        "import-ciff".as_ref(),
-        file.as_os_str(),
-        "--out".as_ref(),
-        imported.as_os_str(),
-        "--codec".as_ref(),
-        "pfor".as_ref(),
+    let output = rankserve(&[
+        "index",
+        "import-ciff",
+        file.to_str().unwrap(),
+        "--out",
+        imported.to_str().unwrap(),
+        "--codec",
+        "pfor",
     ]);
     assert!(
         output.status.success(),
@@ -669,12 +663,12 @@ async fn ciff_import_serves_the_same_bm25_results_as_the_index_it_came_from() {
     let bytes = std::fs::read(&file).unwrap();
     std::fs::write(&file, &bytes[..bytes.len() / 2]).unwrap();
     let refused = dir.path().join("refused");
-    let output = rankserve_cli(&[
-        "index".as_ref(),
-        "import-ciff".as_ref(),
-        file.as_os_str(),
-        "--out".as_ref(),
-        refused.as_os_str(),
+    let output = rankserve(&[
+        "index",
+        "import-ciff",
+        file.to_str().unwrap(),
+        "--out",
+        refused.to_str().unwrap(),
     ]);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert_eq!(output.status.code(), Some(2), "{stderr}");
@@ -686,4 +680,109 @@ async fn ciff_import_serves_the_same_bm25_results_as_the_index_it_came_from() {
         "{stderr}"
     );
     assert!(!refused.exists());
+}
+
+/// Starts `rankserve serve` with `args` (from the repository root, so `rankers/` and
+/// `fixtures/` are there) and returns it with its listening address and the log lines up to
+/// the `listening` one; the rest of its log is drained in the background.
+fn start_serve(args: &[&str]) -> (std::process::Child, std::net::SocketAddr, Vec<String>) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rankserve"))
+        .arg("serve")
+        .args(args)
+        .current_dir(root())
+        .env("RUST_LOG", "info")
+        .env("NO_COLOR", "1")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+    let (lines, receive) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in stderr.lines().map_while(Result::ok) {
+            let _ = lines.send(without_ansi(&line));
+        }
+    });
+    let mut seen = Vec::new();
+    while let Ok(line) = receive.recv_timeout(std::time::Duration::from_secs(60)) {
+        let addr = line.contains(" listening ").then(|| {
+            line.split_once("addr=")
+                .unwrap()
+                .1
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+        });
+        seen.push(line);
+        if let Some(addr) = addr {
+            std::thread::spawn(move || receive.into_iter().for_each(drop));
+            return (child, addr.unwrap(), seen);
+        }
+    }
+    let _ = child.kill();
+    panic!("serve did not start listening: {seen:#?}");
+}
+
+/// `line` without terminal colour sequences (`ESC [ ... m`).
+fn without_ansi(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            chars.by_ref().find(|&c| c == 'm');
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// One HTTP/1.1 JSON POST over a plain socket; returns the status line and the body.
+fn post_json(addr: std::net::SocketAddr, path: &str, body: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut reply = String::new();
+    stream.read_to_string(&mut reply).unwrap();
+    let (head, body) = reply.split_once("\r\n\r\n").unwrap();
+    (head.lines().next().unwrap().to_string(), body.to_string())
+}
+
+#[test]
+fn serve_with_no_index_builds_the_demo_index_once_and_ranks_with_the_bundled_rankers() {
+    let data = tempfile::tempdir().unwrap();
+    let data_dir = data.path().to_str().unwrap();
+    for (start, expected) in [(1, "demo index built"), (2, "demo index reused")] {
+        let (mut child, addr, log) =
+            start_serve(&["--addr", "127.0.0.1:0", "--data-dir", data_dir]);
+        assert!(
+            log.iter().any(|l| l.contains(expected)),
+            "start {start}: {log:#?}"
+        );
+        for ranker in ["small", "medium", "large"] {
+            let (status, body) = post_json(
+                addr,
+                "/v1/search",
+                &format!(
+                    r#"{{"query": "kitchen ranking", "mode": "or", "k": 3, "ranker": "{ranker}"}}"#
+                ),
+            );
+            assert_eq!(status, "HTTP/1.1 200 OK", "{body}");
+            let reply: SearchResponse = serde_json::from_str(&body).unwrap();
+            assert_eq!((reply.hits.len(), reply.backends.rank.as_str()), (3, "cpu"));
+            assert!(
+                reply.hits.iter().all(|h| h.score.is_some()),
+                "{ranker}: {body}"
+            );
+        }
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    assert!(data.path().join("index/index.json").exists());
 }

@@ -721,6 +721,7 @@ fn start_serve(args: &[&str]) -> (std::process::Child, std::net::SocketAddr, Vec
         }
     }
     let _ = child.kill();
+    let _ = child.wait();
     panic!("serve did not start listening: {seen:#?}");
 }
 

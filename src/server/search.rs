@@ -177,6 +177,104 @@ fn hit_requests(
     Ok((query, stats, documents))
 }
 
+/// A request's deadline: `timeout_ms` after arrival (the configured default when absent).
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Option<Instant>,
+    timeout_ms: Option<u64>,
+}
+
+impl Deadline {
+    /// [`ApiError::DeadlineExceeded`] once it has passed.
+    fn check(self) -> Result<(), ApiError> {
+        match self.at {
+            Some(at) if Instant::now() >= at => Err(ApiError::DeadlineExceeded {
+                timeout_ms: self.timeout_ms.unwrap_or(0),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The top-k and what the ranking stage spent on it.
+struct Ranked {
+    hits: Vec<SearchHit>,
+    me_us: u64,
+    queue_us: u64,
+    /// `cpu`, `gpu`, or `none` for the BM25 order.
+    backend: &'static str,
+}
+
+fn hit(index: &Index, (doc, selection_score): (DocId, f64), score: f64) -> SearchHit {
+    SearchHit {
+        doc,
+        id: index.doc_id(doc).to_string(),
+        score: (!score.is_nan()).then_some(score),
+        selection_score,
+        explain: None,
+    }
+}
+
+/// The BM25 order: the first `k` of `selected` (best first already).
+fn bm25_order(index: &Index, selected: &[(DocId, f64)], k: usize) -> Ranked {
+    Ranked {
+        hits: selected
+            .iter()
+            .take(k)
+            .map(|&candidate| hit(index, candidate, candidate.1))
+            .collect(),
+        me_us: 0,
+        queue_us: 0,
+        backend: "none",
+    }
+}
+
+/// Scores the candidates' `features` (row `i` is `selected[i]`, in docID order) through the
+/// shared scorer, as `/v1/rank` does, and keeps the best `request.k` (ties by smaller docID).
+async fn rank_candidates(
+    state: &AppState,
+    index: &Index,
+    loaded: Arc<LoadedRanker>,
+    selected: &[(DocId, f64)],
+    features: Vec<f64>,
+    request: &SearchRequest,
+    deadline: Deadline,
+) -> Result<Ranked, ApiError> {
+    // `backend=cpu` scores at once on the CPU, as in `/v1/rank`.
+    let bypass = request.backend.unwrap_or(state.config.backend) == Backend::Cpu;
+    let kept = request.explain.then(|| features.clone());
+    let work = state
+        .scorer
+        .score(Arc::clone(&loaded), features, deadline.at, bypass);
+    let scored = before_deadline(work, deadline.at, deadline.timeout_ms).await?;
+    let order = top_k(&scored.scores, request.k);
+    let mut explained = kept.map(|features| {
+        let width = loaded.ranker.features.len();
+        let rows: Vec<f64> = order
+            .iter()
+            .flat_map(|&i| &features[i * width..(i + 1) * width])
+            .copied()
+            .collect();
+        explain(&loaded, &rows).into_iter()
+    });
+    let hits = order
+        .iter()
+        .map(|&i| SearchHit {
+            explain: explained.as_mut().and_then(Iterator::next),
+            ..hit(index, selected[i], scored.scores[i])
+        })
+        .collect();
+    metrics::counter!("rankserve_documents_ranked_total", "ranker" => loaded.name.clone())
+        .increment(selected.len() as u64);
+    metrics::counter!("rankserve_backend_total", "backend" => "cpu").increment(1);
+    Ok(Ranked {
+        hits,
+        me_us: scored.eval_us,
+        queue_us: scored.queue_us,
+        backend: "cpu",
+    })
+}
+
 /// `POST /v1/search`.
 pub(super) async fn search(
     Shared(state): Shared<AppState>,
@@ -185,12 +283,9 @@ pub(super) async fn search(
 ) -> Result<Reply<SearchResponse>, ApiError> {
     let arrived = Instant::now();
     let timeout_ms = request.timeout_ms.or(state.config.default_timeout_ms);
-    let deadline = timeout_ms.map(|ms| arrived + Duration::from_millis(ms));
-    let check_deadline = || match deadline {
-        Some(deadline) if Instant::now() >= deadline => Err(ApiError::DeadlineExceeded {
-            timeout_ms: timeout_ms.unwrap_or(0),
-        }),
-        _ => Ok(()),
+    let deadline = Deadline {
+        at: timeout_ms.map(|ms| arrived + Duration::from_millis(ms)),
+        timeout_ms,
     };
     let backend = request.backend.unwrap_or(state.config.backend);
     if backend == Backend::Gpu {
@@ -205,7 +300,7 @@ pub(super) async fn search(
     let _place = loaded.as_ref().map(|l| state.admit(&l.name)).transpose()?;
     // Ranking reads hit requests, which only a forward index can give.
     let loaded = loaded.filter(|_| index.has_forward());
-    check_deadline()?;
+    deadline.check()?;
 
     let (request, candidates) = {
         let (index, loaded) = (Arc::clone(&index), loaded.clone());
@@ -224,82 +319,37 @@ pub(super) async fn search(
         select_us,
         fe_us,
     } = candidates?;
-    check_deadline()?;
+    deadline.check()?;
 
-    let (hits, me_us, queue_us, rank_backend) = match (loaded, features) {
+    let ranked = match (loaded, features) {
         (Some(loaded), Some(features)) => {
-            let kept = request.explain.then(|| features.clone());
-            let work = state.scorer.score(
-                Arc::clone(&loaded),
-                features,
-                deadline,
-                backend == Backend::Cpu,
-            );
-            let scored = before_deadline(work, deadline, timeout_ms).await?;
-            let order = top_k(&scored.scores, request.k);
-            let explained = kept.map(|features| {
-                let width = loaded.ranker.features.len();
-                let rows: Vec<f64> = order
-                    .iter()
-                    .flat_map(|&i| &features[i * width..(i + 1) * width])
-                    .copied()
-                    .collect();
-                explain(&loaded, &rows)
-            });
-            let hits = order
-                .iter()
-                .enumerate()
-                .map(|(rank, &i)| {
-                    let (doc, selection_score) = selected[i];
-                    let score = scored.scores[i];
-                    SearchHit {
-                        doc,
-                        id: index.doc_id(doc).to_string(),
-                        score: (!score.is_nan()).then_some(score),
-                        selection_score,
-                        explain: explained.as_ref().map(|e| e[rank].clone()),
-                    }
-                })
-                .collect();
-            metrics::counter!("rankserve_documents_ranked_total", "ranker" => loaded.name.clone())
-                .increment(selected.len() as u64);
-            metrics::counter!("rankserve_backend_total", "backend" => "cpu").increment(1);
-            (hits, scored.eval_us, scored.queue_us, "cpu")
+            rank_candidates(
+                &state, &index, loaded, &selected, features, &request, deadline,
+            )
+            .await?
         }
-        _ => {
-            let hits = selected
-                .iter()
-                .take(request.k)
-                .map(|&(doc, score)| SearchHit {
-                    doc,
-                    id: index.doc_id(doc).to_string(),
-                    score: Some(score),
-                    selection_score: score,
-                    explain: None,
-                })
-                .collect();
-            (hits, 0, 0, "none")
-        }
+        _ => bm25_order(&index, &selected, request.k),
     };
     metrics::histogram!("rankserve_search_select_seconds")
         .record(Duration::from_micros(select_us).as_secs_f64());
-    metrics::histogram!("rankserve_search_duration_seconds", "ranker" => request.ranker.clone().unwrap_or_else(|| "none".into()))
+    let ranker_label = request.ranker.unwrap_or_else(|| "none".into());
+    metrics::histogram!("rankserve_search_duration_seconds", "ranker" => ranker_label)
         .record(arrived.elapsed().as_secs_f64());
     Ok(Reply(
         format,
         SearchResponse {
-            hits,
+            hits: ranked.hits,
             timings: SearchTimings {
                 select_us,
                 fe_us,
                 mit_us: None,
-                me_us,
-                queue_us,
+                me_us: ranked.me_us,
+                queue_us: ranked.queue_us,
                 total_us: micros(arrived.elapsed()),
             },
             backends: SearchBackends {
                 select: "cpu".into(),
-                rank: rank_backend.into(),
+                rank: ranked.backend.into(),
             },
         },
     ))

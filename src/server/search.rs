@@ -413,3 +413,92 @@ fn describe(index: &Index) -> IndexDescription {
         forward: index.has_forward(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::builder::{build, BuildOptions};
+    use crate::select::Mode;
+
+    fn request(query: Option<&str>, terms: Option<&[&str]>) -> SearchRequest {
+        SearchRequest {
+            query: query.map(str::to_string),
+            terms: terms.map(|t| t.iter().map(|s| s.to_string()).collect()),
+            k: 10,
+            candidates: 1000,
+            mode: Mode::And,
+            ranker: None,
+            backend: None,
+            explain: false,
+            timeout_ms: None,
+        }
+    }
+
+    #[test]
+    fn query_text_is_tokenized_and_terms_are_taken_as_given() {
+        let text = request(Some("The Kitchen; ranking!"), None);
+        assert_eq!(query_terms(&text).unwrap(), ["the", "kitchen", "ranking"]);
+        let terms = request(None, Some(&["The", "x y"]));
+        assert_eq!(query_terms(&terms).unwrap(), ["The", "x y"]);
+        assert_eq!(
+            query_terms(&request(Some(""), None)).unwrap(),
+            Vec::<String>::new()
+        );
+        assert!(query_terms(&request(Some("a"), Some(&["a"]))).is_err());
+        assert!(query_terms(&request(None, None)).is_err());
+    }
+
+    #[test]
+    fn hit_requests_carry_hits_lengths_idf_and_only_the_static_features_a_document_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("c.jsonl");
+        std::fs::write(
+            &corpus,
+            concat!(
+                r#"{"id": "a", "streams": {"title": "red fox", "body": "the red fox. a fox"}, "static": {"static_rank": 0.5}}"#,
+                "\n",
+                r#"{"id": "b", "streams": {"body": "blue sky"}, "static": {}}"#,
+                "\n",
+            ),
+        )
+        .unwrap();
+        let out = dir.path().join("idx");
+        build(&corpus, &out, &BuildOptions::default(), &|_| {}).unwrap();
+        let index = Index::open(&out).unwrap();
+        let terms = ["fox", "red", "fox", "unknown"].map(String::from);
+        let (query, stats, docs) = hit_requests(&index, &terms, &[(0, 1.0), (1, 0.5)]).unwrap();
+        // Distinct terms in first-occurrence order; an unknown term has df 0.
+        assert_eq!(query.terms, 3);
+        assert_eq!(
+            query.idf,
+            [bm25::idf(2, 1), bm25::idf(2, 1), bm25::idf(2, 0)]
+        );
+        assert_eq!(stats.avg_length["body"], 3.5);
+        assert_eq!(stats.avg_length["title"], 1.0);
+        let body = &docs[0].streams["body"];
+        assert_eq!(body.length, 5);
+        assert_eq!(body.phrases, [vec![[1, 1], [0, 2]], vec![[0, 4]]]);
+        assert_eq!(docs[0].streams["title"].phrases, [vec![[1, 0], [0, 1]]]);
+        assert_eq!(docs[0].static_features["static_rank"], 0.5);
+        assert_eq!(docs[1].id.as_deref(), Some("b"));
+        assert!(docs[1].static_features.is_empty());
+        assert!(docs[1].streams["body"].phrases.is_empty());
+    }
+
+    #[test]
+    fn a_passed_deadline_is_exceeded_and_none_never_is() {
+        let passed = Deadline {
+            at: Some(Instant::now()),
+            timeout_ms: Some(0),
+        };
+        assert!(matches!(
+            passed.check(),
+            Err(ApiError::DeadlineExceeded { timeout_ms: 0 })
+        ));
+        let none = Deadline {
+            at: None,
+            timeout_ms: None,
+        };
+        assert!(none.check().is_ok());
+    }
+}

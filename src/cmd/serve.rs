@@ -113,14 +113,13 @@ fn init_logging(format: LogFormat) {
 
 pub fn run(args: Args) -> CmdResult {
     let (file, flags) = args.into_layer();
-    let config = Config::resolve(
+    let mut config = Config::resolve(
         file.as_deref(),
         Layer::from_env(|k| std::env::var(k).ok()),
         flags,
     )
     .bad_input()?;
     init_logging(config.log_format);
-    let mut config = config;
     if config.index.is_none() {
         config.index = demo_index(&config.data_dir)?;
     }

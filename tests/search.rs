@@ -787,3 +787,78 @@ fn serve_with_no_index_builds_the_demo_index_once_and_ranks_with_the_bundled_ran
     }
     assert!(data.path().join("index/index.json").exists());
 }
+
+/// POSTs JSON `body` to `path` on a live server, with the admin token.
+async fn post_live_json(
+    client: &crate::http::Client,
+    addr: std::net::SocketAddr,
+    path: &str,
+    body: &impl serde::Serialize,
+) -> (StatusCode, Vec<u8>) {
+    let request = Request::post(format!("http://{addr}{path}"))
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(http_body_util::Full::new(bytes::Bytes::from(json(body))))
+        .unwrap();
+    let response = client.request(request).await.unwrap();
+    let status = response.status();
+    let body = response.into_body().collect().await.unwrap().to_bytes();
+    (status, body.to_vec())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn searches_racing_reloads_each_see_one_whole_index() {
+    let (dir, first) = built(&fixture_corpus(), "first", Codec::Ef);
+    let second_dir = dir.path().join("second");
+    build(
+        &small_corpus(dir.path(), "kitchen"),
+        &second_dir,
+        &BuildOptions::default(),
+        &|_| {},
+    )
+    .unwrap();
+    let second = Index::open(&second_dir).unwrap();
+    let query = request("kitchen", Mode::Or, 5);
+    let expected = [&first, &second].map(|index| {
+        search(index, &Query::from_text("kitchen", 5, Mode::Or))
+            .unwrap()
+            .hits
+    });
+    assert_ne!(expected[0], expected[1]);
+    let dirs = [first.dir().to_path_buf(), second_dir.clone()];
+    let live = live(|c| c.index = Some(dirs[0].clone())).await;
+    let addr = live.addr;
+
+    let searchers: Vec<_> = (0..4)
+        .map(|_| {
+            let (query, expected) = (query.clone(), expected.clone());
+            tokio::spawn(async move {
+                let client = client();
+                let mut seen = [0usize; 2];
+                for _ in 0..40 {
+                    let (status, body) = post_live_json(&client, addr, "/v1/search", &query).await;
+                    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+                    let reply: SearchResponse = serde_json::from_slice(&body).unwrap();
+                    let got = doc_scores(&reply);
+                    let which = expected.iter().position(|e| *e == got);
+                    seen[which.expect("a result from one whole index")] += 1;
+                }
+                seen
+            })
+        })
+        .collect();
+    let reloader = client();
+    for round in 0..20 {
+        let target = serde_json::json!({ "dir": dirs[(round + 1) % 2] });
+        let (status, body) = post_live_json(&reloader, addr, "/v1/index/reload", &target).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    }
+    let mut seen = [0usize; 2];
+    for searcher in searchers {
+        let s = searcher.await.unwrap();
+        seen = [seen[0] + s[0], seen[1] + s[1]];
+    }
+    assert_eq!(seen[0] + seen[1], 160);
+    let _ = live.shutdown.send(());
+    live.task.await.unwrap().unwrap();
+}

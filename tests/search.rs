@@ -527,6 +527,15 @@ async fn inputs_that_select_nothing_answer_empty_and_mistakes_answer_4xx() {
         (StatusCode::BAD_REQUEST, "bad_body")
     );
 
+    expect_error(
+        &s.app,
+        bad(serde_json::json!({"terms": vec!["a"; 1025]})),
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        "the query has 1025 terms, at most 1024 are accepted",
+    )
+    .await;
+
     let no_index = server_with(|_| {});
     expect_error(
         &no_index.app,

@@ -33,21 +33,38 @@ use crate::index::{DocId, Index};
 use crate::rank::fe::{CorpusStats, FeatureResolver, HitDocument, HitStream, QueryInfo};
 use crate::select::{self, bm25, dedup_terms, Query};
 
+/// Most terms a query may have (before duplicates are removed). Removing duplicates and FE both
+/// grow with the term count, and a body of 64 MiB holds millions of terms: a bound keeps one
+/// request from holding a core for minutes. Real queries have a handful.
+pub const MAX_QUERY_TERMS: usize = 1024;
+
 /// The query's terms: `query` tokenized like the documents, or `terms` as given.
 ///
 /// # Errors
-/// [`ApiError::InvalidRequest`] when both or neither are given.
+/// [`ApiError::InvalidRequest`] when both or neither are given, or when there are more than
+/// [`MAX_QUERY_TERMS`].
 fn query_terms(request: &SearchRequest) -> Result<Vec<String>, ApiError> {
-    match (&request.query, &request.terms) {
-        (Some(text), None) => Ok(Tokenizer::new().tokens(text)),
-        (None, Some(terms)) => Ok(terms.clone()),
-        (Some(_), Some(_)) => Err(ApiError::InvalidRequest(
-            "give `query` (text) or `terms` (a list), not both".into(),
-        )),
-        (None, None) => Err(ApiError::InvalidRequest(
-            "needs `query` (text) or `terms` (a list)".into(),
-        )),
+    let terms = match (&request.query, &request.terms) {
+        (Some(text), None) => Tokenizer::new().tokens(text),
+        (None, Some(terms)) => terms.clone(),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::InvalidRequest(
+                "give `query` (text) or `terms` (a list), not both".into(),
+            ))
+        }
+        (None, None) => {
+            return Err(ApiError::InvalidRequest(
+                "needs `query` (text) or `terms` (a list)".into(),
+            ))
+        }
+    };
+    if terms.len() > MAX_QUERY_TERMS {
+        return Err(ApiError::InvalidRequest(format!(
+            "the query has {} terms, at most {MAX_QUERY_TERMS} are accepted",
+            terms.len()
+        )));
     }
+    Ok(terms)
 }
 
 /// The candidates and, when a ranker runs, their feature vectors.
@@ -446,6 +463,18 @@ mod tests {
         );
         assert!(query_terms(&request(Some("a"), Some(&["a"]))).is_err());
         assert!(query_terms(&request(None, None)).is_err());
+        let most = vec!["t"; MAX_QUERY_TERMS];
+        assert_eq!(
+            query_terms(&request(None, Some(&most))).unwrap().len(),
+            MAX_QUERY_TERMS
+        );
+        let text = "t ".repeat(MAX_QUERY_TERMS + 1);
+        assert_eq!(
+            query_terms(&request(Some(&text), None))
+                .unwrap_err()
+                .to_string(),
+            "the query has 1025 terms, at most 1024 are accepted"
+        );
     }
 
     #[test]

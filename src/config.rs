@@ -9,7 +9,7 @@
 //! | `addr` | `RANKSERVE_ADDR` | `127.0.0.1:8080` |
 //! | `rankers` | `RANKSERVE_RANKERS` | `rankers/` |
 //! | `data_dir` | `RANKSERVE_DATA_DIR` | `.rankserve/` |
-//! | `index` | `RANKSERVE_INDEX` | none |
+//! | `index` | `RANKSERVE_INDEX` | none (`serve` then builds or reuses the demo index `DATA_DIR/index`) |
 //! | `backend` | `RANKSERVE_BACKEND` | `auto` (`auto`, `cpu`, `gpu`) |
 //! | `admin_token` | `RANKSERVE_ADMIN_TOKEN` | none (admin routes disabled) |
 //! | `body_limit_bytes` | `RANKSERVE_BODY_LIMIT_BYTES` | 64 MiB |

@@ -10,11 +10,11 @@ use rankserve::rank::cpu::score_doc_reference;
 use rankserve::rank::format::parse_native;
 use rankserve::rank::synth::synth_features;
 
-fn root() -> PathBuf {
+pub(crate) fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-fn rankserve(args: &[&str]) -> Output {
+pub(crate) fn rankserve(args: &[&str]) -> Output {
     std::process::Command::new(env!("CARGO_BIN_EXE_rankserve"))
         .args(args)
         .current_dir(root())

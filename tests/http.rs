@@ -26,7 +26,7 @@ use rankserve::server::api::{
 use rankserve::server::error::ErrorBody;
 use rankserve::server::{router, AppState, State};
 
-const TOKEN: &str = "test-token";
+pub(crate) const TOKEN: &str = "test-token";
 
 fn split(feature: u32, threshold: f64, left: u32, right: u32) -> Node {
     Node::Split(Split {
@@ -87,13 +87,13 @@ fn test_ranker(bias: f64) -> Ranker {
     ranker
 }
 
-struct TestServer {
-    state: AppState,
-    app: Router,
+pub(crate) struct TestServer {
+    pub(crate) state: AppState,
+    pub(crate) app: Router,
     _dir: tempfile::TempDir,
 }
 
-fn server_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
+pub(crate) fn server_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(
         dir.path().join("small.json"),
@@ -159,18 +159,18 @@ fn rank_request(ranker: &str, features: &[f64], width: usize) -> RankRequest {
     }
 }
 
-fn post(uri: &str, content_type: &str, body: Vec<u8>) -> Request<Body> {
+pub(crate) fn post(uri: &str, content_type: &str, body: Vec<u8>) -> Request<Body> {
     Request::post(uri)
         .header(header::CONTENT_TYPE, content_type)
         .body(Body::from(body))
         .unwrap()
 }
 
-fn json(request: &impl serde::Serialize) -> Vec<u8> {
+pub(crate) fn json(request: &impl serde::Serialize) -> Vec<u8> {
     serde_json::to_vec(request).unwrap()
 }
 
-async fn send(
+pub(crate) async fn send(
     app: &Router,
     request: Request<Body>,
 ) -> (StatusCode, axum::http::HeaderMap, Vec<u8>) {
@@ -188,7 +188,7 @@ async fn send(
 }
 
 /// Sends `request` and checks the error status, code and exact message (JSON body).
-async fn expect_error(
+pub(crate) async fn expect_error(
     app: &Router,
     request: Request<Body>,
     status: StatusCode,
@@ -685,14 +685,14 @@ async fn ops_routes_describe_list_ready_and_metrics() {
 }
 
 /// A real server on a loopback port; `shutdown` stops it.
-struct Live {
-    addr: std::net::SocketAddr,
-    shutdown: tokio::sync::oneshot::Sender<()>,
-    task: tokio::task::JoinHandle<std::io::Result<()>>,
+pub(crate) struct Live {
+    pub(crate) addr: std::net::SocketAddr,
+    pub(crate) shutdown: tokio::sync::oneshot::Sender<()>,
+    pub(crate) task: tokio::task::JoinHandle<std::io::Result<()>>,
     _server: TestServer,
 }
 
-async fn live(tweak: impl FnOnce(&mut Config)) -> Live {
+pub(crate) async fn live(tweak: impl FnOnce(&mut Config)) -> Live {
     let server = server_with(tweak);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -712,12 +712,12 @@ async fn live(tweak: impl FnOnce(&mut Config)) -> Live {
     }
 }
 
-type Client = hyper_util::client::legacy::Client<
+pub(crate) type Client = hyper_util::client::legacy::Client<
     hyper_util::client::legacy::connect::HttpConnector,
     http_body_util::Full<bytes::Bytes>,
 >;
 
-fn client() -> Client {
+pub(crate) fn client() -> Client {
     hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new()).build_http()
 }
 

@@ -3,4 +3,5 @@ mod cli;
 mod formats;
 mod http;
 mod parity;
+mod search;
 mod selection;

@@ -77,11 +77,11 @@ fn reference(index: &Index, q: &Query) -> Vec<(DocId, f64)> {
         .collect()
 }
 
-fn fixture_corpus() -> PathBuf {
+pub(crate) fn fixture_corpus() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/corpus.jsonl")
 }
 
-fn built(corpus: &Path, name: &str, codec: Codec) -> (tempfile::TempDir, Index) {
+pub(crate) fn built(corpus: &Path, name: &str, codec: Codec) -> (tempfile::TempDir, Index) {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join(name);
     build(

@@ -6,7 +6,8 @@ use anyhow::Context;
 
 use super::corpus::progress_bar;
 use super::{CmdResult, Failure};
-use rankserve::index::builder::{build, BuildOptions};
+use rankserve::index::builder::{build, BuildOptions, BuildReport};
+use rankserve::index::ciff::import_ciff;
 use rankserve::index::codecs::Codec;
 use rankserve::index::IndexError;
 
@@ -40,6 +41,26 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Import a CIFF file (Common Index File Format: Anserini, PISA, Terrier) as a
+    /// selection-only index: postings and document lengths, no forward index, so searches on it
+    /// rank by BM25 alone.
+    ///
+    /// Writes into a temporary directory next to OUT and renames it when complete; OUT must not exist.
+    ///
+    /// Example: `rankserve index import-ciff robust04.ciff --out idx-robust04`
+    ImportCiff {
+        /// The CIFF file.
+        file: PathBuf,
+        /// The index directory to create.
+        #[arg(long)]
+        out: PathBuf,
+        /// The docID codec.
+        #[arg(long, value_enum, default_value = "ef")]
+        codec: Codec,
+        /// Print the import report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 pub fn run(c: Command) -> CmdResult {
@@ -60,20 +81,40 @@ pub fn run(c: Command) -> CmdResult {
                 forward: !no_forward,
             };
             let bar = progress_bar(0, "docs");
-            let report = build(&corpus, &out, &opts, &|n| bar.inc(n)).map_err(|e| match e {
-                IndexError::CorpusLine { .. } | IndexError::InvalidOption(_) => {
-                    Failure::BadInput(e.into())
-                }
-                IndexError::Io { ref path, .. } if *path == corpus => Failure::BadInput(e.into()),
-                e => Failure::Other(
-                    anyhow::Error::new(e).context(format!("building {}", out.display())),
-                ),
-            })?;
+            let report = build(&corpus, &out, &opts, &|n| bar.inc(n))
+                .map_err(|e| failure(e, &corpus, &out))?;
             bar.finish_and_clear();
-            if json {
-                println!("{}", serde_json::to_string(&report).context("report")?);
-            }
-            eprintln!(
+            summarize(&report, codec, json)
+        }
+        Command::ImportCiff {
+            file,
+            out,
+            codec,
+            json,
+        } => {
+            let report = import_ciff(&file, &out, codec).map_err(|e| failure(e, &file, &out))?;
+            summarize(&report, codec, json)
+        }
+    }
+}
+
+/// Exit 2 for the caller's input (the input file, its content, an existing OUT), 1 otherwise.
+fn failure(e: IndexError, input: &std::path::Path, out: &std::path::Path) -> Failure {
+    match e {
+        IndexError::CorpusLine { .. } | IndexError::Ciff { .. } | IndexError::InvalidOption(_) => {
+            Failure::BadInput(e.into())
+        }
+        IndexError::Io { ref path, .. } if path == input => Failure::BadInput(e.into()),
+        e => Failure::Other(anyhow::Error::new(e).context(format!("building {}", out.display()))),
+    }
+}
+
+/// Prints the report (JSON on stdout when asked) and the one-line summary on stderr.
+fn summarize(report: &BuildReport, codec: Codec, json: bool) -> CmdResult {
+    if json {
+        println!("{}", serde_json::to_string(&report).context("report")?);
+    }
+    eprintln!(
                 "indexed {} docs ({} terms, {} postings) in {:.2} s with {} threads: {:.0} docs/s; {:.2} bits/posting ({} codec, docIDs+tfs), {:.2} with skips",
                 report.docs,
                 report.terms,
@@ -85,7 +126,5 @@ pub fn run(c: Command) -> CmdResult {
                 codec.name(),
                 (report.postings_bytes + report.skips_bytes) as f64 * 8.0 / report.postings.max(1) as f64,
             );
-            Ok(())
-        }
-    }
+    Ok(())
 }

@@ -1,12 +1,18 @@
 //! `rankserve serve`: the HTTP API (see `docs/api.md`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 
 use super::{BadInputExt, CmdResult};
 use rankserve::config::{Config, Layer, LogFormat};
+use rankserve::index::builder::{open_or_build, BuildOptions};
 use rankserve::server;
+
+/// The corpus the demo index is built from, relative to the working directory (the repository).
+const DEMO_CORPUS: &str = "fixtures/corpus.jsonl";
+/// The demo index's directory under `--data-dir`.
+const DEMO_INDEX: &str = "index";
 
 /// Serve the HTTP API. Settings come from `--config FILE` (TOML), then `RANKSERVE_*`
 /// environment variables, then these flags.
@@ -23,7 +29,8 @@ pub struct Args {
     /// Listen address [default: 127.0.0.1:8080].
     #[arg(long)]
     addr: Option<String>,
-    /// Index directory for /v1/search (the document stage) [default: none].
+    /// Index directory for /v1/search (the document stage) [default: a demo index built once
+    /// from fixtures/corpus.jsonl into DATA_DIR/index].
     #[arg(long, value_name = "DIR")]
     index: Option<PathBuf>,
     /// Directory of ranker files NAME.json [default: rankers/].
@@ -110,13 +117,16 @@ fn init_logging(format: LogFormat) {
 
 pub fn run(args: Args) -> CmdResult {
     let (file, flags) = args.into_layer();
-    let config = Config::resolve(
+    let mut config = Config::resolve(
         file.as_deref(),
         Layer::from_env(|k| std::env::var(k).ok()),
         flags,
     )
     .bad_input()?;
     init_logging(config.log_format);
+    if config.index.is_none() {
+        config.index = demo_index(&config.data_dir)?;
+    }
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -125,9 +135,38 @@ pub fn run(args: Args) -> CmdResult {
         let addr = config.addr;
         let state = server::State::new(config).context("opening the server state")?;
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
-        tracing::info!(addr = %listener.local_addr()?, rankers = %state.store.dir().display(), "listening");
+        let index = state.index().map_or("none".into(), |i| i.dir().display().to_string());
+        tracing::info!(addr = %listener.local_addr()?, rankers = %state.store.dir().display(), index, "listening");
         server::serve(listener, state, server::shutdown_signal()).await.context("serving")?;
         tracing::info!("stopped");
         Ok(())
     })
+}
+
+/// The demo index `DATA_DIR/index`: reused when it opens, else built from [`DEMO_CORPUS`].
+/// Without that corpus (not run from the repository) the server runs without an index, and says
+/// so.
+fn demo_index(data_dir: &Path) -> Result<Option<PathBuf>, super::Failure> {
+    let out = data_dir.join(DEMO_INDEX);
+    let corpus = Path::new(DEMO_CORPUS);
+    if !out.exists() && !corpus.exists() {
+        tracing::warn!(
+            corpus = DEMO_CORPUS,
+            "no demo corpus here: serving without an index (/v1/search answers 503 no_index; pass --index DIR)"
+        );
+        return Ok(None);
+    }
+    let report = open_or_build(corpus, &out, &BuildOptions::default()).with_context(|| {
+        format!(
+            "building the demo index {} from {DEMO_CORPUS}",
+            out.display()
+        )
+    })?;
+    match report {
+        Some(r) => {
+            tracing::info!(index = %out.display(), docs = r.docs, seconds = r.seconds, "demo index built")
+        }
+        None => tracing::info!(index = %out.display(), "demo index reused"),
+    }
+    Ok(Some(out))
 }

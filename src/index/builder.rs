@@ -28,7 +28,7 @@ use super::codecs::{encode_list, Codec, SkipEntry};
 use super::corpus::{parse_line, CorpusDoc, CorpusReader, RawLine};
 use super::format::{write_file, SectionWriter};
 use super::reader::{
-    Manifest, TermInfo, FORWARD_FILE, KIND_DOCS, KIND_FORWARD, KIND_POSTINGS, KIND_SKIPS,
+    Index, Manifest, TermInfo, FORWARD_FILE, KIND_DOCS, KIND_FORWARD, KIND_POSTINGS, KIND_SKIPS,
     KIND_TERMS,
 };
 use super::tokenize::Tokenizer;
@@ -335,11 +335,34 @@ fn encode_chunk(
     (fwd, fwd_lens, postings, lens)
 }
 
-/// One term range's encoded lists.
-struct RangeOut {
+/// One term range's encoded lists (offsets relative to the range until [`write_postings`]).
+#[derive(Default)]
+pub(crate) struct RangeOut {
     bytes: Vec<u8>,
     skips: Vec<SkipEntry>,
     infos: Vec<TermInfo>,
+}
+
+impl RangeOut {
+    /// Encodes the next term's list (`docs` strictly increasing, `tfs ≥ 1`, at most 2³² − 1
+    /// postings) and records its info.
+    pub(crate) fn push_list(
+        &mut self,
+        codec: Codec,
+        docs: &[u32],
+        tfs: &[u32],
+        doc_len: impl Fn(u32) -> u32,
+    ) {
+        let (offset, first_skip) = (self.bytes.len(), self.skips.len());
+        encode_list(codec, docs, tfs, doc_len, &mut self.bytes, &mut self.skips);
+        self.infos.push(TermInfo {
+            df: docs.len() as u32,
+            n_blocks: (self.skips.len() - first_skip) as u32,
+            postings_offset: offset as u64,
+            postings_len: (self.bytes.len() - offset) as u64,
+            skip_start: first_skip as u64,
+        });
+    }
 }
 
 /// Inverts the chunks' postings (each sorted by term, then doc; chunks in doc order) and
@@ -406,29 +429,10 @@ fn invert(
                     *at += 1;
                 }
             }
-            let mut out = RangeOut {
-                bytes: Vec::new(),
-                skips: Vec::new(),
-                infos: Vec::with_capacity(r.len()),
-            };
-            for (k, t) in r.clone().enumerate() {
+            let mut out = RangeOut::default();
+            for k in 0..r.len() {
                 let (s, e) = (starts[k], starts[k + 1]);
-                let (off, sk) = (out.bytes.len(), out.skips.len());
-                encode_list(
-                    codec,
-                    &docs[s..e],
-                    &tfs[s..e],
-                    |d| scoring_len[d as usize],
-                    &mut out.bytes,
-                    &mut out.skips,
-                );
-                out.infos.push(TermInfo {
-                    df: df[t],
-                    n_blocks: (out.skips.len() - sk) as u32,
-                    postings_offset: off as u64,
-                    postings_len: (out.bytes.len() - off) as u64,
-                    skip_start: sk as u64,
-                });
+                out.push_list(codec, &docs[s..e], &tfs[s..e], |d| scoring_len[d as usize]);
             }
             out
         })
@@ -456,6 +460,35 @@ pub fn build(
             IndexError::InvalidOption(format!("thread pool of {} threads: {e}", opts.threads))
         })?;
     pool.install(|| build_in_pool(corpus, out, opts, progress))
+}
+
+/// Opens the index in `out` if there is one that opens (every check of [`Index::open`]);
+/// otherwise builds it from `corpus` (as [`build`], without progress). A directory at `out` that
+/// does not open is moved aside to `<out>.unreadable-<unix seconds>`, never deleted. Returns the
+/// build's report, or `None` when the existing index was reused.
+///
+/// # Errors
+/// As [`build`]; [`IndexError::Io`] when the unreadable directory cannot be moved aside.
+pub fn open_or_build(
+    corpus: &Path,
+    out: &Path,
+    opts: &BuildOptions,
+) -> Result<Option<BuildReport>, IndexError> {
+    if out.exists() {
+        match Index::open(out) {
+            Ok(_) => return Ok(None),
+            Err(err) => {
+                let secs = std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_secs());
+                let mut aside = out.as_os_str().to_owned();
+                aside.push(format!(".unreadable-{secs}"));
+                tracing::warn!(index = %out.display(), moved_to = ?aside, error = %err, "existing index does not open: rebuilding it");
+                std::fs::rename(out, &aside).map_err(|e| IndexError::io(out, e))?;
+            }
+        }
+    }
+    build(corpus, out, opts, &|_| {}).map(Some)
 }
 
 fn build_in_pool(
@@ -595,7 +628,7 @@ pub(crate) fn u32s(v: &[u32]) -> Vec<u8> {
 
 /// Writes `postings.bin` and `skips.bin` from encoded ranges (in term order); returns every
 /// term's info with file-absolute offsets, and the two files' payload sizes.
-fn write_postings(
+pub(crate) fn write_postings(
     dir: &Path,
     ranges: Vec<RangeOut>,
 ) -> Result<(Vec<TermInfo>, u64, u64), IndexError> {
@@ -728,5 +761,40 @@ impl Drop for TempDir {
         if !self.committed {
             let _ = std::fs::remove_dir_all(&self.path);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fixture_corpus() -> PathBuf {
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/corpus.jsonl")
+    }
+
+    #[test]
+    fn open_or_build_builds_once_then_reuses_and_moves_a_broken_one_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("index");
+        let opts = BuildOptions {
+            threads: 1,
+            ..BuildOptions::default()
+        };
+        let built = open_or_build(&fixture_corpus(), &out, &opts).unwrap();
+        assert_eq!(built.map(|r| r.docs), Some(200));
+        assert!(open_or_build(&fixture_corpus(), &out, &opts)
+            .unwrap()
+            .is_none());
+
+        std::fs::write(out.join(super::super::reader::DOCS_FILE), b"truncated").unwrap();
+        let rebuilt = open_or_build(&fixture_corpus(), &out, &opts).unwrap();
+        assert!(rebuilt.is_some());
+        assert_eq!(Index::open(&out).unwrap().num_docs(), 200);
+        let aside: Vec<_> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .filter(|name| name.starts_with("index.unreadable-"))
+            .collect();
+        assert_eq!(aside.len(), 1, "{aside:?}");
     }
 }

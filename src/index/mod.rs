@@ -4,6 +4,7 @@
 //! The format is documented in `docs/index-format.md`.
 
 pub mod builder;
+pub mod ciff;
 pub mod codecs;
 pub mod corpus;
 pub mod cursor;

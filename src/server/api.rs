@@ -145,3 +145,117 @@ pub struct Readiness {
     /// What the GPU probe found (`null` while it runs).
     pub gpu: Option<String>,
 }
+
+/// `POST /v1/search` request (DESIGN §5; semantics of every field in `docs/api.md`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchRequest {
+    /// Free text, tokenized like the documents. Give `query` or `terms`, not both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub query: Option<String>,
+    /// Terms looked up exactly as given (already tokenized).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terms: Option<Vec<String>>,
+    /// Hits returned.
+    #[serde(default = "default_k")]
+    pub k: usize,
+    /// Candidates selected by BM25 and passed to the ranker (at least `k` are taken).
+    #[serde(default = "default_candidates")]
+    pub candidates: usize,
+    #[serde(default)]
+    pub mode: crate::select::Mode,
+    /// The ranker's store name; without it the hits are ranked by BM25 alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranker: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backend: Option<Backend>,
+    /// With a ranker: each hit carries its feature vector and model inputs.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub explain: bool,
+    /// Deadline from arrival; the configured default when absent; 0 is already expired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timeout_ms: Option<u64>,
+}
+
+fn default_k() -> usize {
+    10
+}
+
+fn default_candidates() -> usize {
+    1000
+}
+
+/// `POST /v1/search` reply.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchResponse {
+    /// Best first; ties by smaller `doc`.
+    pub hits: Vec<SearchHit>,
+    pub timings: SearchTimings,
+    pub backends: SearchBackends,
+}
+
+/// One hit of a search.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SearchHit {
+    /// The document's number in the index (0..N, corpus order).
+    pub doc: crate::index::DocId,
+    /// The document's external id.
+    pub id: String,
+    /// The ranker's score, or the BM25 score without a ranker (`null` in JSON for a NaN).
+    pub score: Option<f64>,
+    /// The BM25 score that selected it.
+    pub selection_score: f64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub explain: Option<Explanation>,
+}
+
+/// Where the time of a search went, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchTimings {
+    /// Candidate selection (the document stage).
+    pub select_us: u64,
+    /// Building hit requests from the forward index and feature extraction.
+    pub fe_us: u64,
+    /// Model-input transforms, when measured apart from `me_us`; `null` when the backend
+    /// measures them together (the CPU) or no ranker ran.
+    pub mit_us: Option<u64>,
+    /// Model evaluation of the batch the candidates ran in (0 without a ranker).
+    pub me_us: u64,
+    /// Waiting for a batch (0 without a ranker).
+    pub queue_us: u64,
+    /// Arrival of the parsed request to the reply being encoded.
+    pub total_us: u64,
+}
+
+/// Which backend ran each stage.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SearchBackends {
+    /// `cpu` (the GPU document stage is not built yet).
+    pub select: String,
+    /// `cpu` or `gpu`; `none` when no ranker ran (BM25 order).
+    pub rank: String,
+}
+
+/// `POST /v1/index/reload` request; an empty body is `{}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReloadRequest {
+    /// The index directory to open; the one being served (else the configured one) when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dir: Option<std::path::PathBuf>,
+}
+
+/// `POST /v1/index/reload` reply: the index now served.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct IndexDescription {
+    /// The directory it was opened from.
+    pub dir: std::path::PathBuf,
+    pub docs: u64,
+    pub terms: u64,
+    /// `ef` or `pfor`.
+    pub codec: String,
+    /// The stream BM25 scores.
+    pub scoring: String,
+    /// Whether hit requests can be built (rankers can run on search results).
+    pub forward: bool,
+}

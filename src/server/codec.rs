@@ -102,6 +102,21 @@ impl Format {
         }
     }
 
+    /// The format of a request body, by its Content-Type.
+    ///
+    /// # Errors
+    /// [`ApiError::UnsupportedMediaType`] when the type is absent or not supported.
+    pub fn of_body(headers: &HeaderMap) -> Result<Format, ApiError> {
+        let content_type = headers
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().unwrap_or("(not text)"));
+        content_type
+            .and_then(Format::from_media_type)
+            .ok_or_else(|| ApiError::UnsupportedMediaType {
+                got: content_type.unwrap_or("(none)").to_string(),
+            })
+    }
+
     /// The reply format for a request: `Accept` when it names a supported type, else the
     /// request's Content-Type, else JSON.
     pub fn negotiate(headers: &HeaderMap) -> Format {
@@ -168,15 +183,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Coded<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let content_type = req
-            .headers()
-            .get(header::CONTENT_TYPE)
-            .map(|v| v.to_str().unwrap_or("(not text)"));
-        let format = content_type
-            .and_then(Format::from_media_type)
-            .ok_or_else(|| ApiError::UnsupportedMediaType {
-                got: content_type.unwrap_or("(none)").to_string(),
-            })?;
+        let format = Format::of_body(req.headers())?;
         let started = Instant::now();
         let (parts, body) = req.into_parts();
         let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;

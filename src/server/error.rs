@@ -30,6 +30,10 @@ pub enum ApiError {
     BadRanker { name: String, reason: String },
     #[error("no ranker named {name:?}")]
     UnknownRanker { name: String },
+    #[error("no index is loaded: start the server with --index DIR, or POST /v1/index/reload with {{\"dir\": DIR}}")]
+    NoIndex,
+    #[error("index {dir} was not loaded, the index being served is unchanged: {reason}")]
+    BadIndex { dir: String, reason: String },
     #[error("no route for {method} {path}")]
     NotFound { method: String, path: String },
     #[error("method {method} is not allowed on {path}")]
@@ -66,12 +70,14 @@ impl ApiError {
             | ApiError::BadRankerName { .. }
             | ApiError::BadRanker { .. } => StatusCode::BAD_REQUEST,
             ApiError::UnknownRanker { .. } | ApiError::NotFound { .. } => StatusCode::NOT_FOUND,
+            ApiError::BadIndex { .. } => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::MethodNotAllowed { .. } => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::Unauthorized => StatusCode::UNAUTHORIZED,
             ApiError::AdminDisabled => StatusCode::FORBIDDEN,
-            ApiError::GpuUnavailable | ApiError::Overloaded { .. } | ApiError::NotReady(_) => {
-                StatusCode::SERVICE_UNAVAILABLE
-            }
+            ApiError::GpuUnavailable
+            | ApiError::Overloaded { .. }
+            | ApiError::NotReady(_)
+            | ApiError::NoIndex => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::DeadlineExceeded { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -87,6 +93,8 @@ impl ApiError {
             ApiError::BadRankerName { .. } => "bad_ranker_name",
             ApiError::BadRanker { .. } => "bad_ranker",
             ApiError::UnknownRanker { .. } => "unknown_ranker",
+            ApiError::NoIndex => "no_index",
+            ApiError::BadIndex { .. } => "bad_index",
             ApiError::NotFound { .. } => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Unauthorized => "unauthorized",

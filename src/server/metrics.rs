@@ -8,6 +8,8 @@
 //! | `rankserve_rank_duration_seconds` | histogram | `ranker` |
 //! | `rankserve_documents_ranked_total` | counter | `ranker` |
 //! | `rankserve_backend_total` | counter | `backend` |
+//! | `rankserve_search_duration_seconds` | histogram | `ranker` (`none` for BM25 order) |
+//! | `rankserve_search_select_seconds` | histogram | |
 //! | `rankserve_batch_documents`, `rankserve_batch_requests` | histogram | |
 //! | `rankserve_ranker_cache_{hits,misses,evictions}_total` | counter | `cache` (`cpu`, `gpu`) |
 //! | `rankserve_ranker_cache_bytes`, `rankserve_ranker_cache_budget_bytes` | gauge | `cache` |

@@ -5,6 +5,7 @@
 //! - [`codec`]: body extractor and replies in the negotiated format.
 //! - [`error`]: `ApiError`, its statuses and stable codes.
 //! - [`routes`]: [`router`] and the handlers.
+//! - [`search`]: `/v1/search` (the pipeline from selection to ranking) and `/v1/index/reload`.
 //! - [`state`]: what handlers share, admission, the request sampler.
 //! - [`store`]: ranker files and the CPU ranker cache.
 //! - [`batch`]: the per-ranker batching queue; scoring off the async runtime.
@@ -18,6 +19,7 @@ pub mod engine;
 pub mod error;
 pub mod metrics;
 pub mod routes;
+pub mod search;
 pub mod state;
 pub mod store;
 

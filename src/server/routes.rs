@@ -1,5 +1,6 @@
-//! The router and its handlers (DESIGN §5 HTTP): public `v1` routes, admin ranker routes behind
-//! a bearer token, and the operations routes (`healthz`, `readyz`, `metrics`).
+//! The router and its handlers (DESIGN §5 HTTP): public `v1` routes, admin ranker and index
+//! routes behind a bearer token, and the operations routes (`healthz`, `readyz`, `metrics`).
+//! The search handlers live in [`super::search`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -20,7 +21,7 @@ use super::api::{
     Explanation, FeatureValues, LayerShape, RankRequest, RankResponse, RankerDescription,
     RankerList, Readiness, Timings,
 };
-use super::batch::ScoreError;
+use super::batch::{ScoreError, Scored};
 use super::codec::{negotiate_errors, read_body, Coded, Negotiated, Reply};
 use super::error::ApiError;
 use super::state::AppState;
@@ -42,9 +43,11 @@ pub fn router(state: AppState) -> Router {
             "/v1/rankers/{name}",
             get(describe_ranker).put(put_ranker).delete(delete_ranker),
         )
-        .route("/v1/rankers/{name}/load", post(load_ranker));
+        .route("/v1/rankers/{name}/load", post(load_ranker))
+        .route("/v1/index/reload", post(super::search::reload_index));
     Router::new()
         .route("/v1/rank", post(rank))
+        .route("/v1/search", post(super::search::search))
         .route("/v1/rankers", get(list_rankers))
         .merge(admin)
         .route("/healthz", get(healthz))
@@ -102,7 +105,7 @@ fn store_error(err: StoreError) -> ApiError {
 }
 
 /// Loads (or finds) a ranker off the async runtime: a miss reads and parses a file.
-async fn ranker(state: &AppState, name: &str) -> Result<Arc<LoadedRanker>, ApiError> {
+pub(super) async fn ranker(state: &AppState, name: &str) -> Result<Arc<LoadedRanker>, ApiError> {
     let (state, name) = (Arc::clone(state), name.to_string());
     tokio::task::spawn_blocking(move || state.store.get(&name))
         .await
@@ -111,7 +114,7 @@ async fn ranker(state: &AppState, name: &str) -> Result<Arc<LoadedRanker>, ApiEr
 }
 
 /// 403 when no token is configured, 401 unless `Authorization: Bearer TOKEN` matches it.
-fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+pub(super) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
     let Some(token) = state.config.admin_token.as_deref() else {
         return Err(ApiError::AdminDisabled);
     };
@@ -136,7 +139,7 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-fn micros(d: Duration) -> u64 {
+pub(super) fn micros(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }
 
@@ -184,19 +187,7 @@ async fn rank(
         backend,
         request.backend == Some(Backend::Cpu),
     );
-    let expired = || ApiError::DeadlineExceeded {
-        timeout_ms: timeout_ms.unwrap_or(0),
-    };
-    let scored = match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline.into(), work)
-            .await
-            .map_err(|_| expired())?,
-        None => work.await,
-    }
-    .map_err(|err| match err {
-        ScoreError::DeadlineExceeded => expired(),
-        ScoreError::Internal(detail) => ApiError::internal(detail),
-    })?;
+    let scored = before_deadline(work, deadline, timeout_ms).await?;
 
     let order = request.k.map(|k| top_k(&scored.scores, k));
     let explain = kept.map(|features| explain(&loaded, &features));
@@ -226,6 +217,31 @@ async fn rank(
             explain,
         },
     ))
+}
+
+/// Awaits `work` (a [`Scorer::score`](super::batch::Scorer::score) call) until `deadline`.
+///
+/// # Errors
+/// [`ApiError::DeadlineExceeded`] (naming `timeout_ms`) when the deadline fires first or the
+/// scorer saw it pass; [`ApiError::Internal`] when the scoring task failed.
+pub(super) async fn before_deadline(
+    work: impl std::future::Future<Output = Result<Scored, ScoreError>>,
+    deadline: Option<Instant>,
+    timeout_ms: Option<u64>,
+) -> Result<Scored, ApiError> {
+    let expired = || ApiError::DeadlineExceeded {
+        timeout_ms: timeout_ms.unwrap_or(0),
+    };
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), work)
+            .await
+            .map_err(|_| expired())?,
+        None => work.await,
+    }
+    .map_err(|err| match err {
+        ScoreError::DeadlineExceeded => expired(),
+        ScoreError::Internal(detail) => ApiError::internal(detail),
+    })
 }
 
 /// The request's documents as one row-major `n_docs × n_features` matrix.
@@ -308,7 +324,7 @@ fn feature_matrix(request: &RankRequest, loaded: &LoadedRanker) -> Result<Vec<f6
 }
 
 /// Indices of the `k` best scores, best first, ties by smaller index, NaN last.
-fn top_k(scores: &[f64], k: usize) -> Vec<usize> {
+pub(super) fn top_k(scores: &[f64], k: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..scores.len()).collect();
     let key = |i: &usize| {
         (
@@ -346,7 +362,8 @@ impl Ord for OrdF64 {
     }
 }
 
-fn explain(loaded: &LoadedRanker, features: &[f64]) -> Vec<Explanation> {
+/// Per row of `features` (row-major, the ranker's width): `V` and the model inputs.
+pub(super) fn explain(loaded: &LoadedRanker, features: &[f64]) -> Vec<Explanation> {
     let width = loaded.ranker.features.len().max(1);
     features
         .chunks(width)

@@ -1,5 +1,6 @@
-//! The state shared by every handler: configuration, the ranker store, the scorer, admission
-//! (a bounded number of requests per ranker), readiness and the request sampler.
+//! The state shared by every handler: configuration, the ranker store, the scorer, the index
+//! being served, admission (a bounded number of requests per ranker), readiness and the request
+//! sampler.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -7,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, RwLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use super::api::RankRequest;
@@ -17,6 +18,7 @@ use super::error::ApiError;
 use super::store::{RankerStore, StoreError};
 use crate::config::{Backend, Config, Sampling};
 use crate::gpu::GpuDevice;
+use crate::index::{Index, IndexError};
 
 /// What handlers share.
 pub type AppState = Arc<State>;
@@ -26,6 +28,9 @@ pub struct State {
     pub config: Config,
     pub store: RankerStore,
     pub scorer: Scorer,
+    /// The index `/v1/search` reads. A request clones the `Arc` and keeps its index to the end,
+    /// so a reload swaps it without waiting for (or disturbing) the searches in flight.
+    index: RwLock<Option<Arc<Index>>>,
     admission: Mutex<HashMap<String, Arc<Semaphore>>>,
     ready: AtomicBool,
     gpu_probe: Mutex<Option<String>>,
@@ -33,11 +38,12 @@ pub struct State {
 }
 
 impl State {
-    /// The state for `config`: opens the store (creating the directory) and the sample log.
-    /// Not ready until [`State::warm_up`] has run.
+    /// The state for `config`: opens the store (creating the directory), the index (when
+    /// `config.index` names one; every file checked) and the sample log. Not ready until
+    /// [`State::warm_up`] has run.
     ///
     /// # Errors
-    /// The store's directory or the sample log cannot be created.
+    /// The store's directory or the sample log cannot be created; the index does not open.
     pub fn new(config: Config) -> Result<AppState, StateError> {
         let store = RankerStore::open(&config.rankers, config.cpu_cache_bytes)?;
         let scorer = Scorer::new(BatchConfig {
@@ -46,10 +52,17 @@ impl State {
             threads: config.cpu_threads,
         });
         let sampler = config.sampling.as_ref().map(Sampler::open).transpose()?;
+        let index = config
+            .index
+            .as_deref()
+            .map(Index::open)
+            .transpose()?
+            .map(Arc::new);
         Ok(Arc::new(State {
             config,
             store,
             scorer,
+            index: RwLock::new(index),
             admission: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
             gpu_probe: Mutex::new(None),
@@ -123,6 +136,17 @@ impl State {
         self.gpu_probe.lock().clone()
     }
 
+    /// The index being served, if any.
+    pub fn index(&self) -> Option<Arc<Index>> {
+        self.index.read().clone()
+    }
+
+    /// Serves `index` from now on and returns the one it replaces. Requests holding the old
+    /// one finish on it; it is unmapped when the last of them drops it.
+    pub fn swap_index(&self, index: Arc<Index>) -> Option<Arc<Index>> {
+        self.index.write().replace(index)
+    }
+
     /// A place in `ranker`'s queue, held until the reply is written.
     ///
     /// # Errors
@@ -157,6 +181,8 @@ impl State {
 pub enum StateError {
     #[error(transparent)]
     Store(#[from] StoreError),
+    #[error("cannot open the index: {0}")]
+    Index(#[from] IndexError),
     #[error("cannot open the sample log {path}: {source}")]
     SampleLog {
         path: std::path::PathBuf,

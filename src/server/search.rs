@@ -1,0 +1,537 @@
+//! `POST /v1/search` and `POST /v1/index/reload`: the search pipeline that chains the document
+//! stage into the ranking stage over the index being served (DESIGN §4 puts it here, with the
+//! server, so that neither stage imports the other).
+//!
+//! A search runs: query → [`select::search`] for the best candidates by BM25 → a hit request per
+//! candidate, built from the index's forward index and static features → the ranker's
+//! [`FeatureResolver`] → the shared [`Scorer`](super::batch::Scorer) (as `/v1/rank` uses it) →
+//! top-k, ties by smaller docID. Without a ranker, or on an index without a forward index (a
+//! CIFF import), the hits are the BM25 top-k and `backends.rank` is `none`.
+//!
+//! Inputs that select nothing are not errors (`docs/api.md` lists them): an empty query, a query
+//! of unknown terms, `k = 0` answer no hits; `k` and `candidates` above the collection's size
+//! are clamped to it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State as Shared};
+
+use super::api::{
+    IndexDescription, ReloadRequest, SearchBackends, SearchHit, SearchRequest, SearchResponse,
+    SearchTimings,
+};
+use super::codec::{read_body, Coded, Format, Negotiated, Reply};
+use super::error::ApiError;
+use super::routes::{authorize, before_deadline, explain, micros, ranker, top_k};
+use super::state::AppState;
+use super::store::LoadedRanker;
+use crate::config::Backend;
+use crate::index::tokenize::Tokenizer;
+use crate::index::{DocId, Index};
+use crate::rank::fe::{CorpusStats, FeatureResolver, HitDocument, HitStream, QueryInfo};
+use crate::select::{self, bm25, dedup_terms, Query};
+
+/// Most terms a query may have (before duplicates are removed). Removing duplicates and FE both
+/// grow with the term count, and a body of 64 MiB holds millions of terms: a bound keeps one
+/// request from holding a core for minutes. Real queries have a handful.
+pub const MAX_QUERY_TERMS: usize = 1024;
+
+/// The query's terms: `query` tokenized like the documents, or `terms` as given.
+///
+/// # Errors
+/// [`ApiError::InvalidRequest`] when both or neither are given, or when there are more than
+/// [`MAX_QUERY_TERMS`].
+fn query_terms(request: &SearchRequest) -> Result<Vec<String>, ApiError> {
+    let terms = match (&request.query, &request.terms) {
+        (Some(text), None) => Tokenizer::new().tokens(text),
+        (None, Some(terms)) => terms.clone(),
+        (Some(_), Some(_)) => {
+            return Err(ApiError::InvalidRequest(
+                "give `query` (text) or `terms` (a list), not both".into(),
+            ))
+        }
+        (None, None) => {
+            return Err(ApiError::InvalidRequest(
+                "needs `query` (text) or `terms` (a list)".into(),
+            ))
+        }
+    };
+    if terms.len() > MAX_QUERY_TERMS {
+        return Err(ApiError::InvalidRequest(format!(
+            "the query has {} terms, at most {MAX_QUERY_TERMS} are accepted",
+            terms.len()
+        )));
+    }
+    Ok(terms)
+}
+
+/// The candidates and, when a ranker runs, their feature vectors.
+struct Candidates {
+    /// (docID, BM25 score): by docID when `features` is set (row `i` is `selected[i]`, so the
+    /// top-k's ties by smaller row are ties by smaller docID), else best first.
+    selected: Vec<(DocId, f64)>,
+    /// Row-major `selected.len() × ranker width`.
+    features: Option<Vec<f64>>,
+    select_us: u64,
+    fe_us: u64,
+}
+
+/// Selects the candidates of `terms` and, with `ranker`, extracts their features (blocking).
+///
+/// # Errors
+/// [`ApiError::InvalidRequest`] when the ranker's features cannot be extracted from hits;
+/// [`ApiError::Internal`] when the forward index does not decode.
+fn select_candidates(
+    index: &Index,
+    terms: Vec<String>,
+    request: &SearchRequest,
+    ranker: Option<&LoadedRanker>,
+    threads: usize,
+) -> Result<Candidates, ApiError> {
+    let n_docs = index.num_docs() as usize;
+    let wanted = match ranker {
+        Some(_) => request.candidates.max(request.k),
+        None => request.k,
+    };
+    let query = Query::new(terms, wanted.min(n_docs), request.mode);
+    let result = select::search(index, &query).map_err(ApiError::internal)?;
+    let Some(ranker) = ranker else {
+        return Ok(Candidates {
+            selected: result.hits,
+            features: None,
+            select_us: result.select_us,
+            fe_us: 0,
+        });
+    };
+    let fe_started = Instant::now();
+    let mut selected = result.hits;
+    selected.sort_unstable_by_key(|&(doc, _)| doc);
+    let resolver = FeatureResolver::new(&ranker.ranker.features).map_err(|err| {
+        ApiError::InvalidRequest(format!(
+            "ranker {:?} cannot rank search results (its features must come from feature extraction): {err}",
+            ranker.name
+        ))
+    })?;
+    let (query_info, stats, documents) = hit_requests(index, &query.terms, &selected)?;
+    let mut features = vec![f64::NAN; selected.len() * resolver.len()];
+    resolver
+        .extract_batch(&query_info, &stats, &documents, &mut features, threads)
+        .map_err(ApiError::internal)?;
+    Ok(Candidates {
+        selected,
+        features: Some(features),
+        select_us: result.select_us,
+        fe_us: micros(fe_started.elapsed()),
+    })
+}
+
+/// The hit requests of `selected` for the query `terms` (DESIGN §5): Q is the number of distinct
+/// terms, in first-occurrence order (selection's order), idf is BM25's (a term not in the index
+/// has df 0), the average lengths are the index's per stream (streams no document has are left
+/// out: FE does not normalise them), and static features are the document's, absent when NaN
+/// (FE reads an absent one as a missing value).
+///
+/// # Errors
+/// [`ApiError::Internal`] when a document's forward-index entry does not decode (the index was
+/// checked at open, so this is corruption the server did not catch).
+fn hit_requests(
+    index: &Index,
+    terms: &[String],
+    selected: &[(DocId, f64)],
+) -> Result<(QueryInfo, CorpusStats, Vec<HitDocument>), ApiError> {
+    let distinct = dedup_terms(terms);
+    let ids: Vec<_> = distinct.iter().map(|t| index.term_id(t)).collect();
+    let n = index.num_docs() as u64;
+    let query = QueryInfo {
+        terms: distinct.len() as u32,
+        idf: ids
+            .iter()
+            .map(|id| bm25::idf(n, id.map_or(0, |id| index.term_info(id).df) as u64))
+            .collect(),
+    };
+    let manifest = index.manifest();
+    let stats = CorpusStats {
+        avg_length: manifest
+            .streams
+            .iter()
+            .enumerate()
+            .map(|(i, name)| (name.clone(), index.avg_stream_length(i)))
+            .filter(|&(_, avg)| avg > 0.0)
+            .collect(),
+    };
+    let documents = selected
+        .iter()
+        .map(|&(doc, _)| {
+            let streams = index
+                .hits(doc, &ids)
+                .map_err(ApiError::internal)?
+                .unwrap_or_default()
+                .into_iter()
+                .map(|s| {
+                    let stream = HitStream {
+                        length: s.length,
+                        phrases: s.phrases,
+                    };
+                    (s.stream, stream)
+                })
+                .collect();
+            let static_features: BTreeMap<String, f64> = manifest
+                .static_features
+                .iter()
+                .enumerate()
+                .map(|(f, name)| (name.clone(), index.static_value(doc, f)))
+                .filter(|(_, value)| !value.is_nan())
+                .collect();
+            Ok(HitDocument {
+                id: Some(index.doc_id(doc).to_string()),
+                streams,
+                static_features,
+            })
+        })
+        .collect::<Result<Vec<_>, ApiError>>()?;
+    Ok((query, stats, documents))
+}
+
+/// A request's deadline: `timeout_ms` after arrival (the configured default when absent).
+#[derive(Clone, Copy)]
+struct Deadline {
+    at: Option<Instant>,
+    timeout_ms: Option<u64>,
+}
+
+impl Deadline {
+    /// [`ApiError::DeadlineExceeded`] once it has passed.
+    fn check(self) -> Result<(), ApiError> {
+        match self.at {
+            Some(at) if Instant::now() >= at => Err(ApiError::DeadlineExceeded {
+                timeout_ms: self.timeout_ms.unwrap_or(0),
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// The top-k and what the ranking stage spent on it.
+struct Ranked {
+    hits: Vec<SearchHit>,
+    me_us: u64,
+    queue_us: u64,
+    /// `cpu`, `gpu`, or `none` for the BM25 order.
+    backend: &'static str,
+}
+
+fn hit(index: &Index, (doc, selection_score): (DocId, f64), score: f64) -> SearchHit {
+    SearchHit {
+        doc,
+        id: index.doc_id(doc).to_string(),
+        score: (!score.is_nan()).then_some(score),
+        selection_score,
+        explain: None,
+    }
+}
+
+/// The BM25 order: the first `k` of `selected` (best first already).
+fn bm25_order(index: &Index, selected: &[(DocId, f64)], k: usize) -> Ranked {
+    Ranked {
+        hits: selected
+            .iter()
+            .take(k)
+            .map(|&candidate| hit(index, candidate, candidate.1))
+            .collect(),
+        me_us: 0,
+        queue_us: 0,
+        backend: "none",
+    }
+}
+
+/// Scores the candidates' `features` (row `i` is `selected[i]`, in docID order) through the
+/// shared scorer, as `/v1/rank` does, and keeps the best `request.k` (ties by smaller docID).
+async fn rank_candidates(
+    state: &AppState,
+    index: &Index,
+    loaded: Arc<LoadedRanker>,
+    selected: &[(DocId, f64)],
+    features: Vec<f64>,
+    request: &SearchRequest,
+    deadline: Deadline,
+) -> Result<Ranked, ApiError> {
+    // As in `/v1/rank`: a request that asks for the CPU itself is scored at once.
+    let backend = request.backend.unwrap_or(state.config.backend);
+    let bypass = request.backend == Some(Backend::Cpu);
+    let kept = request.explain.then(|| features.clone());
+    let work = state
+        .scorer
+        .score(Arc::clone(&loaded), features, deadline.at, backend, bypass);
+    let scored = before_deadline(work, deadline.at, deadline.timeout_ms).await?;
+    let order = top_k(&scored.scores, request.k);
+    let mut explained = kept.map(|features| {
+        let width = loaded.ranker.features.len();
+        let rows: Vec<f64> = order
+            .iter()
+            .flat_map(|&i| &features[i * width..(i + 1) * width])
+            .copied()
+            .collect();
+        explain(&loaded, &rows).into_iter()
+    });
+    let hits = order
+        .iter()
+        .map(|&i| SearchHit {
+            explain: explained.as_mut().and_then(Iterator::next),
+            ..hit(index, selected[i], scored.scores[i])
+        })
+        .collect();
+    metrics::counter!("rankserve_documents_ranked_total", "ranker" => loaded.name.clone())
+        .increment(selected.len() as u64);
+    metrics::counter!("rankserve_backend_total", "backend" => scored.backend.as_str()).increment(1);
+    Ok(Ranked {
+        hits,
+        me_us: scored.eval_us,
+        queue_us: scored.queue_us,
+        backend: scored.backend.as_str(),
+    })
+}
+
+/// `POST /v1/search`.
+pub(super) async fn search(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+    Coded {
+        value: request,
+        started: arrived,
+        ..
+    }: Coded<SearchRequest>,
+) -> Result<Reply<SearchResponse>, ApiError> {
+    let timeout_ms = request.timeout_ms.or(state.config.default_timeout_ms);
+    let deadline = Deadline {
+        at: timeout_ms.map(|ms| arrived + Duration::from_millis(ms)),
+        timeout_ms,
+    };
+    let backend = request.backend.unwrap_or(state.config.backend);
+    if backend == Backend::Gpu && !state.has_gpu() {
+        return Err(ApiError::GpuUnavailable);
+    }
+    let terms = query_terms(&request)?;
+    let index = state.index().ok_or(ApiError::NoIndex)?;
+    let loaded = match &request.ranker {
+        Some(name) => Some(ranker(&state, name).await?),
+        None => None,
+    };
+    let _place = loaded.as_ref().map(|l| state.admit(&l.name)).transpose()?;
+    // Ranking reads hit requests, which only a forward index can give.
+    let loaded = loaded.filter(|_| index.has_forward());
+    deadline.check()?;
+
+    let (request, candidates) = {
+        let (index, loaded) = (Arc::clone(&index), loaded.clone());
+        let threads = state.config.cpu_threads;
+        tokio::task::spawn_blocking(move || {
+            let _stage = tracing::info_span!("search", terms = terms.len()).entered();
+            let candidates = select_candidates(&index, terms, &request, loaded.as_deref(), threads);
+            (request, candidates)
+        })
+        .await
+        .map_err(ApiError::internal)?
+    };
+    let Candidates {
+        selected,
+        features,
+        select_us,
+        fe_us,
+    } = candidates?;
+    deadline.check()?;
+
+    let ranked = match (loaded, features) {
+        (Some(loaded), Some(features)) => {
+            rank_candidates(
+                &state, &index, loaded, &selected, features, &request, deadline,
+            )
+            .await?
+        }
+        _ => bm25_order(&index, &selected, request.k),
+    };
+    metrics::histogram!("rankserve_search_select_seconds")
+        .record(Duration::from_micros(select_us).as_secs_f64());
+    let ranker_label = request.ranker.unwrap_or_else(|| "none".into());
+    metrics::histogram!("rankserve_search_duration_seconds", "ranker" => ranker_label)
+        .record(arrived.elapsed().as_secs_f64());
+    Ok(Reply(
+        format,
+        SearchResponse {
+            hits: ranked.hits,
+            timings: SearchTimings {
+                select_us,
+                fe_us,
+                mit_us: None,
+                me_us: ranked.me_us,
+                queue_us: ranked.queue_us,
+                total_us: micros(arrived.elapsed()),
+            },
+            backends: SearchBackends {
+                select: "cpu".into(),
+                rank: ranked.backend.into(),
+            },
+        },
+    ))
+}
+
+/// `POST /v1/index/reload` (admin): opens `dir` (default: the directory being served, else the
+/// configured one) with every check [`Index::open`] makes, then swaps it in. A failure leaves
+/// the index being served untouched.
+pub(super) async fn reload_index(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+    req: Request,
+) -> Result<Reply<IndexDescription>, ApiError> {
+    authorize(&state, req.headers())?;
+    let (parts, body) = req.into_parts();
+    let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
+    // An empty body (with or without a Content-Type) asks for the default directory.
+    let request: ReloadRequest = if bytes.is_empty() {
+        ReloadRequest::default()
+    } else {
+        Format::of_body(&parts.headers)?.decode(&bytes)?
+    };
+    let dir = request
+        .dir
+        .or_else(|| state.index().map(|index| index.dir().to_path_buf()))
+        .or_else(|| state.config.index.clone())
+        .ok_or_else(|| {
+            ApiError::InvalidRequest(
+                "no index directory: give `dir` (no index is configured or served)".into(),
+            )
+        })?;
+    let opened = {
+        let dir = dir.clone();
+        tokio::task::spawn_blocking(move || Index::open(&dir))
+            .await
+            .map_err(ApiError::internal)?
+    };
+    let index = Arc::new(opened.map_err(|err| ApiError::BadIndex {
+        dir: dir.display().to_string(),
+        reason: err.to_string(),
+    })?);
+    let description = describe(&index);
+    let old = state.swap_index(index);
+    tracing::info!(
+        dir = %dir.display(),
+        docs = description.docs,
+        replaced = %old.as_ref().map_or("none".into(), |o| o.dir().display().to_string()),
+        "index reloaded"
+    );
+    Ok(Reply(format, description))
+}
+
+fn describe(index: &Index) -> IndexDescription {
+    let manifest = index.manifest();
+    IndexDescription {
+        dir: index.dir().to_path_buf(),
+        docs: manifest.num_docs,
+        terms: manifest.num_terms,
+        codec: manifest.codec.name().into(),
+        scoring: manifest.scoring.clone(),
+        forward: index.has_forward(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::builder::{build, BuildOptions};
+    use crate::select::Mode;
+
+    fn request(query: Option<&str>, terms: Option<&[&str]>) -> SearchRequest {
+        SearchRequest {
+            query: query.map(str::to_string),
+            terms: terms.map(|t| t.iter().map(|s| s.to_string()).collect()),
+            k: 10,
+            candidates: 1000,
+            mode: Mode::And,
+            ranker: None,
+            backend: None,
+            explain: false,
+            timeout_ms: None,
+        }
+    }
+
+    #[test]
+    fn query_text_is_tokenized_and_terms_are_taken_as_given() {
+        let text = request(Some("The Kitchen; ranking!"), None);
+        assert_eq!(query_terms(&text).unwrap(), ["the", "kitchen", "ranking"]);
+        let terms = request(None, Some(&["The", "x y"]));
+        assert_eq!(query_terms(&terms).unwrap(), ["The", "x y"]);
+        assert_eq!(
+            query_terms(&request(Some(""), None)).unwrap(),
+            Vec::<String>::new()
+        );
+        assert!(query_terms(&request(Some("a"), Some(&["a"]))).is_err());
+        assert!(query_terms(&request(None, None)).is_err());
+        let most = vec!["t"; MAX_QUERY_TERMS];
+        assert_eq!(
+            query_terms(&request(None, Some(&most))).unwrap().len(),
+            MAX_QUERY_TERMS
+        );
+        let text = "t ".repeat(MAX_QUERY_TERMS + 1);
+        assert_eq!(
+            query_terms(&request(Some(&text), None))
+                .unwrap_err()
+                .to_string(),
+            "the query has 1025 terms, at most 1024 are accepted"
+        );
+    }
+
+    #[test]
+    fn hit_requests_carry_hits_lengths_idf_and_only_the_static_features_a_document_has() {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = dir.path().join("c.jsonl");
+        std::fs::write(
+            &corpus,
+            concat!(
+                r#"{"id": "a", "streams": {"title": "red fox", "body": "the red fox. a fox"}, "static": {"static_rank": 0.5}}"#,
+                "\n",
+                r#"{"id": "b", "streams": {"body": "blue sky"}, "static": {}}"#,
+                "\n",
+            ),
+        )
+        .unwrap();
+        let out = dir.path().join("idx");
+        build(&corpus, &out, &BuildOptions::default(), &|_| {}).unwrap();
+        let index = Index::open(&out).unwrap();
+        let terms = ["fox", "red", "fox", "unknown"].map(String::from);
+        let (query, stats, docs) = hit_requests(&index, &terms, &[(0, 1.0), (1, 0.5)]).unwrap();
+        // Distinct terms in first-occurrence order; an unknown term has df 0.
+        assert_eq!(query.terms, 3);
+        assert_eq!(
+            query.idf,
+            [bm25::idf(2, 1), bm25::idf(2, 1), bm25::idf(2, 0)]
+        );
+        assert_eq!(stats.avg_length["body"], 3.5);
+        assert_eq!(stats.avg_length["title"], 1.0);
+        let body = &docs[0].streams["body"];
+        assert_eq!(body.length, 5);
+        assert_eq!(body.phrases, [vec![[1, 1], [0, 2]], vec![[0, 4]]]);
+        assert_eq!(docs[0].streams["title"].phrases, [vec![[1, 0], [0, 1]]]);
+        assert_eq!(docs[0].static_features["static_rank"], 0.5);
+        assert_eq!(docs[1].id.as_deref(), Some("b"));
+        assert!(docs[1].static_features.is_empty());
+        assert!(docs[1].streams["body"].phrases.is_empty());
+    }
+
+    #[test]
+    fn a_passed_deadline_is_exceeded_and_none_never_is() {
+        let passed = Deadline {
+            at: Some(Instant::now()),
+            timeout_ms: Some(0),
+        };
+        assert!(matches!(
+            passed.check(),
+            Err(ApiError::DeadlineExceeded { timeout_ms: 0 })
+        ));
+        let none = Deadline {
+            at: None,
+            timeout_ms: None,
+        };
+        assert!(none.check().is_ok());
+    }
+}

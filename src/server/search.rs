@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State as Shared};
+use rayon::prelude::*;
 
 use super::api::{
     IndexDescription, ReloadRequest, SearchBackends, SearchHit, SearchRequest, SearchResponse,
@@ -161,8 +162,11 @@ fn hit_requests(
             .filter(|&(_, avg)| avg > 0.0)
             .collect(),
     };
+    // Each candidate decodes its whole forward-index entry: spread the candidates over rayon's
+    // pool, as `extract_batch` does, in chunks big enough to pay for the hand-off.
     let documents = selected
-        .iter()
+        .par_iter()
+        .with_min_len(64)
         .map(|&(doc, _)| {
             let streams = index
                 .hits(doc, &ids)

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::catalogue::{catalogue_index, STATIC_PREFIX};
+use super::catalogue::{catalogue_index, CATALOGUE_LEN, STATIC_PREFIX};
 use super::fsm::{extract_all, Prepared, Scratch};
 use super::hits::{CorpusStats, HitDocument, HitError, QueryInfo};
 
@@ -150,7 +150,11 @@ impl FeatureResolver {
         results.into_iter().collect()
     }
 
-    fn check_output(&self, docs: usize, got: usize) -> Result<(), HitError> {
+    /// Checks that an output buffer of `got` values fits `docs` documents × [`FeatureResolver::len`].
+    ///
+    /// # Errors
+    /// [`HitError::OutputLength`] when it does not.
+    pub fn check_output(&self, docs: usize, got: usize) -> Result<(), HitError> {
         let expected = docs * self.len();
         if got != expected {
             return Err(HitError::OutputLength {
@@ -163,6 +167,47 @@ impl FeatureResolver {
         Ok(())
     }
 
+    /// Writes one document's `V` (the ranker's order) into `out` from its catalogue row (every
+    /// catalogue feature, in catalogue order, however computed: by the CPU walk or on the GPU)
+    /// and its static map (NaN, a missing value, for an absent key).
+    ///
+    /// # Assumptions
+    /// `catalogue.len() == CATALOGUE_LEN` and `out.len() == self.len()`; shorter slices leave
+    /// the features past their end unwritten.
+    pub fn gather(&self, catalogue: &[f64], doc: &HitDocument, out: &mut [f64]) {
+        for (slot, source) in out.iter_mut().zip(&self.sources) {
+            *slot = match source {
+                Source::Catalogue(i) => catalogue.get(*i).copied().unwrap_or(f64::NAN),
+                Source::Static(key) => doc.static_features.get(key).copied().unwrap_or(f64::NAN),
+            };
+        }
+    }
+
+    /// [`FeatureResolver::gather`] for a batch: `catalogue` is row-major
+    /// `docs.len() × CATALOGUE_LEN`, `out` row-major `docs.len() × self.len()`.
+    ///
+    /// # Errors
+    /// [`HitError::OutputLength`] when `out.len() != docs.len() * self.len()`.
+    pub fn gather_batch(
+        &self,
+        catalogue: &[f64],
+        docs: &[HitDocument],
+        out: &mut [f64],
+    ) -> Result<(), HitError> {
+        self.check_output(docs.len(), out.len())?;
+        if self.is_empty() {
+            return Ok(());
+        }
+        for ((row, doc), out) in catalogue
+            .chunks(CATALOGUE_LEN)
+            .zip(docs)
+            .zip(out.chunks_mut(self.len()))
+        {
+            self.gather(row, doc, out);
+        }
+        Ok(())
+    }
+
     fn extract_prepared(
         &self,
         query: &Prepared<'_>,
@@ -171,12 +216,7 @@ impl FeatureResolver {
         out: &mut [f64],
     ) -> Result<(), HitError> {
         extract_all(query, doc, scratch)?;
-        for (slot, source) in out.iter_mut().zip(&self.sources) {
-            *slot = match source {
-                Source::Catalogue(i) => scratch.features[*i],
-                Source::Static(key) => doc.static_features.get(key).copied().unwrap_or(f64::NAN),
-            };
-        }
+        self.gather(&scratch.features, doc, out);
         Ok(())
     }
 }
@@ -449,10 +489,7 @@ mod tests {
             }
             let (best, median) = time(&mut || {
                 for doc in &docs {
-                    for (name, stream) in &doc.streams {
-                        crate::rank::fe::hits::validate_stream(doc, name, stream, q)
-                            .expect("valid");
-                    }
+                    crate::rank::fe::hits::validate_document(doc, q).expect("valid");
                 }
             });
             println!(

@@ -318,7 +318,7 @@ fn fe_float_feature(name: &str) -> bool {
 }
 
 /// The whole catalogue of `docs` from `gpu` against the CPU's `extract_batch`.
-fn check_fe_with(
+fn check_fe(
     device: &rankserve::gpu::GpuDevice,
     gpu: &mut GpuFe,
     query: &QueryInfo,
@@ -359,13 +359,6 @@ fn check_fe_with(
         docs.len(),
         got.len()
     );
-}
-
-fn check_fe(query: &QueryInfo, stats: &CorpusStats, docs: &[HitDocument], what: &str) {
-    let Some(device) = device_for_tests(what) else {
-        return;
-    };
-    check_fe_with(&device, &mut GpuFe::new(), query, stats, docs, what);
 }
 
 fn hit_stream(length: u32, phrases: &[&[[u32; 2]]]) -> HitStream {
@@ -530,8 +523,14 @@ fn partial_stats() -> CorpusStats {
 
 #[test]
 fn fe_synthetic_documents_gpu_matches_cpu() {
+    let Some(device) = device_for_tests("fe_synthetic_documents_gpu_matches_cpu") else {
+        return;
+    };
+    let mut gpu = GpuFe::new();
     for q in [1u32, 2, 4, 8] {
         check_fe(
+            &device,
+            &mut gpu,
             &synth_query(q, u64::from(q)),
             &synth_corpus_stats(),
             &synth_hit_documents(3000, q, 100 + u64::from(q)),
@@ -542,6 +541,10 @@ fn fe_synthetic_documents_gpu_matches_cpu() {
 
 #[test]
 fn fe_edge_documents_gpu_matches_cpu() {
+    let Some(device) = device_for_tests("fe_edge_documents_gpu_matches_cpu") else {
+        return;
+    };
+    let mut gpu = GpuFe::new();
     let docs = fe_edge_documents();
     let queries = [
         QueryInfo {
@@ -564,6 +567,8 @@ fn fe_edge_documents_gpu_matches_cpu() {
         .enumerate()
         {
             check_fe(
+                &device,
+                &mut gpu,
                 query,
                 stats,
                 &docs,
@@ -574,6 +579,8 @@ fn fe_edge_documents_gpu_matches_cpu() {
     // The same documents one at a time: a batch of one.
     for doc in &docs {
         check_fe(
+            &device,
+            &mut gpu,
             &queries[0],
             &synth_corpus_stats(),
             std::slice::from_ref(doc),
@@ -584,11 +591,17 @@ fn fe_edge_documents_gpu_matches_cpu() {
 
 #[test]
 fn fe_short_and_empty_queries_gpu_match_cpu() {
+    let Some(device) = device_for_tests("fe_short_and_empty_queries_gpu_match_cpu") else {
+        return;
+    };
+    let mut gpu = GpuFe::new();
     let one = QueryInfo {
         terms: 1,
         idf: vec![2.0],
     };
     check_fe(
+        &device,
+        &mut gpu,
         &one,
         &partial_stats(),
         &fe_small_documents(2000, 1, 7),
@@ -599,6 +612,8 @@ fn fe_short_and_empty_queries_gpu_match_cpu() {
         idf: vec![],
     };
     check_fe(
+        &device,
+        &mut gpu,
         &empty,
         &synth_corpus_stats(),
         &fe_small_documents(500, 0, 8),
@@ -608,14 +623,22 @@ fn fe_short_and_empty_queries_gpu_match_cpu() {
 
 #[test]
 fn fe_longest_query_gpu_matches_cpu() {
+    let Some(device) = device_for_tests("fe_longest_query_gpu_matches_cpu") else {
+        return;
+    };
+    let mut gpu = GpuFe::new();
     let q = rankserve::rank::gpu::fe::MAX_TERMS;
     check_fe(
+        &device,
+        &mut gpu,
         &synth_query(q, 9),
         &synth_corpus_stats(),
         &fe_small_documents(2000, q, 9),
         "FE, Q = 64 (small documents)",
     );
     check_fe(
+        &device,
+        &mut gpu,
         &synth_query(q, 10),
         &synth_corpus_stats(),
         &synth_hit_documents(500, q, 10),
@@ -625,7 +648,12 @@ fn fe_longest_query_gpu_matches_cpu() {
 
 #[test]
 fn fe_many_documents_gpu_matches_cpu() {
+    let Some(device) = device_for_tests("fe_many_documents_gpu_matches_cpu") else {
+        return;
+    };
     check_fe(
+        &device,
+        &mut GpuFe::new(),
         &synth_query(5, 11),
         &partial_stats(),
         &fe_small_documents(65_537, 5, 11),
@@ -646,7 +674,7 @@ fn fe_reused_buffers_and_ranker_order_gpu_match_cpu() {
     let mut gpu = GpuFe::new();
     for (b, n) in [1000usize, 3, 0, 1, 1500].into_iter().enumerate() {
         let docs = synth_hit_documents(n, 4, 200 + b as u64);
-        check_fe_with(
+        check_fe(
             &device,
             &mut gpu,
             &query,

@@ -9,7 +9,9 @@
 //! features are exact, and BM25/BM25F use the CPU's f64 operation order without FMA contraction
 //! (tests/parity.rs checks it).
 
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg, ValidAsZeroBits};
+use cudarc::driver::{
+    CudaSlice, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+};
 use rayon::prelude::*;
 
 use crate::gpu::error::DriverResultExt;
@@ -86,9 +88,53 @@ fn index32(n: usize, what: &'static str) -> Result<u32, GpuError> {
     })
 }
 
+/// Documents one rayon task validates and flattens before the parts are joined.
+const CHUNK_DOCS: usize = 256;
+
+/// The layout of a chunk of documents, its offsets relative to the chunk: the end (not the
+/// start) of each stream's phrases and of each phrase's hits.
+#[derive(Debug, Default)]
+struct Part {
+    stream_phrase_ends: Vec<u32>,
+    phrase_hit_ends: Vec<u32>,
+    hits: Vec<u32>,
+    stream_lengths: Vec<u32>,
+}
+
+impl Part {
+    /// Validates (the CPU's rules; errors carry the batch index `first + i`) and flattens
+    /// `docs`.
+    fn build(first: usize, docs: &[HitDocument], terms: u32) -> Result<Part, GpuFeError> {
+        let mut part = Part {
+            stream_phrase_ends: Vec::with_capacity(docs.len() * STREAMS.len()),
+            stream_lengths: Vec::with_capacity(docs.len() * STREAMS.len()),
+            ..Part::default()
+        };
+        for (i, doc) in docs.iter().enumerate() {
+            validate_document(doc, terms).map_err(|e| e.at_index(first + i))?;
+            for name in STREAMS {
+                let stream = doc.streams.get(name);
+                part.stream_lengths.push(stream.map_or(0, |s| s.length));
+                // Empty phrases count nowhere on the CPU: they are left out.
+                for phrase in stream.into_iter().flat_map(|s| &s.phrases) {
+                    if !phrase.is_empty() {
+                        part.hits.extend_from_slice(phrase.as_flattened());
+                        let end = index32(part.hits.len() / 2, "hits per batch")?;
+                        part.phrase_hit_ends.push(end);
+                    }
+                }
+                let end = index32(part.phrase_hit_ends.len(), "phrases per batch")?;
+                part.stream_phrase_ends.push(end);
+            }
+        }
+        Ok(part)
+    }
+}
+
 impl FeLayout {
     /// Validates the batch exactly as the CPU path does (query, statistics, then every document,
-    /// reporting the lowest-index bad document with its index) and flattens it.
+    /// reporting the lowest-index bad document with its index) and flattens it, chunks of
+    /// documents in parallel on rayon's pool.
     ///
     /// # Errors
     /// [`GpuFeError::Hits`] for an invalid request; [`GpuError::TooLarge`] when the query has
@@ -99,14 +145,13 @@ impl FeLayout {
         docs: &[HitDocument],
     ) -> Result<FeLayout, GpuFeError> {
         let prepared = Prepared::new(query, stats)?;
-        let bad = docs.par_iter().enumerate().find_map_first(|(i, doc)| {
-            validate_document(doc, prepared.terms)
-                .err()
-                .map(|e| e.at_index(i))
-        });
-        if let Some(err) = bad {
-            return Err(err.into());
-        }
+        // Collected in chunk order, so the first error is the lowest-index document's.
+        let parts: Vec<Result<Part, GpuFeError>> = docs
+            .par_chunks(CHUNK_DOCS)
+            .enumerate()
+            .map(|(c, chunk)| Part::build(c * CHUNK_DOCS, chunk, prepared.terms))
+            .collect();
+        let parts = parts.into_iter().collect::<Result<Vec<Part>, _>>()?;
         if prepared.terms > MAX_TERMS {
             return Err(GpuError::TooLarge {
                 what: "query terms",
@@ -119,10 +164,14 @@ impl FeLayout {
         let n_streams = docs.len() * STREAMS.len();
         // The kernel numbers streams (threads) with 32-bit indices too.
         index32(n_streams + 1, "streams per batch")?;
+        let n_phrases: usize = parts.iter().map(|p| p.phrase_hit_ends.len()).sum();
+        let n_hit_words: usize = parts.iter().map(|p| p.hits.len()).sum();
+        index32(n_phrases, "phrases per batch")?;
+        index32(n_hit_words / 2, "hits per batch")?;
         let mut layout = FeLayout {
             stream_phrases: Vec::with_capacity(n_streams + 1),
-            phrase_hits: vec![0],
-            hits: Vec::new(),
+            phrase_hits: Vec::with_capacity(n_phrases + 1),
+            hits: Vec::with_capacity(n_hit_words),
             stream_lengths: Vec::with_capacity(n_streams),
             idf: prepared.idf.to_vec(),
             params: FeParams {
@@ -138,25 +187,19 @@ impl FeLayout {
             },
         };
         layout.stream_phrases.push(0);
-        for doc in docs {
-            for name in STREAMS {
-                let stream = doc.streams.get(name);
-                layout
-                    .stream_lengths
-                    .push(stream.map_or(0, |stream| stream.length));
-                // Empty phrases count nowhere on the CPU: they are left out.
-                for phrase in stream.into_iter().flat_map(|s| &s.phrases) {
-                    if !phrase.is_empty() {
-                        layout.hits.extend_from_slice(phrase.as_flattened());
-                        layout
-                            .phrase_hits
-                            .push(index32(layout.hits.len() / 2, "hits per batch")?);
-                    }
-                }
-                layout
-                    .stream_phrases
-                    .push(index32(layout.phrase_hits.len() - 1, "phrases per batch")?);
-            }
+        layout.phrase_hits.push(0);
+        for part in &parts {
+            // Both bases are at most the totals checked above.
+            let phrase_base = index32(layout.phrase_hits.len() - 1, "phrases per batch")?;
+            let hit_base = index32(layout.hits.len() / 2, "hits per batch")?;
+            let phrase_ends = part.stream_phrase_ends.iter().map(|&e| e + phrase_base);
+            layout.stream_phrases.extend(phrase_ends);
+            let hit_ends = part.phrase_hit_ends.iter().map(|&e| e + hit_base);
+            layout.phrase_hits.extend(hit_ends);
+            layout.hits.extend_from_slice(&part.hits);
+            layout
+                .stream_lengths
+                .extend_from_slice(&part.stream_lengths);
         }
         Ok(layout)
     }
@@ -190,6 +233,8 @@ pub struct GpuFe {
     stream_lengths: Option<CudaSlice<u32>>,
     idf: Option<CudaSlice<f64>>,
     out: Option<CudaSlice<f64>>,
+    /// Page-locked host copy of `out` (not write-combined: the host reads it).
+    staging: Option<PinnedHostSlice<f64>>,
     /// The parameters of the uploaded batch (`None`: nothing uploaded yet).
     params: Option<FeParams>,
 }
@@ -322,27 +367,40 @@ impl GpuFe {
         Ok(())
     }
 
-    /// Copies the catalogue matrix of the uploaded batch to the host (row-major
-    /// `n_docs × CATALOGUE_LEN`) once the queued work is done.
+    /// Copies the catalogue matrix of the uploaded batch to the host once the queued work is
+    /// done (row-major `n_docs × CATALOGUE_LEN`, through a reused page-locked buffer).
     ///
     /// # Errors
-    /// A driver error when the copy or the stream fails.
-    pub fn download(&self, device: &GpuDevice) -> Result<Vec<f64>, GpuError> {
-        device.check_fault("feature-extraction download")?;
-        let n = self.params.map_or(0, |p| p.n_docs as usize) * CATALOGUE_LEN;
-        let mut host = vec![0.0; n];
+    /// A driver error when the allocation, the copy or the stream fails.
+    pub fn download(&mut self, device: &GpuDevice) -> Result<&[f64], GpuError> {
+        const OP: &str = "feature-extraction download";
+        device.check_fault(OP)?;
         let stream = device.stream();
-        if let (Some(out), true) = (&self.out, n > 0) {
-            stream
-                .memcpy_dtoh(&out.slice(..n), &mut host)
-                .during("feature-extraction download")?;
-        }
+        let n = self.params.map_or(0, |p| p.n_docs as usize) * CATALOGUE_LEN;
+        let (Some(out), true) = (&self.out, n > 0) else {
+            stream.synchronize().during("feature extraction")?;
+            return Ok(&[]);
+        };
+        let mut staging = match self.staging.take() {
+            Some(staging) if staging.len() >= n => staging,
+            old => {
+                drop(old);
+                // SAFETY: the buffer's contents are uninitialised, but every f64 bit pattern
+                // is valid and only the first `n` values, written by the copy below, are read.
+                unsafe { device.context().alloc_pinned_with_flags::<f64>(n, 0) }.during(OP)?
+            }
+        };
+        stream
+            .memcpy_dtoh(&out.slice(..n), &mut staging)
+            .during(OP)?;
         stream.synchronize().during("feature extraction")?;
-        Ok(host)
+        let staging = self.staging.insert(staging);
+        Ok(&staging.as_slice().during(OP)?[..n])
     }
 
     /// Every catalogue feature of `docs`, row-major `docs.len() × CATALOGUE_LEN`, computed on
-    /// the GPU: validate and flatten, upload, launch, download.
+    /// the GPU: validate and flatten, upload, launch, download. The slice lives in this
+    /// `GpuFe`'s staging buffer until its next batch.
     ///
     /// # Errors
     /// [`GpuFeError::Hits`] for an invalid request (the CPU's error); [`GpuFeError::Gpu`] when
@@ -353,7 +411,7 @@ impl GpuFe {
         query: &QueryInfo,
         stats: &CorpusStats,
         docs: &[HitDocument],
-    ) -> Result<Vec<f64>, GpuFeError> {
+    ) -> Result<&[f64], GpuFeError> {
         let layout = FeLayout::build(query, stats, docs)?;
         self.upload(device, &layout)?;
         self.launch(device)?;
@@ -376,7 +434,7 @@ impl GpuFe {
     ) -> Result<(), GpuFeError> {
         resolver.check_output(docs.len(), out.len())?;
         let catalogue = self.extract_catalogue(device, query, stats, docs)?;
-        resolver.gather_batch(&catalogue, docs, out)?;
+        resolver.gather_batch(catalogue, docs, out)?;
         Ok(())
     }
 }

@@ -45,7 +45,7 @@ pub struct FeatureResolver {
     sources: Vec<Source>,
 }
 
-/// Fewest documents one rayon task gathers (a gather is tens of nanoseconds per document).
+/// Fewest documents one rayon task gathers (a gather costs nanoseconds per feature).
 const GATHER_MIN_DOCS: usize = 1024;
 
 thread_local! {
@@ -340,6 +340,40 @@ mod tests {
             .extract(&query, &stats, &docs[33], &mut single)
             .expect("valid");
         assert_eq!(single, one[33 * resolver.len()..34 * resolver.len()]);
+    }
+
+    #[test]
+    fn gathering_from_catalogue_rows_equals_extracting() {
+        let query = synth_query(4, 2);
+        let stats = synth_corpus_stats();
+        let docs = synth_hit_documents(2500, 4, 11);
+        let catalogue = FeatureResolver::new(feature_names()).expect("catalogue");
+        let mut rows = vec![0.0; docs.len() * catalogue.len()];
+        catalogue
+            .extract_batch(&query, &stats, &docs, &mut rows, 1)
+            .expect("valid");
+        let ranker = FeatureResolver::new(&names(&[
+            "static.spam_score",
+            "doc.bm25f",
+            "static.missing",
+            "body.window.phrase",
+            "doc.bm25f",
+        ]))
+        .expect("known");
+        let mut extracted = vec![0.0; docs.len() * ranker.len()];
+        ranker
+            .extract_batch(&query, &stats, &docs, &mut extracted, 2)
+            .expect("valid");
+        let mut gathered = vec![0.0; extracted.len()];
+        ranker
+            .gather_batch(&rows, &docs, &mut gathered)
+            .expect("sized");
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&gathered), bits(&extracted));
+        assert!(matches!(
+            ranker.gather_batch(&rows, &docs, &mut gathered[1..]),
+            Err(HitError::OutputLength { .. })
+        ));
     }
 
     #[test]

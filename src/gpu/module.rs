@@ -10,12 +10,18 @@ pub enum KernelModule {
     Mit,
     /// NN layers: bias and activation after each GEMM, final scores.
     Nn,
+    /// Feature extraction: every catalogue feature of a batch of hit documents.
+    Fe,
 }
 
 impl KernelModule {
     /// Every module, compiled once per context at start-up.
-    pub const ALL: &'static [KernelModule] =
-        &[KernelModule::Trees, KernelModule::Mit, KernelModule::Nn];
+    pub const ALL: &'static [KernelModule] = &[
+        KernelModule::Trees,
+        KernelModule::Mit,
+        KernelModule::Nn,
+        KernelModule::Fe,
+    ];
 
     /// The module's name: its file stem under `kernels/`.
     pub fn name(self) -> &'static str {
@@ -23,6 +29,7 @@ impl KernelModule {
             KernelModule::Trees => "trees",
             KernelModule::Mit => "mit",
             KernelModule::Nn => "nn",
+            KernelModule::Fe => "fe",
         }
     }
 
@@ -32,6 +39,7 @@ impl KernelModule {
             KernelModule::Trees => include_str!("../../kernels/trees.cu"),
             KernelModule::Mit => include_str!("../../kernels/mit.cu"),
             KernelModule::Nn => include_str!("../../kernels/nn.cu"),
+            KernelModule::Fe => include_str!("../../kernels/fe.cu"),
         }
     }
 
@@ -41,6 +49,7 @@ impl KernelModule {
             KernelModule::Trees => &["trees_eval"],
             KernelModule::Mit => &["mit_eval"],
             KernelModule::Nn => &["nn_bias_activation", "nn_scores"],
+            KernelModule::Fe => &["fe_extract"],
         }
     }
 }

@@ -116,9 +116,10 @@ impl Recency {
 pub(crate) struct Prepared<'q> {
     pub(crate) idf: &'q [f64],
     pub(crate) terms: u32,
-    idf_sum: f64,
+    /// Σ idf, in term order.
+    pub(crate) idf_sum: f64,
     /// Average length of each catalogue stream (`None`: no length normalisation).
-    avg_length: [Option<f64>; STREAMS.len()],
+    pub(crate) avg_length: [Option<f64>; STREAMS.len()],
 }
 
 impl<'q> Prepared<'q> {

@@ -269,6 +269,27 @@ pub fn validate_stream(
     Ok(())
 }
 
+/// Checks every stream of `doc`, catalogue or not, for paths that do not walk the hits on the
+/// CPU (the GPU's). The order is the CPU walk's, so both report the same first error: streams
+/// outside the catalogue in name order, then the catalogue streams in catalogue order.
+///
+/// # Errors
+/// As [`validate_stream`], for the first bad hit; the error has no batch index.
+pub fn validate_document(doc: &HitDocument, terms: u32) -> Result<(), HitError> {
+    let catalogue = super::catalogue::STREAMS;
+    for (name, stream) in &doc.streams {
+        if !catalogue.contains(&name.as_str()) {
+            validate_stream(doc, name, stream, terms)?;
+        }
+    }
+    for name in catalogue {
+        if let Some(stream) = doc.streams.get(name) {
+            validate_stream(doc, name, stream, terms)?;
+        }
+    }
+    Ok(())
+}
+
 /// Checks one hit: term in range, position in range and after `previous`.
 #[allow(clippy::too_many_arguments)]
 #[inline]

@@ -16,7 +16,10 @@ mod resolver;
 mod synth;
 
 pub use catalogue::{feature_names, STATIC_PREFIX, STREAMS};
+pub(crate) use fsm::Prepared;
 pub use fsm::{BM25F_B, BM25F_K1, BM25F_WEIGHTS, BM25_B, BM25_K1};
-pub use hits::{CorpusStats, DocRef, HitDocument, HitError, HitRef, HitStream, QueryInfo};
+pub use hits::{
+    validate_document, CorpusStats, DocRef, HitDocument, HitError, HitRef, HitStream, QueryInfo,
+};
 pub use resolver::{FeError, FeatureResolver};
 pub use synth::{synth_corpus_stats, synth_hit_documents, synth_query};

@@ -10,7 +10,7 @@ use std::cell::RefCell;
 
 use rayon::prelude::*;
 
-use super::catalogue::{catalogue_index, STATIC_PREFIX};
+use super::catalogue::{catalogue_index, CATALOGUE_LEN, STATIC_PREFIX};
 use super::fsm::{extract_all, Prepared, Scratch};
 use super::hits::{CorpusStats, HitDocument, HitError, QueryInfo};
 
@@ -44,6 +44,9 @@ enum Source {
 pub struct FeatureResolver {
     sources: Vec<Source>,
 }
+
+/// Fewest documents one rayon task gathers (a gather costs nanoseconds per feature).
+const GATHER_MIN_DOCS: usize = 1024;
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
@@ -150,7 +153,11 @@ impl FeatureResolver {
         results.into_iter().collect()
     }
 
-    fn check_output(&self, docs: usize, got: usize) -> Result<(), HitError> {
+    /// Checks that an output buffer of `got` values fits `docs` documents × [`FeatureResolver::len`].
+    ///
+    /// # Errors
+    /// [`HitError::OutputLength`] when it does not.
+    pub fn check_output(&self, docs: usize, got: usize) -> Result<(), HitError> {
         let expected = docs * self.len();
         if got != expected {
             return Err(HitError::OutputLength {
@@ -163,6 +170,47 @@ impl FeatureResolver {
         Ok(())
     }
 
+    /// Writes one document's `V` (the ranker's order) into `out` from its catalogue row (every
+    /// catalogue feature, in catalogue order, however computed: by the CPU walk or on the GPU)
+    /// and its static map (NaN, a missing value, for an absent key).
+    ///
+    /// # Assumptions
+    /// `catalogue.len() == CATALOGUE_LEN` and `out.len() == self.len()`; shorter slices leave
+    /// the features past their end unwritten.
+    pub fn gather(&self, catalogue: &[f64], doc: &HitDocument, out: &mut [f64]) {
+        for (slot, source) in out.iter_mut().zip(&self.sources) {
+            *slot = match source {
+                Source::Catalogue(i) => catalogue.get(*i).copied().unwrap_or(f64::NAN),
+                Source::Static(key) => doc.static_features.get(key).copied().unwrap_or(f64::NAN),
+            };
+        }
+    }
+
+    /// [`FeatureResolver::gather`] for a batch, documents in parallel on rayon's pool:
+    /// `catalogue` is row-major `docs.len() × CATALOGUE_LEN`, `out` row-major
+    /// `docs.len() × self.len()`.
+    ///
+    /// # Errors
+    /// [`HitError::OutputLength`] when `out.len() != docs.len() * self.len()`.
+    pub fn gather_batch(
+        &self,
+        catalogue: &[f64],
+        docs: &[HitDocument],
+        out: &mut [f64],
+    ) -> Result<(), HitError> {
+        self.check_output(docs.len(), out.len())?;
+        if self.is_empty() {
+            return Ok(());
+        }
+        catalogue
+            .par_chunks(CATALOGUE_LEN)
+            .zip(docs)
+            .zip(out.par_chunks_mut(self.len()))
+            .with_min_len(GATHER_MIN_DOCS)
+            .for_each(|((row, doc), out)| self.gather(row, doc, out));
+        Ok(())
+    }
+
     fn extract_prepared(
         &self,
         query: &Prepared<'_>,
@@ -171,12 +219,7 @@ impl FeatureResolver {
         out: &mut [f64],
     ) -> Result<(), HitError> {
         extract_all(query, doc, scratch)?;
-        for (slot, source) in out.iter_mut().zip(&self.sources) {
-            *slot = match source {
-                Source::Catalogue(i) => scratch.features[*i],
-                Source::Static(key) => doc.static_features.get(key).copied().unwrap_or(f64::NAN),
-            };
-        }
+        self.gather(&scratch.features, doc, out);
         Ok(())
     }
 }
@@ -297,6 +340,40 @@ mod tests {
             .extract(&query, &stats, &docs[33], &mut single)
             .expect("valid");
         assert_eq!(single, one[33 * resolver.len()..34 * resolver.len()]);
+    }
+
+    #[test]
+    fn gathering_from_catalogue_rows_equals_extracting() {
+        let query = synth_query(4, 2);
+        let stats = synth_corpus_stats();
+        let docs = synth_hit_documents(2500, 4, 11);
+        let catalogue = FeatureResolver::new(feature_names()).expect("catalogue");
+        let mut rows = vec![0.0; docs.len() * catalogue.len()];
+        catalogue
+            .extract_batch(&query, &stats, &docs, &mut rows, 1)
+            .expect("valid");
+        let ranker = FeatureResolver::new(&names(&[
+            "static.spam_score",
+            "doc.bm25f",
+            "static.missing",
+            "body.window.phrase",
+            "doc.bm25f",
+        ]))
+        .expect("known");
+        let mut extracted = vec![0.0; docs.len() * ranker.len()];
+        ranker
+            .extract_batch(&query, &stats, &docs, &mut extracted, 2)
+            .expect("valid");
+        let mut gathered = vec![0.0; extracted.len()];
+        ranker
+            .gather_batch(&rows, &docs, &mut gathered)
+            .expect("sized");
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&gathered), bits(&extracted));
+        assert!(matches!(
+            ranker.gather_batch(&rows, &docs, &mut gathered[1..]),
+            Err(HitError::OutputLength { .. })
+        ));
     }
 
     #[test]
@@ -449,10 +526,7 @@ mod tests {
             }
             let (best, median) = time(&mut || {
                 for doc in &docs {
-                    for (name, stream) in &doc.streams {
-                        crate::rank::fe::hits::validate_stream(doc, name, stream, q)
-                            .expect("valid");
-                    }
+                    crate::rank::fe::hits::validate_document(doc, q).expect("valid");
                 }
             });
             println!(

@@ -1,0 +1,606 @@
+//! Feature extraction on the GPU (Tadros 2015, §3.3: streams in parallel, many documents per
+//! launch): the flattened hit layout `kernels/fe.cu` reads ([`FeLayout`], built on the host after
+//! the CPU's validation), its upload into reused device buffers, the `fe_extract` launch, and the
+//! download of the catalogue matrix (documents × [`CATALOGUE_LEN`], f64, catalogue order).
+//!
+//! A ranker's `V` is then gathered from the catalogue rows on the host by the ranker's
+//! [`FeatureResolver`] (static features come from the documents there), exactly as the CPU path
+//! gathers from its scratch vector. Every catalogue value equals the CPU's bit for bit: integer
+//! features are exact, and BM25/BM25F use the CPU's f64 operation order without FMA contraction
+//! (tests/parity.rs checks it).
+
+use cudarc::driver::{
+    CudaSlice, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+};
+use rayon::prelude::*;
+
+use crate::gpu::error::DriverResultExt;
+use crate::gpu::{GpuDevice, GpuError, KernelModule};
+use crate::rank::fe::catalogue::{CATALOGUE_LEN, STREAMS};
+use crate::rank::fe::{
+    validate_document, CorpusStats, FeatureResolver, HitDocument, HitError, Prepared, QueryInfo,
+    BM25F_B, BM25F_K1, BM25F_WEIGHTS, BM25_B, BM25_K1,
+};
+
+/// The most query terms the kernel takes (`FE_MAX_TERMS` in fe.cu: term sets are 64-bit masks,
+/// per-term state lives in per-thread arrays of this size). Longer queries are
+/// [`GpuError::TooLarge`], for the caller to run on the CPU.
+pub const MAX_TERMS: u32 = 64;
+
+/// Threads per block of `fe_extract`: 32 documents × 4 streams, a multiple of the warp.
+const BLOCK: u32 = 128;
+
+/// Query-level values and constants as `fe_extract` takes them (`struct FeParams` in fe.cu).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct FeParams {
+    idf_sum: f64,
+    /// Per catalogue stream; 0 when `stats.avg_length` does not give it.
+    avg_length: [f64; STREAMS.len()],
+    bm25_k1: f64,
+    bm25_b: f64,
+    bm25f_k1: f64,
+    bm25f_weight: [f64; STREAMS.len()],
+    bm25f_b: [f64; STREAMS.len()],
+    terms: u32,
+    n_docs: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<FeParams>() == 136);
+
+// SAFETY: `FeParams` is `repr(C)` plain old data matching `struct FeParams` in fe.cu field for
+// field (checked by the size assertion above and the parity tests).
+unsafe impl DeviceRepr for FeParams {}
+
+/// Why GPU feature extraction did not produce features.
+#[derive(Debug, thiserror::Error)]
+pub enum GpuFeError {
+    /// The request is invalid: the CPU's validation error, the same one the CPU path reports.
+    #[error(transparent)]
+    Hits(#[from] HitError),
+    /// The GPU failed or the batch does not fit it: run the batch on the CPU.
+    #[error(transparent)]
+    Gpu(#[from] GpuError),
+}
+
+/// A batch of hit documents flattened for `fe_extract` (the layout is drawn in fe.cu): stream
+/// `doc * 4 + slot` for each catalogue stream, its non-empty phrases, their hits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeLayout {
+    /// `[docs × 4 + 1]`: first phrase of each stream, then the phrase count.
+    stream_phrases: Vec<u32>,
+    /// `[phrases + 1]`: first hit of each phrase, then the hit count.
+    phrase_hits: Vec<u32>,
+    /// `[hits × 2]`: term, position.
+    hits: Vec<u32>,
+    /// `[docs × 4]`: each stream's length (0 for an absent stream).
+    stream_lengths: Vec<u32>,
+    /// `[Q]`.
+    idf: Vec<f64>,
+    params: FeParams,
+}
+
+fn index32(n: usize, what: &'static str) -> Result<u32, GpuError> {
+    u32::try_from(n).map_err(|_| GpuError::TooLarge {
+        what,
+        got: n,
+        limit: u32::MAX as usize,
+    })
+}
+
+/// Documents one rayon task validates and flattens before the parts are joined.
+const CHUNK_DOCS: usize = 256;
+
+/// The layout of a chunk of documents, its offsets relative to the chunk: the end (not the
+/// start) of each stream's phrases and of each phrase's hits.
+#[derive(Debug, Default)]
+struct Part {
+    stream_phrase_ends: Vec<u32>,
+    phrase_hit_ends: Vec<u32>,
+    hits: Vec<u32>,
+    stream_lengths: Vec<u32>,
+}
+
+impl Part {
+    /// Validates (the CPU's rules; errors carry the batch index `first + i`) and flattens
+    /// `docs`.
+    fn build(first: usize, docs: &[HitDocument], terms: u32) -> Result<Part, GpuFeError> {
+        let mut part = Part {
+            stream_phrase_ends: Vec::with_capacity(docs.len() * STREAMS.len()),
+            stream_lengths: Vec::with_capacity(docs.len() * STREAMS.len()),
+            ..Part::default()
+        };
+        for (i, doc) in docs.iter().enumerate() {
+            validate_document(doc, terms).map_err(|e| e.at_index(first + i))?;
+            for name in STREAMS {
+                let stream = doc.streams.get(name);
+                part.stream_lengths.push(stream.map_or(0, |s| s.length));
+                // Empty phrases count nowhere on the CPU: they are left out.
+                for phrase in stream.into_iter().flat_map(|s| &s.phrases) {
+                    if !phrase.is_empty() {
+                        part.hits.extend_from_slice(phrase.as_flattened());
+                        let end = index32(part.hits.len() / 2, "hits per batch")?;
+                        part.phrase_hit_ends.push(end);
+                    }
+                }
+                let end = index32(part.phrase_hit_ends.len(), "phrases per batch")?;
+                part.stream_phrase_ends.push(end);
+            }
+        }
+        Ok(part)
+    }
+}
+
+impl FeLayout {
+    /// Validates the batch exactly as the CPU path does (query, statistics, then every document,
+    /// reporting the lowest-index bad document with its index) and flattens it, chunks of
+    /// documents in parallel on rayon's pool.
+    ///
+    /// # Errors
+    /// [`GpuFeError::Hits`] for an invalid request; [`GpuError::TooLarge`] when the query has
+    /// more than [`MAX_TERMS`] terms or the batch overflows the kernel's 32-bit indices.
+    pub fn build(
+        query: &QueryInfo,
+        stats: &CorpusStats,
+        docs: &[HitDocument],
+    ) -> Result<FeLayout, GpuFeError> {
+        let prepared = Prepared::new(query, stats)?;
+        // Collected in chunk order, so the first error is the lowest-index document's.
+        let parts: Vec<Result<Part, GpuFeError>> = docs
+            .par_chunks(CHUNK_DOCS)
+            .enumerate()
+            .map(|(c, chunk)| Part::build(c * CHUNK_DOCS, chunk, prepared.terms))
+            .collect();
+        let parts = parts.into_iter().collect::<Result<Vec<Part>, _>>()?;
+        if prepared.terms > MAX_TERMS {
+            return Err(GpuError::TooLarge {
+                what: "query terms",
+                got: prepared.terms as usize,
+                limit: MAX_TERMS as usize,
+            }
+            .into());
+        }
+        let n_docs = index32(docs.len(), "documents per batch")?;
+        let n_streams = docs.len() * STREAMS.len();
+        // The kernel numbers streams (threads) with 32-bit indices too.
+        index32(n_streams + 1, "streams per batch")?;
+        let n_phrases: usize = parts.iter().map(|p| p.phrase_hit_ends.len()).sum();
+        let n_hit_words: usize = parts.iter().map(|p| p.hits.len()).sum();
+        index32(n_phrases, "phrases per batch")?;
+        index32(n_hit_words / 2, "hits per batch")?;
+        let mut layout = FeLayout {
+            stream_phrases: Vec::with_capacity(n_streams + 1),
+            phrase_hits: Vec::with_capacity(n_phrases + 1),
+            hits: Vec::with_capacity(n_hit_words),
+            stream_lengths: Vec::with_capacity(n_streams),
+            idf: prepared.idf.to_vec(),
+            params: FeParams {
+                idf_sum: prepared.idf_sum,
+                avg_length: prepared.avg_length.map(|a| a.unwrap_or(0.0)),
+                bm25_k1: BM25_K1,
+                bm25_b: BM25_B,
+                bm25f_k1: BM25F_K1,
+                bm25f_weight: BM25F_WEIGHTS,
+                bm25f_b: BM25F_B,
+                terms: prepared.terms,
+                n_docs,
+            },
+        };
+        layout.stream_phrases.push(0);
+        layout.phrase_hits.push(0);
+        for part in &parts {
+            // Both bases are at most the totals checked above.
+            let phrase_base = index32(layout.phrase_hits.len() - 1, "phrases per batch")?;
+            let hit_base = index32(layout.hits.len() / 2, "hits per batch")?;
+            let phrase_ends = part.stream_phrase_ends.iter().map(|&e| e + phrase_base);
+            layout.stream_phrases.extend(phrase_ends);
+            let hit_ends = part.phrase_hit_ends.iter().map(|&e| e + hit_base);
+            layout.phrase_hits.extend(hit_ends);
+            layout.hits.extend_from_slice(&part.hits);
+            layout
+                .stream_lengths
+                .extend_from_slice(&part.stream_lengths);
+        }
+        Ok(layout)
+    }
+
+    /// Documents in the batch.
+    pub fn n_docs(&self) -> usize {
+        self.params.n_docs as usize
+    }
+
+    /// Hits in the batch (catalogue streams only).
+    pub fn n_hits(&self) -> usize {
+        self.hits.len() / 2
+    }
+
+    /// Bytes copied to the device for this batch.
+    pub fn upload_bytes(&self) -> usize {
+        4 * (self.stream_phrases.len()
+            + self.phrase_hits.len()
+            + self.hits.len()
+            + self.stream_lengths.len())
+            + 8 * self.idf.len()
+    }
+}
+
+/// Device buffers of GPU feature extraction, grown to the largest batch seen and reused.
+#[derive(Default)]
+pub struct GpuFe {
+    stream_phrases: Option<CudaSlice<u32>>,
+    phrase_hits: Option<CudaSlice<u32>>,
+    hits: Option<CudaSlice<u32>>,
+    stream_lengths: Option<CudaSlice<u32>>,
+    idf: Option<CudaSlice<f64>>,
+    out: Option<CudaSlice<f64>>,
+    /// Page-locked host copy of `out` (not write-combined: the host reads it).
+    staging: Option<PinnedHostSlice<f64>>,
+    /// The parameters of the uploaded batch (`None`: nothing uploaded yet).
+    params: Option<FeParams>,
+}
+
+impl std::fmt::Debug for GpuFe {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GpuFe")
+            .field("params", &self.params)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `buf`, reallocated when it holds fewer than `len` elements (at least one: a zero-length
+/// allocation is not a valid pointer).
+fn reserve<'a, T: DeviceRepr + ValidAsZeroBits>(
+    device: &GpuDevice,
+    buf: &'a mut Option<CudaSlice<T>>,
+    len: usize,
+    op: &'static str,
+) -> Result<&'a mut CudaSlice<T>, GpuError> {
+    let len = len.max(1);
+    let kept = match buf.take() {
+        Some(b) if b.len() >= len => b,
+        old => {
+            drop(old);
+            device.stream().alloc_zeros::<T>(len).during(op)?
+        }
+    };
+    Ok(buf.insert(kept))
+}
+
+/// Copies `host` to the front of `buf`, growing it first when needed.
+fn upload_into<T: DeviceRepr + ValidAsZeroBits>(
+    device: &GpuDevice,
+    buf: &mut Option<CudaSlice<T>>,
+    host: &[T],
+) -> Result<(), GpuError> {
+    const OP: &str = "feature-extraction upload";
+    let dst = reserve(device, buf, host.len(), OP)?;
+    if !host.is_empty() {
+        device
+            .stream()
+            .memcpy_htod(host, &mut dst.slice_mut(..host.len()))
+            .during(OP)?;
+    }
+    Ok(())
+}
+
+impl GpuFe {
+    /// No device buffers yet: the first batch allocates them.
+    pub fn new() -> GpuFe {
+        GpuFe::default()
+    }
+
+    /// Queues the copy of `layout` to the device, growing the buffers when needed.
+    ///
+    /// # Errors
+    /// A driver error when an allocation or copy fails.
+    pub fn upload(&mut self, device: &GpuDevice, layout: &FeLayout) -> Result<(), GpuError> {
+        device.check_fault("feature-extraction upload")?;
+        self.params = None;
+        upload_into(device, &mut self.stream_phrases, &layout.stream_phrases)?;
+        upload_into(device, &mut self.phrase_hits, &layout.phrase_hits)?;
+        upload_into(device, &mut self.hits, &layout.hits)?;
+        upload_into(device, &mut self.stream_lengths, &layout.stream_lengths)?;
+        upload_into(device, &mut self.idf, &layout.idf)?;
+        reserve(
+            device,
+            &mut self.out,
+            layout.n_docs() * CATALOGUE_LEN,
+            "feature-extraction output allocation",
+        )?;
+        self.params = Some(layout.params);
+        Ok(())
+    }
+
+    /// Queues `fe_extract` over the uploaded batch (nothing when no batch, or an empty one, was
+    /// uploaded).
+    ///
+    /// # Errors
+    /// A driver error when the launch fails.
+    pub fn launch(&mut self, device: &GpuDevice) -> Result<(), GpuError> {
+        let function = device.function(KernelModule::Fe, "fe_extract")?;
+        let Some(params) = self.params.filter(|p| p.n_docs > 0) else {
+            return Ok(());
+        };
+        let (
+            Some(stream_phrases),
+            Some(phrase_hits),
+            Some(hits),
+            Some(stream_lengths),
+            Some(idf),
+            Some(out),
+        ) = (
+            &self.stream_phrases,
+            &self.phrase_hits,
+            &self.hits,
+            &self.stream_lengths,
+            &self.idf,
+            &mut self.out,
+        )
+        else {
+            return Ok(());
+        };
+        // `build` checked that n_docs × 4 + 1 fits in u32.
+        let threads = params.n_docs * STREAMS.len() as u32;
+        let config = LaunchConfig {
+            grid_dim: (threads.div_ceil(BLOCK), 1, 1),
+            block_dim: (BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = device.stream().launch_builder(function);
+        launch
+            .arg(stream_phrases)
+            .arg(phrase_hits)
+            .arg(hits)
+            .arg(stream_lengths)
+            .arg(idf)
+            .arg(&params)
+            .arg(out);
+        // SAFETY: the arguments follow `fe_extract`'s signature in order and type: device
+        // pointers to the u32 stream-phrase offsets, phrase-hit offsets, (term, position) hit
+        // pairs (read as uint2; device allocations are 256-byte aligned) and stream lengths, the
+        // f64 idf, `FeParams` by value (layout asserted above), and the f64 output. `upload`
+        // copied a layout whose offsets index only within its own arrays, with `params` from the
+        // same layout, into buffers at least that long, and sized `out` for n_docs × catalogue;
+        // the grid covers n_docs × 4 threads in blocks of a multiple of 32, as the kernel's
+        // launch-shape comment requires.
+        unsafe { launch.launch(config) }.during("fe_extract launch")?;
+        Ok(())
+    }
+
+    /// Copies the catalogue matrix of the uploaded batch to the host once the queued work is
+    /// done (row-major `n_docs × CATALOGUE_LEN`, through a reused page-locked buffer).
+    ///
+    /// # Errors
+    /// A driver error when the allocation, the copy or the stream fails.
+    pub fn download(&mut self, device: &GpuDevice) -> Result<&[f64], GpuError> {
+        const OP: &str = "feature-extraction download";
+        device.check_fault(OP)?;
+        let stream = device.stream();
+        let n = self.params.map_or(0, |p| p.n_docs as usize) * CATALOGUE_LEN;
+        let (Some(out), true) = (&self.out, n > 0) else {
+            stream.synchronize().during("feature extraction")?;
+            return Ok(&[]);
+        };
+        let mut staging = match self.staging.take() {
+            Some(staging) if staging.len() >= n => staging,
+            old => {
+                drop(old);
+                // SAFETY: the buffer's contents are uninitialised, but every f64 bit pattern
+                // is valid and only the first `n` values, written by the copy below, are read.
+                unsafe { device.context().alloc_pinned_with_flags::<f64>(n, 0) }.during(OP)?
+            }
+        };
+        stream
+            .memcpy_dtoh(&out.slice(..n), &mut staging)
+            .during(OP)?;
+        stream.synchronize().during("feature extraction")?;
+        let staging = self.staging.insert(staging);
+        Ok(&staging.as_slice().during(OP)?[..n])
+    }
+
+    /// Every catalogue feature of `docs`, row-major `docs.len() × CATALOGUE_LEN`, computed on
+    /// the GPU: validate and flatten, upload, launch, download. The slice lives in this
+    /// `GpuFe`'s staging buffer until its next batch.
+    ///
+    /// # Errors
+    /// [`GpuFeError::Hits`] for an invalid request (the CPU's error); [`GpuFeError::Gpu`] when
+    /// the GPU fails or the batch does not fit it.
+    pub fn extract_catalogue(
+        &mut self,
+        device: &GpuDevice,
+        query: &QueryInfo,
+        stats: &CorpusStats,
+        docs: &[HitDocument],
+    ) -> Result<&[f64], GpuFeError> {
+        let layout = FeLayout::build(query, stats, docs)?;
+        self.upload(device, &layout)?;
+        self.launch(device)?;
+        Ok(self.download(device)?)
+    }
+
+    /// The GPU counterpart of [`FeatureResolver::extract_batch`]: `out` is row-major
+    /// `docs.len() × resolver.len()` in the ranker's order, with the same values.
+    ///
+    /// # Errors
+    /// As [`GpuFe::extract_catalogue`]; [`HitError::OutputLength`] when `out` does not fit.
+    pub fn extract_batch(
+        &mut self,
+        device: &GpuDevice,
+        resolver: &FeatureResolver,
+        query: &QueryInfo,
+        stats: &CorpusStats,
+        docs: &[HitDocument],
+        out: &mut [f64],
+    ) -> Result<(), GpuFeError> {
+        resolver.check_output(docs.len(), out.len())?;
+        let catalogue = self.extract_catalogue(device, query, stats, docs)?;
+        resolver.gather_batch(catalogue, docs, out)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::rank::fe::catalogue::{DocFeature, StreamFeature};
+    use crate::rank::fe::{feature_names, HitStream};
+
+    fn stream(length: u32, phrases: &[&[[u32; 2]]]) -> HitStream {
+        HitStream {
+            length,
+            phrases: phrases.iter().map(|p| p.to_vec()).collect(),
+        }
+    }
+
+    fn doc(streams: &[(&str, HitStream)]) -> HitDocument {
+        HitDocument {
+            id: None,
+            streams: streams
+                .iter()
+                .map(|(n, s)| (n.to_string(), s.clone()))
+                .collect(),
+            static_features: BTreeMap::new(),
+        }
+    }
+
+    fn query(q: u32) -> QueryInfo {
+        QueryInfo {
+            terms: q,
+            idf: (1..=q).map(f64::from).collect(),
+        }
+    }
+
+    #[test]
+    fn layout_flattens_catalogue_streams_in_slot_order() {
+        let docs = [
+            doc(&[
+                // Name order puts url before title; the layout keeps catalogue order.
+                ("url", stream(3, &[&[[1, 2]]])),
+                ("title", stream(9, &[&[[0, 1], [1, 2]], &[], &[[0, 5]]])),
+                ("anchor", stream(7, &[])),
+                ("headings", stream(4, &[&[[0, 0]]])),
+            ]),
+            doc(&[]),
+            doc(&[("body", stream(30, &[&[], &[[2, 20]]]))]),
+        ];
+        let stats = CorpusStats {
+            avg_length: [("body".to_string(), 402.0)].into(),
+        };
+        let layout = FeLayout::build(&query(3), &stats, &docs).expect("valid");
+        assert_eq!(layout.n_docs(), 3);
+        assert_eq!(layout.n_hits(), 5);
+        // Streams: title, body, anchor, url of each document.
+        assert_eq!(layout.stream_lengths, [9, 0, 7, 3, 0, 0, 0, 0, 0, 30, 0, 0]);
+        assert_eq!(
+            layout.stream_phrases,
+            [0, 2, 2, 2, 3, 3, 3, 3, 3, 3, 4, 4, 4]
+        );
+        // Empty phrases are dropped; the headings stream is not in the layout.
+        assert_eq!(layout.phrase_hits, [0, 2, 3, 4, 5]);
+        assert_eq!(layout.hits, [0, 1, 1, 2, 0, 5, 1, 2, 2, 20]);
+        assert_eq!(layout.idf, [1.0, 2.0, 3.0]);
+        assert_eq!(layout.params.idf_sum, 6.0);
+        assert_eq!(layout.params.avg_length, [0.0, 402.0, 0.0, 0.0]);
+        assert_eq!(
+            (layout.params.terms, layout.params.bm25f_weight),
+            (3, BM25F_WEIGHTS)
+        );
+        assert_eq!(layout.upload_bytes(), 4 * (13 + 5 + 10 + 12) + 8 * 3);
+    }
+
+    #[test]
+    fn empty_batch_has_one_offset_each() {
+        let layout = FeLayout::build(&query(2), &CorpusStats::default(), &[]).expect("valid");
+        assert_eq!(layout.n_docs(), 0);
+        assert_eq!(layout.stream_phrases, [0]);
+        assert_eq!(layout.phrase_hits, [0]);
+        assert!(layout.hits.is_empty() && layout.stream_lengths.is_empty());
+    }
+
+    #[test]
+    fn validation_reports_the_cpu_paths_error() {
+        let bad_headings = stream(2, &[&[[0, 5]]]);
+        let bad_body = stream(10, &[&[[0, 4], [1, 3]]]);
+        let mut docs = vec![doc(&[]); 40];
+        // Document 7 is bad in a catalogue stream and, later in name order, outside it: the CPU
+        // walk reports the stream outside the catalogue first. Document 31 is bad too.
+        docs[7] = doc(&[("body", bad_body.clone()), ("headings", bad_headings)]);
+        docs[31] = doc(&[("body", bad_body)]);
+        let resolver = FeatureResolver::new(feature_names()).expect("catalogue");
+        let mut out = vec![0.0; docs.len() * resolver.len()];
+        let cpu = resolver
+            .extract_batch(&query(2), &CorpusStats::default(), &docs, &mut out, 4)
+            .unwrap_err();
+        let gpu = FeLayout::build(&query(2), &CorpusStats::default(), &docs).unwrap_err();
+        assert_eq!(gpu.to_string(), cpu.to_string());
+        assert!(
+            gpu.to_string().starts_with("document 7, streams.headings"),
+            "{gpu}"
+        );
+        let bad_query = QueryInfo {
+            terms: 2,
+            idf: vec![1.0],
+        };
+        assert_eq!(
+            FeLayout::build(&bad_query, &CorpusStats::default(), &docs)
+                .unwrap_err()
+                .to_string(),
+            "query.idf has 1 values, expected 2 (query.terms)"
+        );
+    }
+
+    #[test]
+    fn queries_longer_than_the_kernel_takes_are_too_large() {
+        let docs = [doc(&[("body", stream(100, &[&[[63, 0], [0, 99]]]))])];
+        assert!(FeLayout::build(&query(MAX_TERMS), &CorpusStats::default(), &docs).is_ok());
+        let err =
+            FeLayout::build(&query(MAX_TERMS + 1), &CorpusStats::default(), &docs).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                GpuFeError::Gpu(GpuError::TooLarge {
+                    what: "query terms",
+                    got: 65,
+                    limit: 64
+                })
+            ),
+            "{err}"
+        );
+    }
+
+    /// The kernel's copies of the catalogue's shape and order (its `#define`s) agree with
+    /// `rank::fe::catalogue` and this module.
+    #[test]
+    fn kernel_constants_follow_the_catalogue() {
+        let source = KernelModule::Fe.source();
+        let define = |name: &str| -> usize {
+            let prefix = format!("#define {name} ");
+            let line = source
+                .lines()
+                .find(|l| l.starts_with(&prefix))
+                .unwrap_or_else(|| panic!("fe.cu has no {name}"));
+            line[prefix.len()..].trim().parse().unwrap_or_else(|e| {
+                panic!("{name}: {e}: {line}");
+            })
+        };
+        let macro_name = |prefix: &str, suffix: &str| {
+            format!("{prefix}_{}", suffix.to_uppercase().replace('.', "_"))
+        };
+        assert_eq!(define("FE_STREAMS"), STREAMS.len());
+        assert_eq!(define("FE_STREAM_FEATURES"), StreamFeature::ALL.len());
+        assert_eq!(define("FE_DOC_FEATURES"), DocFeature::ALL.len());
+        assert_eq!(define("FE_MAX_TERMS"), MAX_TERMS as usize);
+        for f in StreamFeature::ALL {
+            assert_eq!(define(&macro_name("SF", f.suffix())), f as usize, "{f:?}");
+        }
+        for f in DocFeature::ALL {
+            assert_eq!(define(&macro_name("DF", f.suffix())), f as usize, "{f:?}");
+        }
+        assert_eq!(
+            STREAMS.len() * StreamFeature::ALL.len() + DocFeature::ALL.len(),
+            CATALOGUE_LEN
+        );
+    }
+}

@@ -94,8 +94,16 @@ impl BatchBuffers {
         capacity: usize,
     ) -> Result<BatchBuffers, GpuError> {
         let stream = device.stream();
-        let zeros = |n: usize| stream.alloc_zeros::<f64>(n).during("batch buffer allocation");
-        let zeros32 = |n: usize| stream.alloc_zeros::<f32>(n).during("batch buffer allocation");
+        let zeros = |n: usize| {
+            stream
+                .alloc_zeros::<f64>(n)
+                .during("batch buffer allocation")
+        };
+        let zeros32 = |n: usize| {
+            stream
+                .alloc_zeros::<f32>(n)
+                .during("batch buffer allocation")
+        };
         let feature_values = capacity * ranker.n_features.max(1);
         let columns = ranker.n_columns.max(1);
         let layers = ranker
@@ -113,8 +121,14 @@ impl BatchBuffers {
         };
         let device_bytes = feature_values * 8
             + capacity * columns * 4
-            + ranker.layers.iter().map(|l| capacity * l.outputs * 4).sum::<usize>()
-            + capacity * 8 * (1 + usize::from(tree_sums.is_some()) + usize::from(ensemble_sums.is_some()));
+            + ranker
+                .layers
+                .iter()
+                .map(|l| capacity * l.outputs * 4)
+                .sum::<usize>()
+            + capacity
+                * 8
+                * (1 + usize::from(tree_sums.is_some()) + usize::from(ensemble_sums.is_some()));
         let ctx = device.context();
         Ok(BatchBuffers {
             capacity,
@@ -166,7 +180,13 @@ impl PhaseEvents {
                 .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
                 .during("event creation")
         };
-        Ok(PhaseEvents([event()?, event()?, event()?, event()?, event()?]))
+        Ok(PhaseEvents([
+            event()?,
+            event()?,
+            event()?,
+            event()?,
+            event()?,
+        ]))
     }
 
     fn record(&self, phase: usize, stream: &CudaStream) -> Result<(), GpuError> {
@@ -176,7 +196,9 @@ impl PhaseEvents {
     /// Adds the elapsed times of the last recorded batch to `phases`.
     fn add_to(&self, phases: &mut GpuPhases) -> Result<(), GpuError> {
         let us = |a: usize| -> Result<f64, GpuError> {
-            let ms = self.0[a].elapsed_ms(&self.0[a + 1]).during("event timing")?;
+            let ms = self.0[a]
+                .elapsed_ms(&self.0[a + 1])
+                .during("event timing")?;
             Ok(f64::from(ms) * 1e3)
         };
         phases.copy_in_us += us(0)?;
@@ -390,11 +412,7 @@ impl GpuRanker {
         events: Option<&PhaseEvents>,
     ) -> Result<(GpuScores, GpuPhases), GpuError> {
         device.check_fault("ranker scoring")?;
-        let n_docs = if self.n_features == 0 {
-            0
-        } else {
-            features.len() / self.n_features
-        };
+        let n_docs = features.len().checked_div(self.n_features).unwrap_or(0);
         let mut out = GpuScores {
             scores: Vec::with_capacity(n_docs),
             inputs: explain.then(|| Vec::with_capacity(n_docs * self.n_inputs)),
@@ -502,11 +520,7 @@ impl GpuRanker {
             let no_layers = self.layers.is_empty();
             let explain = out.inputs.is_some();
             let targets = TreeTargets {
-                inputs: (!no_layers || explain).then_some((
-                    &mut b.inputs,
-                    columns,
-                    self.tree_col0,
-                )),
+                inputs: (!no_layers || explain).then_some((&mut b.inputs, columns, self.tree_col0)),
                 leaf_ids: None,
                 sums: b.tree_sums.as_mut(),
                 base: 0.0,

@@ -201,13 +201,16 @@ fn elapsed_us(start: Instant) -> f64 {
 }
 
 /// Times `f` after one warm-up call: up to `reps` repetitions within `budget`, at least
-/// `min_reps`.
+/// `min_reps`; a cell whose warm-up alone took longer than the budget gets one timed run.
 fn time<E>(config: &BenchConfig, mut f: impl FnMut() -> Result<(), E>) -> Result<Stats, E> {
     let warm = Instant::now();
     f()?;
     let estimate = warm.elapsed().as_secs_f64().max(1e-9);
-    let reps =
-        ((config.budget.as_secs_f64() / estimate) as usize).clamp(config.min_reps, config.reps);
+    let budget = config.budget.as_secs_f64();
+    let reps = match estimate > budget {
+        true => 1,
+        false => ((budget / estimate) as usize).clamp(config.min_reps, config.reps),
+    };
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
         let start = Instant::now();
@@ -276,12 +279,29 @@ fn gpu_err<'a>(ranker: &'a str, what: &'static str) -> impl FnOnce(GpuError) -> 
     }
 }
 
-/// The CPU pool of the "all threads" column, built once so that no call pays for thread start.
-fn cpu_pool(threads: usize) -> Result<rayon::ThreadPool, BenchError> {
-    rayon::ThreadPoolBuilder::new()
-        .num_threads(threads)
-        .build()
-        .map_err(|source| BenchError::Threads { threads, source })
+/// Runs the "all threads" CPU column: on the global rayon pool when it has `threads` threads (so
+/// that a batch too small to split runs on the caller's thread, as in the server), else on a
+/// pool of its own, built once.
+struct CpuThreads(Option<rayon::ThreadPool>);
+
+impl CpuThreads {
+    fn new(threads: usize) -> Result<CpuThreads, BenchError> {
+        if rayon::current_num_threads() == threads {
+            return Ok(CpuThreads(None));
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map(|pool| CpuThreads(Some(pool)))
+            .map_err(|source| BenchError::Threads { threads, source })
+    }
+
+    fn score(&self, plan: &CpuPlan, rows: &[f64]) -> Vec<f64> {
+        match &self.0 {
+            None => plan.score_batch(rows, 0),
+            Some(pool) => pool.install(|| plan.score_batch(rows, 0)),
+        }
+    }
 }
 
 /// Measures one ranker at every batch size.
@@ -305,7 +325,7 @@ pub fn bench_ranker(
         });
     }
     let plan = CpuPlan::new(ranker);
-    let pool = cpu_pool(config.threads)?;
+    let pool = CpuThreads::new(config.threads)?;
     let mut report = RankerReport {
         name: name.into(),
         features: nf,
@@ -354,7 +374,7 @@ pub fn bench_ranker(
             Ok::<(), BenchError>(())
         })?;
         let cpu_all = time(config, || {
-            std::hint::black_box(pool.install(|| plan.score_batch(rows, 0)));
+            std::hint::black_box(pool.score(&plan, rows));
             Ok::<(), BenchError>(())
         })?;
         let (gpu_stats, gpu_phases) = match &gpu_ranker {
@@ -405,7 +425,7 @@ pub fn bench_ranker(
                 ),
             });
         }
-        let cpu = pool.install(|| plan.score_batch(rows, 0));
+        let cpu = pool.score(&plan, rows);
         let cpu_err = max_relative_error(&cpu, reference);
         let gpu_err_max = match &gpu_ranker {
             Some((device, r)) => Some(max_relative_error(
@@ -611,7 +631,7 @@ pub fn bench_power(
         }
     }
     if let Ok(rapl) = &rapl {
-        let pool = cpu_pool(config.threads)?;
+        let pool = CpuThreads::new(config.threads)?;
         for bench in rankers {
             let name = bench.name.as_str();
             let rows = rows_for(bench, config.docs, config.seed);
@@ -624,7 +644,7 @@ pub fn bench_power(
             let (done, energy_j) = rapl
                 .measure(|| {
                     constant_load(config.seconds, config.docs, || {
-                        std::hint::black_box(pool.install(|| plan.score_batch(&rows, 0)));
+                        std::hint::black_box(pool.score(&plan, &rows));
                         Ok::<(), BenchError>(())
                     })
                 })
@@ -708,22 +728,12 @@ pub fn fmt_us(us: f64) -> String {
     }
 }
 
-/// The latency, breakdown and crossover tables, as text.
-pub fn tables(report: &Report) -> String {
+/// The latency, breakdown, crossover and reference tables.
+fn latency_tables(t: &mut String, report: &Report) {
     use std::fmt::Write;
-    let mut t = String::new();
     let n = report.cpu_threads;
     let _ = writeln!(
-        t,
-        "host: {}; GPU: {}",
-        report.host,
-        match &report.gpu {
-            Ok(name) => name.clone(),
-            Err(why) => format!("none ({why}); GPU column absent"),
-        }
-    );
-    let _ = writeln!(
-        t,
+        *t,
         "\nlatency per batch, median [p10, p90]; speed-up = CPU median / GPU median\n{:<8} {:>7}  {:>28}  {:>28}  {:>28}  {:>8}  {:>8}",
         "ranker", "docs", "CPU 1 thread", format!("CPU {n} threads"), "GPU end to end", "vs 1 thr", format!("vs {n} thr")
     );
@@ -746,7 +756,7 @@ pub fn tables(report: &Report) -> String {
                 None => ("-".into(), "-".into(), "-".into()),
             };
             let _ = writeln!(
-                t,
+                *t,
                 "{:<8} {:>7}  {:>28}  {:>28}  {:>28}  {:>8}  {:>8}",
                 r.name,
                 c.docs,
@@ -760,7 +770,7 @@ pub fn tables(report: &Report) -> String {
     }
     if report.gpu.is_ok() {
         let _ = writeln!(
-            t,
+            *t,
             "\nGPU breakdown, medians (stage: host copy into pinned memory; device phases from CUDA events)\n{:<8} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
             "ranker", "docs", "stage", "copy in", "MIT", "ME", "copy out", "sum", "end2end"
         );
@@ -769,7 +779,7 @@ pub fn tables(report: &Report) -> String {
                 if let (Some(p), Some(g)) = (&c.gpu_phases, &c.gpu) {
                     let sum = p.stage_us + p.copy_in_us + p.mit_us + p.me_us + p.copy_out_us;
                     let _ = writeln!(
-                        t,
+                        *t,
                         "{:<8} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
                         r.name,
                         c.docs,
@@ -785,7 +795,7 @@ pub fn tables(report: &Report) -> String {
             }
         }
         let _ = writeln!(
-            t,
+            *t,
             "\nmodel and crossover\n{:<8} {:>12} {:>14} {:>14} {:>16} {:>16}",
             "ranker",
             "model bytes",
@@ -797,7 +807,7 @@ pub fn tables(report: &Report) -> String {
         for r in &report.rankers {
             let from = |x: Option<usize>| x.map_or("never".into(), |d| format!(">= {d} docs"));
             let _ = writeln!(
-                t,
+                *t,
                 "{:<8} {:>12} {:>14} {:>14} {:>16} {:>16}",
                 r.name,
                 r.model_bytes.unwrap_or(0),
@@ -811,7 +821,7 @@ pub fn tables(report: &Report) -> String {
     for r in &report.rankers {
         if let Some(c) = &r.reference {
             let _ = writeln!(
-                t,
+                *t,
                 "\nreference check {}: {} rows, max relative error CPU {:.3e}, GPU {}; tolerance {:.0e}: {}",
                 r.name,
                 c.rows,
@@ -821,6 +831,24 @@ pub fn tables(report: &Report) -> String {
                 if c.passed { "PASS" } else { "FAIL" }
             );
         }
+    }
+}
+
+/// Every table of the report, as text.
+pub fn tables(report: &Report) -> String {
+    use std::fmt::Write;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "host: {}; GPU: {}",
+        report.host,
+        match &report.gpu {
+            Ok(name) => name.clone(),
+            Err(why) => format!("none ({why}); GPU column absent"),
+        }
+    );
+    if !report.rankers.is_empty() {
+        latency_tables(&mut t, report);
     }
     if let Some(p) = &report.power {
         let _ = writeln!(t, "\npower ({})", p.gpu.as_deref().unwrap_or("no GPU"));

@@ -167,6 +167,11 @@ fn run_ranking(args: RankingArgs) -> CmdResult {
         0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
         n => n,
     };
+    // The "all threads" column and the GPU's host staging run on the global pool; it may already
+    // exist (then the benchmark builds a pool of its own).
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global();
     let gpu: Result<Arc<GpuDevice>, String> = if args.cpu_only {
         Err("--cpu-only".into())
     } else {

@@ -35,8 +35,8 @@ else
   echo "LightGBM wheel did not install:"; tail -5 "$out/pip.log"
 fi
 if [ $peer_ok = 1 ]; then
-  carry/rankserve ranker import --format lightgbm --in .peer/model.json --out .peer/ranker.json &&
-  carry/rankserve bench ranking --ranker .peer/ranker.json --features .peer/rows.csv \
+  carry/rankserve ranker import --format lightgbm --in .peer/model.json --out .peer/lightgbm.json &&
+  carry/rankserve bench ranking --ranker .peer/lightgbm.json --features .peer/rows.csv \
     --expect .peer/scores.txt --docs 1,10,100,1000,10000 --threads 16 --out "$out/peer" \
     2>&1 | tee "$out/peer-bench.log"
 fi

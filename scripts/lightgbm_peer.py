@@ -9,8 +9,8 @@ threads, median of --reps; writes its raw scores to OUT/scores.txt and a summary
 OUT/peer.json. Then rankserve scores the same rows:
 
     python3 scripts/lightgbm_peer.py --out .peer
-    rankserve ranker import --format lightgbm --in .peer/model.json --out .peer/ranker.json
-    rankserve bench ranking --ranker .peer/ranker.json --features .peer/rows.csv \\
+    rankserve ranker import --format lightgbm --in .peer/model.json --out .peer/lightgbm.json
+    rankserve bench ranking --ranker .peer/lightgbm.json --features .peer/rows.csv \\
         --expect .peer/scores.txt --docs 1,100,10000
 
 Everything it writes is generated data: keep OUT out of git (.peer/ is ignored).

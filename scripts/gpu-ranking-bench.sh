@@ -23,12 +23,13 @@ if [ "${1:-}" = --power ]; then
   pack
   exit 0
 fi
-bash scripts/gpu-run.sh 'bench ranking --out "$OUT/bench"' 2>&1 | tee "$out/run.log"
+# Time limits keep the whole call inside one device command's limit, packing included.
+timeout "${RUN_TIMEOUT:-130}" bash scripts/gpu-run.sh 'bench ranking --out "$OUT/bench"' 2>&1 | tee "$out/run.log"
 peer_ok=0
 if python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
     --target /tmp/site carry/whl/*.whl >"$out/pip.log" 2>&1; then
   export PYTHONPATH=/tmp/site
-  if timeout 150 python3 scripts/lightgbm_peer.py --out .peer --threads 16 2>&1 | tee "$out/peer.log"; then
+  if timeout "${PEER_TIMEOUT:-70}" python3 scripts/lightgbm_peer.py --out .peer --threads 16 --reps 3 2>&1 | tee "$out/peer.log"; then
     peer_ok=1
   fi
 else
@@ -36,7 +37,7 @@ else
 fi
 if [ $peer_ok = 1 ]; then
   carry/rankserve ranker import --format lightgbm --in .peer/model.json --out .peer/lightgbm.json &&
-  carry/rankserve bench ranking --ranker .peer/lightgbm.json --features .peer/rows.csv \
+  timeout 40 carry/rankserve bench ranking --ranker .peer/lightgbm.json --features .peer/rows.csv \
     --expect .peer/scores.txt --docs 1,10,100,1000,10000 --threads 16 --out "$out/peer" \
     2>&1 | tee "$out/peer-bench.log"
 fi

@@ -320,7 +320,12 @@ fn split_and_pooled_batches_gpu_match_cpu() {
             let expected = cpu::score_batch(&ranker, &features, 0);
             let got = gpu.score(&device, &features, false).unwrap();
             let (timed, phases) = gpu.score_timed(&device, &features).unwrap();
-            assert_eq!(got.scores, timed.scores, "{path}, {n_docs} documents");
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got.scores),
+                bits(&timed.scores),
+                "{path}, {n_docs} documents: timed and untimed scores differ"
+            );
             assert!(phases.copy_in_us > 0.0 && phases.me_us > 0.0, "{phases:?}");
             for (d, (&g, &c)) in got.scores.iter().zip(&expected).enumerate() {
                 assert!(

@@ -892,12 +892,24 @@ pub fn tables(report: &Report) -> String {
     t
 }
 
+/// A power of ten of microseconds as a short axis label: "1 us" ... "100 ms", "1 s", "10 s".
+fn decade_us(e: i32) -> String {
+    let (unit, base) = match e {
+        i32::MIN..=2 => ("us", 0),
+        3..=5 => ("ms", 3),
+        _ => ("s", 6),
+    };
+    format!("{} {unit}", 10f64.powi(e - base))
+}
+
 /// Latency against batch size, log-log, one panel per ranker, as a self-contained SVG.
 pub fn svg(report: &Report) -> String {
     use std::fmt::Write;
     const W: f64 = 360.0;
     const H: f64 = 280.0;
     const M: f64 = 50.0;
+    /// Right margin, room for the last x label.
+    const R: f64 = 25.0;
     let panels = report.rankers.len().max(1) as f64;
     let mut s = String::new();
     let _ = writeln!(
@@ -944,7 +956,7 @@ pub fn svg(report: &Report) -> String {
                 .ceil()
                 .max(1.0),
         );
-        let px = |d: f64| x0 + M + (d - xlo) / (xhi - xlo).max(1e-9) * (W - M - 15.0);
+        let px = |d: f64| x0 + M + (d - xlo) / (xhi - xlo).max(1e-9) * (W - M - R);
         let py = |v: f64| 15.0 + (yhi - v.log10()) / (yhi - ylo).max(1e-9) * (H - M - 15.0);
         let _ = writeln!(
             s,
@@ -956,7 +968,7 @@ pub fn svg(report: &Report) -> String {
             s,
             r##"<rect x="{}" y="15" width="{}" height="{}" fill="none" stroke="#888"/>"##,
             x0 + M,
-            W - M - 15.0,
+            W - M - R,
             H - M - 15.0
         );
         for e in (ylo as i32)..=(yhi as i32) {
@@ -965,10 +977,10 @@ pub fn svg(report: &Report) -> String {
                 s,
                 r##"<line x1="{}" x2="{}" y1="{y}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
                 x0 + M,
-                x0 + W - 15.0,
+                x0 + W - R,
                 x0 + M - 3.0,
                 y + 4.0,
-                fmt_us(10f64.powi(e))
+                decade_us(e)
             );
         }
         for e in (xlo as i32)..=(xhi as i32) {
@@ -1042,6 +1054,15 @@ mod tests {
             gpu: Some(s(gpu)),
             gpu_phases: None,
         }
+    }
+
+    #[test]
+    fn axis_labels_are_short_decades() {
+        let labels: Vec<String> = (-1..=7).map(decade_us).collect();
+        assert_eq!(
+            labels,
+            ["0.1 us", "1 us", "10 us", "100 us", "1 ms", "10 ms", "100 ms", "1 s", "10 s"]
+        );
     }
 
     #[test]

@@ -68,6 +68,13 @@ pub struct GpuRanker {
     pool: Mutex<Vec<BatchBuffers>>,
 }
 
+// The server shares one GpuRanker between request threads: `score(&self, ..)` must stay callable
+// from several threads at once.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<GpuRanker>();
+};
+
 /// One device batch's working memory: device buffers for every intermediate and the pinned
 /// host staging buffers, for up to `capacity` documents.
 struct BatchBuffers {

@@ -372,4 +372,10 @@ fn bench_ranking_checks_scores_against_a_reference() {
         Some("rankserve: scores differ from the reference by more than 1e-6 relative")
     );
     assert!(String::from_utf8(out.stdout).unwrap().contains("FAIL"));
+    let out = args("2.25\n");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "rankserve: --expect has 1 scores for the 2 rows of --features\n"
+    );
 }

@@ -40,8 +40,8 @@ pub struct RankingArgs {
         conflicts_with = "ranker"
     )]
     rankers: Vec<String>,
-    /// Ranker files instead (native, LightGBM or XGBoost JSON); repeatable.
-    #[arg(long, value_name = "FILE")]
+    /// Ranker files instead (native, LightGBM or XGBoost JSON).
+    #[arg(long, value_name = "FILE", num_args = 1..)]
     ranker: Vec<PathBuf>,
     /// Feature rows (CSV, as `rankserve score` reads it) for every --ranker file instead of
     /// synthetic rows; repeated to fill batches larger than the file.
@@ -145,6 +145,14 @@ fn load_rankers(args: &RankingArgs) -> anyhow::Result<Vec<BenchRanker>> {
             ),
             None => None,
         };
+        if let (Some(rows), Some(reference)) = (&rows, &reference) {
+            let n_rows = rows.len() / ranker.features.len().max(1);
+            anyhow::ensure!(
+                reference.len() == n_rows,
+                "--expect has {} scores for the {n_rows} rows of --features",
+                reference.len()
+            );
+        }
         rankers.push(BenchRanker {
             name,
             ranker,

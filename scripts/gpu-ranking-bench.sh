@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The ranking-stage measurements of issue 4, on the GPU machine, over what scripts/gpu-suite.sh
-# put in carry/ (the LightGBM wheel included, from .whl/). Phases, in the order given (default:
-# bench peer):
+# put in carry/ (the LightGBM wheel included, from .whl/: fetch it here once with the device README's
+# `python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 ... -d .whl lightgbm`).
+# Phases, in the order given (default: bench peer):
 #   bench  the tests with RANKSERVE_REQUIRE_GPU=1 and `rankserve bench ranking` (scripts/gpu-run.sh);
 #   peer   the LightGBM peer (scripts/lightgbm_peer.py), its model imported and benchmarked by
 #          rankserve on the same rows, scores checked against LightGBM's;

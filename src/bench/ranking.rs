@@ -703,7 +703,7 @@ pub fn run(
 }
 
 /// The CPU model and core count, from /proc/cpuinfo where there is one.
-fn host_description() -> String {
+pub fn host_description() -> String {
     let model = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -199,7 +199,7 @@ fn run_ranking(args: RankingArgs) -> CmdResult {
     let mut progress = |line: &str| eprintln!("{line}");
     let mut report = if args.power_only {
         ranking::Report {
-            host: String::new(),
+            host: ranking::host_description(),
             cpu_threads: threads,
             gpu: gpu
                 .as_ref()

@@ -71,9 +71,9 @@ pub struct BenchConfig {
     pub docs: Vec<usize>,
     /// Threads of the "all threads" CPU column.
     pub threads: usize,
-    /// The most timed repetitions per cell (after one warm-up call).
+    /// The most timed repetitions per cell (after one warm-up call); 0 counts as 1.
     pub reps: usize,
-    /// The fewest timed repetitions per cell.
+    /// The fewest timed repetitions per cell, when the budget allows (at most `reps`).
     pub min_reps: usize,
     /// Time a cell may take: repetitions stop at `reps` or when this is used, whichever first
     /// (but never below `min_reps`).
@@ -207,9 +207,10 @@ fn time<E>(config: &BenchConfig, mut f: impl FnMut() -> Result<(), E>) -> Result
     f()?;
     let estimate = warm.elapsed().as_secs_f64().max(1e-9);
     let budget = config.budget.as_secs_f64();
+    let most = config.reps.max(1);
     let reps = match estimate > budget {
         true => 1,
-        false => ((budget / estimate) as usize).clamp(config.min_reps, config.reps),
+        false => ((budget / estimate) as usize).clamp(config.min_reps.clamp(1, most), most),
     };
     let mut samples = Vec::with_capacity(reps);
     for _ in 0..reps {
@@ -1054,6 +1055,27 @@ mod tests {
             gpu: Some(s(gpu)),
             gpu_phases: None,
         }
+    }
+
+    #[test]
+    fn repetitions_stay_within_reps_whatever_min_reps_says() {
+        let mut config = BenchConfig {
+            docs: vec![1],
+            threads: 1,
+            reps: 2,
+            min_reps: 3,
+            budget: Duration::from_secs(1),
+            seed: 1,
+        };
+        let mut calls = 0;
+        let stats = time(&config, || {
+            calls += 1;
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!((stats.reps, calls), (2, 3));
+        config.reps = 0;
+        assert_eq!(time(&config, || Ok::<(), ()>(())).unwrap().reps, 1);
     }
 
     #[test]

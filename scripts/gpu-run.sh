@@ -29,6 +29,7 @@ fi
 for cmd in "$@"; do
   log="$out/bench-$(echo "$cmd" | tr -c 'A-Za-z0-9' '_' | cut -c1-60).log"
   echo "== rankserve $cmd" | tee "$log"
-  carry/rankserve $cmd 2>&1 | tee -a "$log"
+  # eval, so that a command can name $OUT (quoted by the caller) and other variables.
+  eval "carry/rankserve $cmd" 2>&1 | tee -a "$log"
 done
 printf '%s\n' "${summary[@]}"

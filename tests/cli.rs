@@ -279,3 +279,103 @@ fn medium_fixture_scores_match_the_reference() {
         "the fast path equals the reference"
     );
 }
+
+#[test]
+fn bench_ranking_without_gpu_prints_cpu_columns_and_writes_json_and_svg() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("bench");
+    let out = rankserve(&[
+        "bench",
+        "ranking",
+        "--cpu-only",
+        "--rankers",
+        "small",
+        "--docs",
+        "1,3",
+        "--reps",
+        "2",
+        "--budget-ms",
+        "1",
+        "--threads",
+        "2",
+        "--out",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("GPU: none (--cpu-only); GPU column absent"),
+        "{stdout}"
+    );
+    assert_eq!(
+        stdout.lines().filter(|l| l.starts_with("small ")).count(),
+        2,
+        "{stdout}"
+    );
+    let report: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("ranking.json")).unwrap())
+            .unwrap();
+    assert_eq!(report["gpu"]["Err"], "--cpu-only");
+    assert_eq!(report["rankers"][0]["cells"].as_array().unwrap().len(), 2);
+    assert!(report["rankers"][0]["cells"][0]["gpu"].is_null());
+    let svg = std::fs::read_to_string(out_dir.join("ranking.svg")).unwrap();
+    assert!(svg.starts_with("<svg"), "{svg}");
+}
+
+#[test]
+fn bench_ranking_rejects_an_empty_batch() {
+    let out = rankserve(&["bench", "ranking", "--docs", "0"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "rankserve: --docs needs batch sizes of at least 1 and --reps at least 1\n"
+    );
+}
+
+#[test]
+fn bench_ranking_checks_scores_against_a_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let ranker = write(dir.path(), "tiny.json", TINY);
+    let csv = write(dir.path(), "f.csv", "2,2\n4,\n");
+    let args = |expect: &str| {
+        let expect = write(dir.path(), "expect.txt", expect);
+        rankserve(&[
+            "bench",
+            "ranking",
+            "--cpu-only",
+            "--ranker",
+            &ranker,
+            "--features",
+            &csv,
+            "--expect",
+            &expect,
+            "--docs",
+            "1,2",
+            "--reps",
+            "1",
+            "--threads",
+            "1",
+        ])
+    };
+    let out = args("2.25\n3.25\n");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    assert!(
+        stdout.contains("reference check tiny: 2 rows, max relative error CPU 0.000e0"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("PASS"), "{stdout}");
+    let out = args("2.25\n3.26\n");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out).lines().last(),
+        Some("rankserve: scores differ from the reference by more than 1e-6 relative")
+    );
+    assert!(String::from_utf8(out.stdout).unwrap().contains("FAIL"));
+    let out = args("2.25\n");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        stderr(&out),
+        "rankserve: --expect has 1 scores for the 2 rows of --features\n"
+    );
+}

@@ -802,3 +802,40 @@ fn fe_gpu_vs_cpu_timing() {
         );
     }
 }
+
+/// A batch above the ranker's device-batch maximum is split; the pooled buffers are reused
+/// across calls of different sizes; the scores stay those of the CPU.
+#[test]
+fn split_and_pooled_batches_gpu_match_cpu() {
+    let what = "split and pooled batches";
+    let Some(device) = device_for_tests(what) else {
+        return;
+    };
+    for (path, seed) in [("rankers/large.json", 30), ("rankers/small.json", 31)] {
+        let ranker = load(path);
+        let gpu = GpuRanker::upload(&device, &ranker, PlanOptions::default())
+            .unwrap()
+            .with_max_batch(300);
+        assert_eq!(gpu.max_batch(), 300);
+        for n_docs in [1000, 7, 300, 1] {
+            let features = adversarial_features(&ranker, n_docs, seed + n_docs as u64);
+            let expected = cpu::score_batch(&ranker, &features, 0);
+            let got = gpu.score(&device, &features, false).unwrap();
+            let (timed, phases) = gpu.score_timed(&device, &features).unwrap();
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got.scores),
+                bits(&timed.scores),
+                "{path}, {n_docs} documents: timed and untimed scores differ"
+            );
+            assert!(phases.copy_in_us > 0.0 && phases.me_us > 0.0, "{phases:?}");
+            for (d, (&g, &c)) in got.scores.iter().zip(&expected).enumerate() {
+                assert!(
+                    relative_error(g, c) <= 1e-4,
+                    "{path}, {n_docs} documents: document {d}: GPU {g} vs CPU {c}"
+                );
+            }
+        }
+        assert!(gpu.pool_bytes() > 0);
+    }
+}

@@ -1,16 +1,24 @@
-//! `rankserve bench`: the stage benchmarks. Tables go to stdout, JSON to `--out`.
+//! `rankserve bench`: the stage benchmarks. Tables go to stdout, JSON and plots to `--out`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
+use rankserve::bench::ranking::{self, BenchConfig, BenchRanker, PowerConfig};
 use rankserve::bench::selection::{self, LatencySummary, SelectionConfig};
+use rankserve::gpu::GpuDevice;
 use rankserve::index::Index;
+use rankserve::rank::import::load_any;
 use rankserve::select::{Bm25Params, Mode};
 
 use super::{BadInputExt, CmdResult};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
+    /// The ranking stage: latency per batch on the CPU (one thread, all threads) and the GPU,
+    /// the GPU's phase breakdown, the crossover per ranker, and optionally power.
+    Ranking(RankingArgs),
     /// The document stage on the CPU: each query alone on one thread (median of --reps runs
     /// after a warm-up), with its top-k by document id, for comparison with a peer.
     #[command(after_help = "\
@@ -18,6 +26,239 @@ Examples:
   rankserve bench selection --index idx --queries queries.txt --mode and --k 10
   rankserve bench selection --index idx --queries queries.txt --k1 1.2 --b 0.75 --out runs.jsonl")]
     Selection(SelectionArgs),
+}
+
+#[derive(clap::Args)]
+#[command(after_help = "\
+Each cell is timed after one warm-up call: up to --reps repetitions, fewer when a cell would take
+longer than --budget-ms (never fewer than 3). CPU times are CpuPlan::score_batch on one thread and
+on --threads threads; GPU times are GpuRanker::score end to end (host staging, copies, kernels,
+copy back); the GPU breakdown comes from CUDA events. Without a usable GPU the GPU columns are
+absent and the reason is printed.
+
+Examples:
+  rankserve bench ranking --out bench-out
+  rankserve bench ranking --rankers large --docs 10,100,1000 --reps 20
+  rankserve bench ranking --ranker peer/ranker.json --features peer/rows.csv --expect peer/scores.txt
+  rankserve bench ranking --power --power-seconds 20")]
+pub struct RankingArgs {
+    /// Bundled rankers (rankers/NAME.json), comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "small,medium,large",
+        conflicts_with = "ranker"
+    )]
+    rankers: Vec<String>,
+    /// Ranker files instead (native, LightGBM or XGBoost JSON).
+    #[arg(long, value_name = "FILE", num_args = 1..)]
+    ranker: Vec<PathBuf>,
+    /// Feature rows (CSV, as `rankserve score` reads it) for every --ranker file instead of
+    /// synthetic rows; repeated to fill batches larger than the file.
+    #[arg(long, value_name = "FILE.csv", requires = "ranker")]
+    features: Option<PathBuf>,
+    /// Reference scores of the --features rows (one per line), checked on every backend within
+    /// 1e-6 relative.
+    #[arg(long, value_name = "FILE", requires = "features")]
+    expect: Option<PathBuf>,
+    /// Batch sizes, in documents, comma-separated.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1,10,100,1000,10000,100000"
+    )]
+    docs: Vec<usize>,
+    /// Threads of the "all threads" CPU column (0: one per hardware thread).
+    #[arg(long, default_value_t = 0)]
+    threads: usize,
+    /// The most timed repetitions per cell.
+    #[arg(long, default_value_t = 50)]
+    reps: usize,
+    /// Time budget per cell, in milliseconds.
+    #[arg(long, default_value_t = 1000)]
+    budget_ms: u64,
+    /// Measure the CPU only, even when there is a GPU.
+    #[arg(long)]
+    cpu_only: bool,
+    /// Also measure power: GPU idle, then each ranker under constant load (and the CPU where RAPL
+    /// can be read).
+    #[arg(long)]
+    power: bool,
+    /// Seconds of constant load per ranker and backend.
+    #[arg(long, default_value_t = 20.0)]
+    power_seconds: f64,
+    /// Documents per batch of the power load.
+    #[arg(long, default_value_t = 10_000)]
+    power_docs: usize,
+    /// Only the power runs, not the latency tables.
+    #[arg(long, requires = "power")]
+    power_only: bool,
+    /// Directory for ranking.json and ranking.svg.
+    #[arg(long, value_name = "DIR")]
+    out: Option<PathBuf>,
+}
+
+pub fn run(c: Command) -> CmdResult {
+    match c {
+        Command::Ranking(args) => run_ranking(args),
+        Command::Selection(args) => run_selection(args),
+    }
+}
+
+fn read(path: &Path) -> anyhow::Result<String> {
+    std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn load_rankers(args: &RankingArgs) -> anyhow::Result<Vec<BenchRanker>> {
+    let files: Vec<(String, PathBuf)> = if args.ranker.is_empty() {
+        args.rankers
+            .iter()
+            .map(|n| (n.clone(), PathBuf::from(format!("rankers/{n}.json"))))
+            .collect()
+    } else {
+        args.ranker
+            .iter()
+            .map(|p| {
+                let stem = p
+                    .file_stem()
+                    .map_or("ranker".into(), |s| s.to_string_lossy().into_owned());
+                (stem, p.clone())
+            })
+            .collect()
+    };
+    let mut rankers = Vec::new();
+    for (name, path) in files {
+        let ranker = load_any(read(&path)?.as_bytes())
+            .with_context(|| format!("loading ranker {}", path.display()))?;
+        let rows = match &args.features {
+            Some(csv) => Some(
+                super::score::parse_csv(&read(csv)?, &ranker.features)
+                    .with_context(|| format!("in {}", csv.display()))?,
+            ),
+            None => None,
+        };
+        let reference = match &args.expect {
+            Some(file) => Some(
+                read(file)?
+                    .lines()
+                    .enumerate()
+                    .filter(|(_, l)| !l.trim().is_empty())
+                    .map(|(i, l)| {
+                        l.trim().parse::<f64>().with_context(|| {
+                            format!(
+                                "{} line {}: expected a score, got {l:?}",
+                                file.display(),
+                                i + 1
+                            )
+                        })
+                    })
+                    .collect::<anyhow::Result<Vec<f64>>>()?,
+            ),
+            None => None,
+        };
+        if let (Some(rows), Some(reference)) = (&rows, &reference) {
+            let n_rows = rows.len() / ranker.features.len().max(1);
+            anyhow::ensure!(
+                reference.len() == n_rows,
+                "--expect has {} scores for the {n_rows} rows of --features",
+                reference.len()
+            );
+        }
+        rankers.push(BenchRanker {
+            name,
+            ranker,
+            rows,
+            reference,
+        });
+    }
+    Ok(rankers)
+}
+
+fn run_ranking(args: RankingArgs) -> CmdResult {
+    if args.docs.is_empty() || args.docs.contains(&0) || args.reps == 0 {
+        return Err(anyhow::anyhow!(
+            "--docs needs batch sizes of at least 1 and --reps at least 1"
+        ))
+        .bad_input();
+    }
+    let rankers = load_rankers(&args).bad_input()?;
+    let threads = match args.threads {
+        0 => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        n => n,
+    };
+    // The "all threads" column and the GPU's host staging run on the global pool; it may already
+    // exist (then the benchmark builds a pool of its own).
+    let _ = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build_global();
+    let gpu: Result<Arc<GpuDevice>, String> = if args.cpu_only {
+        Err("--cpu-only".into())
+    } else {
+        GpuDevice::probe().map_err(|e| e.to_string())
+    };
+    if let Err(why) = &gpu {
+        eprintln!("bench ranking: GPU columns absent: {why}");
+    }
+    let config = BenchConfig {
+        docs: args.docs.clone(),
+        threads,
+        reps: args.reps,
+        min_reps: 3,
+        budget: Duration::from_millis(args.budget_ms),
+        seed: 42,
+    };
+    let mut progress = |line: &str| eprintln!("{line}");
+    let mut report = if args.power_only {
+        ranking::Report {
+            host: ranking::host_description(),
+            cpu_threads: threads,
+            gpu: gpu
+                .as_ref()
+                .map(|d| d.name().to_string())
+                .map_err(Clone::clone),
+            rankers: Vec::new(),
+            power: None,
+        }
+    } else {
+        ranking::run(&rankers, &config, &gpu, &mut progress).context("bench ranking")?
+    };
+    if args.power {
+        let power = PowerConfig {
+            seconds: args.power_seconds,
+            docs: args.power_docs,
+            threads,
+            seed: config.seed,
+        };
+        let device = gpu.as_ref().ok().map(|d| d.as_ref());
+        report.power = Some(
+            ranking::bench_power(&rankers, &power, device, &mut progress)
+                .context("bench ranking --power")?,
+        );
+    }
+    print!("{}", ranking::tables(&report));
+    if let Some(dir) = &args.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let json = serde_json::to_string_pretty(&report).context("encoding the report")?;
+        let json_path = dir.join("ranking.json");
+        std::fs::write(&json_path, json)
+            .with_context(|| format!("writing {}", json_path.display()))?;
+        if !report.rankers.is_empty() {
+            let svg_path = dir.join("ranking.svg");
+            std::fs::write(&svg_path, ranking::svg(&report))
+                .with_context(|| format!("writing {}", svg_path.display()))?;
+        }
+        eprintln!("bench ranking: wrote {}", dir.display());
+    }
+    if report
+        .rankers
+        .iter()
+        .any(|r| r.reference.as_ref().is_some_and(|c| !c.passed))
+    {
+        return Err(
+            anyhow::anyhow!("scores differ from the reference by more than 1e-6 relative").into(),
+        );
+    }
+    Ok(())
 }
 
 #[derive(clap::Args)]
@@ -44,12 +285,6 @@ pub struct SelectionArgs {
     /// Write one JSON line per query (query, us, ids, scores, work counters) here.
     #[arg(long, value_name = "FILE.jsonl")]
     out: Option<PathBuf>,
-}
-
-pub fn run(c: Command) -> CmdResult {
-    match c {
-        Command::Selection(args) => run_selection(args),
-    }
 }
 
 fn run_selection(args: SelectionArgs) -> CmdResult {

@@ -78,7 +78,7 @@ fn score_gpu(ranker: &rankserve::rank::model::Ranker, rows: &[f64]) -> Result<Ve
 }
 
 /// Parses the feature CSV into row-major values; errors name the line (1-based) and field.
-fn parse_csv(text: &str, features: &[String]) -> anyhow::Result<Vec<f64>> {
+pub(crate) fn parse_csv(text: &str, features: &[String]) -> anyhow::Result<Vec<f64>> {
     let nf = features.len();
     let mut rows = Vec::new();
     for (i, line) in text.lines().enumerate() {

@@ -145,6 +145,14 @@ impl GpuDevice {
         &self.blas
     }
 
+    /// Waits until every queued operation on [`GpuDevice::stream`] has finished.
+    ///
+    /// # Errors
+    /// A driver error when the stream reports one (a failed asynchronous operation).
+    pub fn synchronize(&self) -> Result<(), GpuError> {
+        self.stream.synchronize().during("stream synchronize")
+    }
+
     /// A compiled kernel.
     ///
     /// # Errors

@@ -9,11 +9,13 @@
 //!
 //! - [`lru`]: the byte-budgeted LRU cache. The ranker caches (CPU-side in `server`, GPU-side in
 //!   `rank::gpu`) and the posting cache (`select::gpu`) are instances of it.
+//! - [`power`]: board power and energy through NVML, for the benchmark and the metrics.
 
 pub mod device;
 pub mod error;
 pub mod lru;
 pub mod module;
+pub mod power;
 
 pub use device::GpuDevice;
 pub use error::GpuError;

@@ -7,9 +7,18 @@
 //! `nn_bias_activation`; `trees_eval` sums the ensemble (f64); `nn_scores` adds it to the NN's
 //! output (or to the sum of the inputs when there are no layers); the scores are copied out.
 
+use std::time::Instant;
+
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{Gemm, GemmConfig};
-use cudarc::driver::{CudaSlice, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::result::{memcpy_dtoh_async, memcpy_htod_async};
+use cudarc::driver::sys::CUevent_flags;
+use cudarc::driver::{
+    CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
+    PinnedHostSlice, PushKernelArg,
+};
+use parking_lot::Mutex;
+use rayon::prelude::*;
 
 use super::trees::{GpuTrees, TreeLayout, TreeTargets};
 use crate::gpu::error::DriverResultExt;
@@ -23,6 +32,14 @@ unsafe impl DeviceRepr for GpuTransform {}
 
 /// Threads per block of the element-wise kernels.
 const BLOCK: u32 = 256;
+/// Documents per device batch unless [`GpuRanker::with_max_batch`] says otherwise.
+pub const DEFAULT_MAX_BATCH: usize = 65_536;
+/// The fewest documents a pooled buffer set is allocated for.
+const MIN_CAPACITY: usize = 1024;
+/// Buffer sets kept for reuse; concurrent callers beyond it allocate their own and drop them.
+const POOL_SIZE: usize = 4;
+/// Feature values above which the copy into the staging buffer is split across threads.
+const PARALLEL_STAGE: usize = 1 << 16;
 
 struct GpuLayer {
     weights: CudaSlice<f32>,
@@ -47,6 +64,167 @@ pub struct GpuRanker {
     layers: Vec<GpuLayer>,
     ensemble: Option<(GpuTrees, f64)>,
     bytes: usize,
+    max_batch: usize,
+    pool: Mutex<Vec<BatchBuffers>>,
+}
+
+// The server shares one GpuRanker between request threads: `score(&self, ..)` must stay callable
+// from several threads at once.
+const _: fn() = || {
+    fn shared<T: Send + Sync>() {}
+    shared::<GpuRanker>();
+};
+
+/// One device batch's working memory: device buffers for every intermediate and the pinned
+/// host staging buffers, for up to `capacity` documents.
+struct BatchBuffers {
+    capacity: usize,
+    features: CudaSlice<f64>,
+    inputs: CudaSlice<f32>,
+    /// One output matrix per NN layer.
+    layers: Vec<CudaSlice<f32>>,
+    /// The f64 sum of the tree inputs, for rankers with tree inputs and no layers.
+    tree_sums: Option<CudaSlice<f64>>,
+    ensemble_sums: Option<CudaSlice<f64>>,
+    scores: CudaSlice<f64>,
+    /// Write-combined: the CPU writes features here, the DMA engine reads them.
+    staging_in: PinnedHostSlice<f64>,
+    /// Cached pinned memory the scores are copied back to.
+    staging_out: PinnedHostSlice<f64>,
+    device_bytes: usize,
+}
+
+impl BatchBuffers {
+    fn new(
+        ranker: &GpuRanker,
+        device: &GpuDevice,
+        capacity: usize,
+    ) -> Result<BatchBuffers, GpuError> {
+        let stream = device.stream();
+        let zeros = |n: usize| {
+            stream
+                .alloc_zeros::<f64>(n)
+                .during("batch buffer allocation")
+        };
+        let zeros32 = |n: usize| {
+            stream
+                .alloc_zeros::<f32>(n)
+                .during("batch buffer allocation")
+        };
+        let feature_values = capacity * ranker.n_features.max(1);
+        let columns = ranker.n_columns.max(1);
+        let layers = ranker
+            .layers
+            .iter()
+            .map(|l| zeros32(capacity * l.outputs))
+            .collect::<Result<Vec<_>, _>>()?;
+        let tree_sums = match (&ranker.tree_inputs, ranker.layers.is_empty()) {
+            (Some(_), true) => Some(zeros(capacity)?),
+            _ => None,
+        };
+        let ensemble_sums = match ranker.ensemble {
+            Some(_) => Some(zeros(capacity)?),
+            None => None,
+        };
+        let device_bytes = feature_values * 8
+            + capacity * columns * 4
+            + ranker
+                .layers
+                .iter()
+                .map(|l| capacity * l.outputs * 4)
+                .sum::<usize>()
+            + capacity
+                * 8
+                * (1 + usize::from(tree_sums.is_some()) + usize::from(ensemble_sums.is_some()));
+        let ctx = device.context();
+        Ok(BatchBuffers {
+            capacity,
+            features: zeros(feature_values)?,
+            inputs: zeros32(capacity * columns)?,
+            layers,
+            tree_sums,
+            ensemble_sums,
+            scores: zeros(capacity)?,
+            // SAFETY: the staging buffers are written (features) or copied into (scores) before
+            // anything reads them; f64 has no invalid bit patterns.
+            staging_in: unsafe { ctx.alloc_pinned::<f64>(feature_values) }
+                .during("pinned staging allocation")?,
+            // SAFETY: as above. Flags 0: cached memory, fast for the CPU to read.
+            staging_out: unsafe { ctx.alloc_pinned_with_flags::<f64>(capacity, 0) }
+                .during("pinned staging allocation")?,
+            device_bytes,
+        })
+    }
+}
+
+/// Where a batch's time went, in microseconds, summed over its device batches. The device
+/// phases come from CUDA events recorded on the stream between them; staging is host time.
+#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
+pub struct GpuPhases {
+    /// Host: copying the features into the pinned staging buffer.
+    pub stage_us: f64,
+    /// Device: the features' DMA from pinned host memory (PCIe).
+    pub copy_in_us: f64,
+    /// Device: model-input transforms (`mit_eval`); the features arrive extracted, so FE is
+    /// not part of it.
+    pub mit_us: f64,
+    /// Device: model evaluation: tree inputs, NN layers (SGEMM + bias/activation), the
+    /// ensemble and the final sum.
+    pub me_us: f64,
+    /// Device: the scores' copy back to pinned host memory.
+    pub copy_out_us: f64,
+}
+
+/// The events that delimit the phases of one device batch: before the copy in, after it, after
+/// the transforms, after model evaluation, after the copy out.
+struct PhaseEvents([CudaEvent; 5]);
+
+impl PhaseEvents {
+    fn new(device: &GpuDevice) -> Result<PhaseEvents, GpuError> {
+        let event = || {
+            device
+                .context()
+                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
+                .during("event creation")
+        };
+        Ok(PhaseEvents([
+            event()?,
+            event()?,
+            event()?,
+            event()?,
+            event()?,
+        ]))
+    }
+
+    fn record(&self, phase: usize, stream: &CudaStream) -> Result<(), GpuError> {
+        self.0[phase].record(stream).during("event record")
+    }
+
+    /// Adds the elapsed times of the last recorded batch to `phases`.
+    fn add_to(&self, phases: &mut GpuPhases) -> Result<(), GpuError> {
+        let us = |a: usize| -> Result<f64, GpuError> {
+            let ms = self.0[a]
+                .elapsed_ms(&self.0[a + 1])
+                .during("event timing")?;
+            Ok(f64::from(ms) * 1e3)
+        };
+        phases.copy_in_us += us(0)?;
+        phases.mit_us += us(1)?;
+        phases.me_us += us(2)?;
+        phases.copy_out_us += us(3)?;
+        Ok(())
+    }
+}
+
+/// Copies `src` into the staging buffer `dst`, on several threads when it is large.
+fn stage(dst: &mut [f64], src: &[f64]) {
+    if src.len() < PARALLEL_STAGE {
+        dst.copy_from_slice(src);
+    } else {
+        dst.par_chunks_mut(PARALLEL_STAGE / 4)
+            .zip(src.par_chunks(PARALLEL_STAGE / 4))
+            .for_each(|(d, s)| d.copy_from_slice(s));
+    }
 }
 
 /// The result of scoring a batch on the GPU.
@@ -173,6 +351,8 @@ impl GpuRanker {
             layers,
             ensemble,
             bytes,
+            max_batch: DEFAULT_MAX_BATCH,
+            pool: Mutex::new(Vec::new()),
         })
     }
 
@@ -181,7 +361,29 @@ impl GpuRanker {
         self.bytes
     }
 
-    /// Scores a batch: `features` is row-major `[docs][ranker.features.len()]`.
+    /// Splits batches larger than `docs` documents into device batches of at most `docs`
+    /// ([`DEFAULT_MAX_BATCH`] unless set); the pooled buffers never grow past it.
+    #[must_use]
+    pub fn with_max_batch(mut self, docs: usize) -> GpuRanker {
+        self.max_batch = docs.max(1);
+        self.pool.lock().clear();
+        self
+    }
+
+    /// The most documents one device batch holds; larger calls are split.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Bytes of device memory held by the pooled batch buffers (besides [`GpuRanker::bytes`]).
+    pub fn pool_bytes(&self) -> usize {
+        self.pool.lock().iter().map(|b| b.device_bytes).sum()
+    }
+
+    /// Scores a batch: `features` is row-major `[docs][ranker.features.len()]`. Batches larger
+    /// than [`GpuRanker::max_batch`] run as several device batches, one after another; a
+    /// document's score does not depend on how the batch was split. Safe to call from several
+    /// threads: each call takes its own set of pooled buffers.
     ///
     /// # Errors
     /// A [`GpuError`] when any copy, launch or GEMM fails; the caller falls back to the CPU.
@@ -191,27 +393,112 @@ impl GpuRanker {
         features: &[f64],
         explain: bool,
     ) -> Result<GpuScores, GpuError> {
+        self.score_batches(device, features, explain, None)
+            .map(|(scores, _)| scores)
+    }
+
+    /// [`GpuRanker::score`] with CUDA events recorded between the phases of each device batch,
+    /// for benchmarks; [`GpuRanker::score`] records none.
+    ///
+    /// # Errors
+    /// As [`GpuRanker::score`], and a driver error when an event cannot be created or read.
+    pub fn score_timed(
+        &self,
+        device: &GpuDevice,
+        features: &[f64],
+    ) -> Result<(GpuScores, GpuPhases), GpuError> {
+        let events = PhaseEvents::new(device)?;
+        self.score_batches(device, features, false, Some(&events))
+    }
+
+    fn score_batches(
+        &self,
+        device: &GpuDevice,
+        features: &[f64],
+        explain: bool,
+        events: Option<&PhaseEvents>,
+    ) -> Result<(GpuScores, GpuPhases), GpuError> {
         device.check_fault("ranker scoring")?;
-        let n_docs = if self.n_features == 0 {
-            0
-        } else {
-            features.len() / self.n_features
+        let n_docs = features.len().checked_div(self.n_features).unwrap_or(0);
+        let mut out = GpuScores {
+            scores: Vec::with_capacity(n_docs),
+            inputs: explain.then(|| Vec::with_capacity(n_docs * self.n_inputs)),
         };
+        let mut phases = GpuPhases::default();
         if n_docs == 0 {
-            return Ok(GpuScores {
-                scores: Vec::new(),
-                inputs: explain.then(Vec::new),
-            });
+            return Ok((out, phases));
         }
+        let batch = self.max_batch.min(n_docs);
+        let mut buffers = self.take_buffers(device, batch)?;
+        for rows in features[..n_docs * self.n_features].chunks(batch * self.n_features) {
+            // On an error the buffers are dropped, not pooled: the stream's state is unknown.
+            self.score_chunk(device, &mut buffers, rows, &mut out, events, &mut phases)?;
+        }
+        let mut pool = self.pool.lock();
+        if pool.len() < POOL_SIZE {
+            pool.push(buffers);
+        }
+        Ok((out, phases))
+    }
+
+    /// A pooled buffer set for at least `docs` documents, or a new one.
+    fn take_buffers(&self, device: &GpuDevice, docs: usize) -> Result<BatchBuffers, GpuError> {
+        let pooled = {
+            let mut pool = self.pool.lock();
+            match pool.iter().position(|b| b.capacity >= docs) {
+                Some(i) => Some(pool.swap_remove(i)),
+                // Too small for this batch: drop one so the pool does not keep growing.
+                None => {
+                    pool.pop();
+                    None
+                }
+            }
+        };
+        match pooled {
+            Some(buffers) => Ok(buffers),
+            None => {
+                let capacity = docs
+                    .next_power_of_two()
+                    .max(MIN_CAPACITY)
+                    .min(self.max_batch)
+                    .max(docs);
+                BatchBuffers::new(self, device, capacity)
+            }
+        }
+    }
+
+    /// Scores one device batch (at most the buffers' capacity) and appends to `out`.
+    fn score_chunk(
+        &self,
+        device: &GpuDevice,
+        b: &mut BatchBuffers,
+        rows: &[f64],
+        out: &mut GpuScores,
+        events: Option<&PhaseEvents>,
+        phases: &mut GpuPhases,
+    ) -> Result<(), GpuError> {
+        let n_docs = rows.len() / self.n_features;
         let stream = device.stream();
         let docs32 = count32(n_docs, "documents per batch")?;
-        let features_dev = stream.clone_htod(features).during("feature upload")?;
-        // The model-input matrix; at least one column so that a ranker with no inputs still has
-        // a valid (zero) buffer for `nn_scores`.
         let columns = self.n_columns.max(1);
-        let mut inputs = stream
-            .alloc_zeros::<f32>(n_docs * columns)
-            .during("input allocation")?;
+        let staged_at = Instant::now();
+        let staged = &mut b.staging_in.as_mut_slice().during("feature staging")?[..rows.len()];
+        stage(staged, rows);
+        phases.stage_us += staged_at.elapsed().as_secs_f64() * 1e6;
+        let record = |phase: usize| match events {
+            Some(e) => e.record(phase, stream),
+            None => Ok(()),
+        };
+        record(0)?;
+        {
+            let (dst, _written) = b.features.device_ptr_mut(stream);
+            // SAFETY: `dst` holds capacity × n_features f64, at least `staged.len()`; `staged`
+            // is pinned host memory that nothing writes until the stream is synchronised at the
+            // end of this chunk.
+            unsafe { memcpy_htod_async(dst, staged, stream.cu_stream()) }
+                .during("feature upload")?;
+        }
+        record(1)?;
         if self.has_transforms {
             let (n_columns, n_features) = (
                 count32(self.n_columns, "model inputs")?,
@@ -223,40 +510,34 @@ impl GpuRanker {
                 .arg(&self.transforms)
                 .arg(&n_columns)
                 .arg(&self.program)
-                .arg(&features_dev)
+                .arg(&b.features)
                 .arg(&docs32)
                 .arg(&n_features)
-                .arg(&mut inputs);
+                .arg(&mut b.inputs);
             // SAFETY: arguments follow `mit_eval`'s signature (transform table, u32 column count,
-            // program, f64 features, u32 documents, u32 features, f32 inputs); `features_dev`
-            // holds n_docs × n_features values and `inputs` n_docs × n_columns.
+            // program, f64 features, u32 documents, u32 features, f32 inputs); `b.features`
+            // holds at least n_docs × n_features values and `b.inputs` n_docs × n_columns.
             unsafe { launch.launch(elementwise(n_docs * self.n_columns)) }
                 .during("mit_eval launch")?;
         }
+        record(2)?;
         // Tree inputs feed the NN as f32 columns; without layers their leaves are summed in
         // f64, as the CPU sums inputs, and the columns are filled only for `explain`.
-        let mut tree_sums = None;
         if let Some(trees) = &self.tree_inputs {
             let no_layers = self.layers.is_empty();
-            let mut sums = match no_layers {
-                true => Some(stream.alloc_zeros::<f64>(n_docs).during("sum allocation")?),
-                false => None,
-            };
+            let explain = out.inputs.is_some();
             let targets = TreeTargets {
-                inputs: (!no_layers || explain).then_some((&mut inputs, columns, self.tree_col0)),
+                inputs: (!no_layers || explain).then_some((&mut b.inputs, columns, self.tree_col0)),
                 leaf_ids: None,
-                sums: sums.as_mut(),
+                sums: b.tree_sums.as_mut(),
                 base: 0.0,
             };
-            trees.launch(device, &features_dev, n_docs, self.n_features, targets)?;
-            tree_sums = sums;
+            trees.launch(device, &b.features, n_docs, self.n_features, targets)?;
         }
-        let mut current = None::<CudaSlice<f32>>;
-        for layer in &self.layers {
-            let input = current.as_ref().unwrap_or(&inputs);
-            let mut output = stream
-                .alloc_zeros::<f32>(n_docs * layer.outputs)
-                .during("layer allocation")?;
+        for (i, layer) in self.layers.iter().enumerate() {
+            let (before, rest) = b.layers.split_at_mut(i);
+            let input = before.last().unwrap_or(&b.inputs);
+            let output = &mut rest[0];
             // Row-major Y[D][H] = X[D][N] · W[H][N]ᵀ is, in cuBLAS's column-major terms,
             // Yᵀ (H × D) = op(W) · Xᵀ with W read as N × H and transposed.
             let config = GemmConfig {
@@ -271,83 +552,85 @@ impl GpuRanker {
                 beta: 0.0f32,
                 ldc: cublas_int(layer.outputs, "layer outputs")?,
             };
-            // SAFETY: `layer.weights` holds outputs × inputs values, `input` n_docs × inputs and
-            // `output` n_docs × outputs, matching m, n, k and the leading dimensions above.
-            unsafe {
-                device
-                    .blas()
-                    .gemm(config, &layer.weights, input, &mut output)
-            }
-            .map_err(|source| GpuError::Cublas {
-                op: "layer SGEMM",
-                source,
-            })?;
+            // SAFETY: `layer.weights` holds outputs × inputs values, `input` at least
+            // n_docs × inputs and `output` n_docs × outputs, matching m, n, k and the leading
+            // dimensions above.
+            unsafe { device.blas().gemm(config, &layer.weights, input, output) }.map_err(
+                |source| GpuError::Cublas {
+                    op: "layer SGEMM",
+                    source,
+                },
+            )?;
             let outputs32 = count32(layer.outputs, "layer outputs")?;
             let f = device.function(KernelModule::Nn, "nn_bias_activation")?;
             let mut launch = stream.launch_builder(f);
             launch
-                .arg(&mut output)
+                .arg(&mut *output)
                 .arg(&layer.bias)
                 .arg(&docs32)
                 .arg(&outputs32)
                 .arg(&layer.activation);
-            // SAFETY: arguments follow `nn_bias_activation`'s signature; `output` holds
+            // SAFETY: arguments follow `nn_bias_activation`'s signature; `output` holds at least
             // n_docs × outputs values and `bias` outputs values.
             unsafe { launch.launch(elementwise(n_docs * layer.outputs)) }
                 .during("nn_bias_activation launch")?;
-            current = Some(output);
         }
-        let mut ensemble_sums = None;
-        if let Some((trees, base)) = &self.ensemble {
-            let mut sums = stream.alloc_zeros::<f64>(n_docs).during("sum allocation")?;
+        if let (Some((trees, base)), Some(sums)) = (&self.ensemble, b.ensemble_sums.as_mut()) {
             let targets = TreeTargets {
                 inputs: None,
                 leaf_ids: None,
-                sums: Some(&mut sums),
+                sums: Some(sums),
                 base: *base,
             };
-            trees.launch(device, &features_dev, n_docs, self.n_features, targets)?;
-            ensemble_sums = Some(sums);
+            trees.launch(device, &b.features, n_docs, self.n_features, targets)?;
         }
-        let (values, stride, summed) = match &current {
-            Some(out) => (out, 1, 1),
-            None => (&inputs, columns, self.tree_col0),
+        let (values, stride, summed) = match b.layers.last() {
+            Some(last) => (last, 1, 1),
+            None => (&b.inputs, columns, self.tree_col0),
         };
         let (stride32, summed32) = (
             count32(stride, "model inputs")?,
             count32(summed, "model inputs")?,
         );
-        let mut scores = stream
-            .alloc_zeros::<f64>(n_docs)
-            .during("score allocation")?;
         let null: u64 = 0;
         let f = device.function(KernelModule::Nn, "nn_scores")?;
         let mut launch = stream.launch_builder(f);
         launch.arg(values).arg(&stride32).arg(&summed32);
-        for sums in [&tree_sums, &ensemble_sums] {
+        for sums in [&b.tree_sums, &b.ensemble_sums] {
             match sums {
                 Some(sums) => launch.arg(sums),
                 None => launch.arg(&null),
             };
         }
-        launch.arg(&docs32).arg(&mut scores);
+        launch.arg(&docs32).arg(&mut b.scores);
         // SAFETY: arguments follow `nn_scores`'s signature; `values` holds n_docs × stride f32
         // with summed <= stride, the tree-input and ensemble sums (or null u64s) n_docs f64 each,
         // `scores` n_docs f64.
         unsafe { launch.launch(elementwise(n_docs)) }.during("nn_scores launch")?;
-        let scores = stream.clone_dtoh(&scores).during("score download")?;
-        let inputs = match explain {
-            true => {
-                let matrix = stream.clone_dtoh(&inputs).during("input download")?;
-                let mut ordered = Vec::with_capacity(n_docs * self.n_inputs);
-                for row in matrix.chunks(columns) {
-                    ordered.extend(self.column_of_input.iter().map(|&c| row[c]));
-                }
-                Some(ordered)
+        record(3)?;
+        {
+            let scores_out = &mut b.staging_out.as_mut_slice().during("score staging")?[..n_docs];
+            let (src, _read) = b.scores.device_ptr(stream);
+            // SAFETY: `src` holds at least n_docs f64 and `scores_out` is n_docs f64 of pinned
+            // host memory, read only after the stream is synchronised below.
+            unsafe { memcpy_dtoh_async(scores_out, src, stream.cu_stream()) }
+                .during("score download")?;
+        }
+        record(4)?;
+        if let Some(ordered) = out.inputs.as_mut() {
+            let matrix = stream
+                .clone_dtoh(&b.inputs.slice(..n_docs * columns))
+                .during("input download")?;
+            for row in matrix.chunks(columns) {
+                ordered.extend(self.column_of_input.iter().map(|&c| row[c]));
             }
-            false => None,
-        };
+        }
         stream.synchronize().during("ranker scoring")?;
-        Ok(GpuScores { scores, inputs })
+        out.scores
+            .extend_from_slice(&b.staging_out.as_slice().during("score staging")?[..n_docs]);
+        if let Some(events) = events {
+            events.add_to(phases)?;
+        }
+        Ok(())
     }
 }

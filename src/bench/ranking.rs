@@ -1,0 +1,1180 @@
+//! The ranking-stage benchmark (`rankserve bench ranking`): latency per batch of feature
+//! vectors on the CPU (one thread, and all threads) and on the GPU (end to end, copies
+//! included), the GPU's phase breakdown as in Tadros (copy features in, copy the model on first
+//! use, MIT, ME, copy scores out), the crossover batch size per ranker, an optional check of the
+//! scores against a reference (the LightGBM peer's own predictions), and, on request, power and
+//! energy per 1 000 documents under a constant load.
+//!
+//! Feature extraction is not timed here: the documents arrive as feature vectors (from
+//! [`crate::rank::synth::synth_features`] or a CSV). Every timing is taken after a warm-up call;
+//! CPU and end-to-end GPU times are host wall-clock times of the whole call (the GPU call
+//! returns after the scores are on the host), and the GPU phases come from CUDA events.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde::Serialize;
+
+use crate::gpu::power::{PowerError, PowerMeter, PowerReading};
+use crate::gpu::{GpuDevice, GpuError};
+use crate::rank::cpu::CpuPlan;
+use crate::rank::gpu::ranker::{GpuPhases, GpuRanker};
+use crate::rank::model::{Input, Ranker};
+
+/// Why the benchmark stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// The GPU failed part way (it was usable at the start).
+    #[error("ranker {ranker}: GPU failure during {what}: {source}")]
+    Gpu {
+        ranker: String,
+        what: &'static str,
+        #[source]
+        source: Box<GpuError>,
+    },
+    /// A power reading failed part way.
+    #[error("power measurement of {what}: {source}")]
+    Power {
+        what: String,
+        #[source]
+        source: Box<PowerError>,
+    },
+    /// The CPU thread pool could not be built.
+    #[error("could not start {threads} CPU threads: {source}")]
+    Threads {
+        threads: usize,
+        #[source]
+        source: rayon::ThreadPoolBuildError,
+    },
+    /// Feature rows or reference scores do not fit the ranker.
+    #[error("ranker {ranker}: {what}")]
+    Input { ranker: String, what: String },
+}
+
+/// A ranker to benchmark, with optional fixed rows and reference scores.
+#[derive(Debug, Clone)]
+pub struct BenchRanker {
+    /// Its name in the tables.
+    pub name: String,
+    /// The ranker.
+    pub ranker: Ranker,
+    /// Feature rows (row-major) to use instead of synthetic ones; repeated to fill large batches.
+    pub rows: Option<Vec<f64>>,
+    /// Reference scores of `rows` (e.g. the peer library's own), checked on every backend.
+    pub reference: Option<Vec<f64>>,
+}
+
+/// What to measure.
+#[derive(Debug, Clone)]
+pub struct BenchConfig {
+    /// Batch sizes, in documents.
+    pub docs: Vec<usize>,
+    /// Threads of the "all threads" CPU column.
+    pub threads: usize,
+    /// The most timed repetitions per cell (after one warm-up call); 0 counts as 1.
+    pub reps: usize,
+    /// The fewest timed repetitions per cell, when the budget allows (at most `reps`).
+    pub min_reps: usize,
+    /// Time a cell may take: repetitions stop at `reps` or when this is used, whichever first
+    /// (but never below `min_reps`).
+    pub budget: Duration,
+    /// Seed of the synthetic feature rows.
+    pub seed: u64,
+}
+
+/// Latency statistics of one cell, in microseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Stats {
+    pub reps: usize,
+    pub median_us: f64,
+    pub p10_us: f64,
+    pub p90_us: f64,
+    pub min_us: f64,
+    pub max_us: f64,
+}
+
+impl Stats {
+    /// Statistics of a non-empty list of samples (nearest-rank percentiles).
+    pub fn of(samples: &mut [f64]) -> Stats {
+        samples.sort_by(f64::total_cmp);
+        let n = samples.len();
+        let at = |q: f64| samples[((q * (n - 1) as f64).round() as usize).min(n - 1)];
+        Stats {
+            reps: n,
+            median_us: if n % 2 == 1 {
+                samples[n / 2]
+            } else {
+                (samples[n / 2 - 1] + samples[n / 2]) / 2.0
+            },
+            p10_us: at(0.1),
+            p90_us: at(0.9),
+            min_us: samples[0],
+            max_us: samples[n - 1],
+        }
+    }
+}
+
+/// One batch size of one ranker.
+#[derive(Debug, Clone, Serialize)]
+pub struct Cell {
+    pub docs: usize,
+    pub cpu_1: Stats,
+    pub cpu_all: Stats,
+    /// End to end: staging, copies, kernels, copy back, synchronisation.
+    pub gpu: Option<Stats>,
+    /// Median of each phase over the timed repetitions.
+    pub gpu_phases: Option<GpuPhases>,
+}
+
+/// Scores of every backend against the reference.
+#[derive(Debug, Clone, Serialize)]
+pub struct ReferenceCheck {
+    pub rows: usize,
+    /// Largest |ours − theirs| / max(1, |theirs|) per backend.
+    pub cpu_max_rel_error: f64,
+    pub gpu_max_rel_error: Option<f64>,
+    /// The tolerance: 1e-6.
+    pub tolerance: f64,
+    pub passed: bool,
+}
+
+/// Everything measured for one ranker.
+#[derive(Debug, Clone, Serialize)]
+pub struct RankerReport {
+    pub name: String,
+    pub features: usize,
+    pub inputs: usize,
+    pub tree_inputs: usize,
+    pub ensemble_trees: usize,
+    pub layers: Vec<usize>,
+    /// First upload of the model to the device (host layout + copies), and the median of
+    /// three more.
+    pub upload_first_us: Option<f64>,
+    pub upload_us: Option<f64>,
+    /// Bytes of the model on the device.
+    pub model_bytes: Option<usize>,
+    pub cells: Vec<Cell>,
+    /// The smallest measured batch size from which the GPU is faster at every larger measured
+    /// size, against one CPU thread and against all threads.
+    pub crossover_cpu_1: Option<usize>,
+    pub crossover_cpu_all: Option<usize>,
+    pub reference: Option<ReferenceCheck>,
+}
+
+/// Power under a constant load of one ranker on one backend.
+#[derive(Debug, Clone, Serialize)]
+pub struct PowerRun {
+    pub ranker: String,
+    pub backend: String,
+    pub docs_per_batch: usize,
+    pub documents: usize,
+    pub reading: PowerReading,
+    pub docs_per_s: f64,
+    /// Counter energy per 1 000 documents, and the same above the idle power.
+    pub j_per_1000_docs: f64,
+    pub j_per_1000_docs_above_idle: f64,
+}
+
+/// The power section: GPU idle power, GPU runs, and what could be said about the CPU.
+#[derive(Debug, Clone, Serialize)]
+pub struct PowerReport {
+    pub gpu: Option<String>,
+    pub gpu_idle: Option<PowerReading>,
+    pub runs: Vec<PowerRun>,
+    /// Why the GPU or the CPU could not be measured, when not.
+    pub notes: Vec<String>,
+}
+
+/// The whole benchmark.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub host: String,
+    pub cpu_threads: usize,
+    /// The GPU's name, or why there is none.
+    pub gpu: Result<String, String>,
+    pub rankers: Vec<RankerReport>,
+    pub power: Option<PowerReport>,
+}
+
+fn elapsed_us(start: Instant) -> f64 {
+    start.elapsed().as_secs_f64() * 1e6
+}
+
+/// Times `f` after one warm-up call: up to `reps` repetitions within `budget`, at least
+/// `min_reps`; a cell whose warm-up alone took longer than the budget gets one timed run.
+fn time<E>(config: &BenchConfig, mut f: impl FnMut() -> Result<(), E>) -> Result<Stats, E> {
+    let warm = Instant::now();
+    f()?;
+    let estimate = warm.elapsed().as_secs_f64().max(1e-9);
+    let budget = config.budget.as_secs_f64();
+    let most = config.reps.max(1);
+    let reps = match estimate > budget {
+        true => 1,
+        false => ((budget / estimate) as usize).clamp(config.min_reps.clamp(1, most), most),
+    };
+    let mut samples = Vec::with_capacity(reps);
+    for _ in 0..reps {
+        let start = Instant::now();
+        f()?;
+        samples.push(elapsed_us(start));
+    }
+    Ok(Stats::of(&mut samples))
+}
+
+/// `n` documents' rows: the ranker's own rows repeated, or synthetic ones.
+fn rows_for(bench: &BenchRanker, n: usize, seed: u64) -> Vec<f64> {
+    let nf = bench.ranker.features.len();
+    match &bench.rows {
+        Some(rows) if !rows.is_empty() => rows.iter().copied().cycle().take(n * nf).collect(),
+        _ => crate::rank::synth::synth_features(&bench.ranker, n, seed),
+    }
+}
+
+/// |a − b| / max(1, |b|), NaN equal only to NaN.
+fn relative_error(a: f64, b: f64) -> f64 {
+    if a == b || (a.is_nan() && b.is_nan()) {
+        0.0
+    } else {
+        (a - b).abs() / b.abs().max(1.0)
+    }
+}
+
+fn max_relative_error(ours: &[f64], theirs: &[f64]) -> f64 {
+    ours.iter()
+        .zip(theirs)
+        .map(|(&a, &b)| relative_error(a, b))
+        .fold(0.0, f64::max)
+}
+
+/// The smallest size from which `faster` holds at every larger measured size.
+fn crossover(cells: &[Cell], faster: impl Fn(&Cell) -> bool) -> Option<usize> {
+    let mut from = None;
+    for cell in cells.iter().rev() {
+        if faster(cell) {
+            from = Some(cell.docs);
+        } else {
+            break;
+        }
+    }
+    from
+}
+
+fn median_phases(samples: &[GpuPhases]) -> GpuPhases {
+    let med = |f: fn(&GpuPhases) -> f64| {
+        Stats::of(&mut samples.iter().map(f).collect::<Vec<_>>()).median_us
+    };
+    GpuPhases {
+        stage_us: med(|p| p.stage_us),
+        copy_in_us: med(|p| p.copy_in_us),
+        mit_us: med(|p| p.mit_us),
+        me_us: med(|p| p.me_us),
+        copy_out_us: med(|p| p.copy_out_us),
+    }
+}
+
+fn gpu_err<'a>(ranker: &'a str, what: &'static str) -> impl FnOnce(GpuError) -> BenchError + 'a {
+    move |source| BenchError::Gpu {
+        ranker: ranker.to_string(),
+        what,
+        source: Box::new(source),
+    }
+}
+
+/// Runs the "all threads" CPU column: on the global rayon pool when it has `threads` threads (so
+/// that a batch too small to split runs on the caller's thread, as in the server), else on a
+/// pool of its own, built once.
+struct CpuThreads(Option<rayon::ThreadPool>);
+
+impl CpuThreads {
+    fn new(threads: usize) -> Result<CpuThreads, BenchError> {
+        if rayon::current_num_threads() == threads {
+            return Ok(CpuThreads(None));
+        }
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .map(|pool| CpuThreads(Some(pool)))
+            .map_err(|source| BenchError::Threads { threads, source })
+    }
+
+    fn score(&self, plan: &CpuPlan, rows: &[f64]) -> Vec<f64> {
+        match &self.0 {
+            None => plan.score_batch(rows, 0),
+            Some(pool) => pool.install(|| plan.score_batch(rows, 0)),
+        }
+    }
+}
+
+/// Measures one ranker at every batch size.
+///
+/// # Errors
+/// [`BenchError::Gpu`] when the GPU fails part way; [`BenchError::Input`] when the rows or
+/// reference scores do not fit the ranker.
+pub fn bench_ranker(
+    bench: &BenchRanker,
+    config: &BenchConfig,
+    gpu: Option<&GpuDevice>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<RankerReport, BenchError> {
+    let ranker = &bench.ranker;
+    let name = bench.name.as_str();
+    let nf = ranker.features.len();
+    if nf == 0 || bench.rows.as_ref().is_some_and(|r| r.len() % nf != 0) {
+        return Err(BenchError::Input {
+            ranker: name.into(),
+            what: format!("feature rows must hold a multiple of {nf} values (one per feature)"),
+        });
+    }
+    let plan = CpuPlan::new(ranker);
+    let pool = CpuThreads::new(config.threads)?;
+    let mut report = RankerReport {
+        name: name.into(),
+        features: nf,
+        inputs: ranker.inputs.len(),
+        tree_inputs: ranker
+            .inputs
+            .iter()
+            .filter(|i| matches!(i, Input::Tree(_)))
+            .count(),
+        ensemble_trees: ranker.ensemble.as_ref().map_or(0, |e| e.trees.len()),
+        layers: ranker.layers.iter().map(|l| l.outputs).collect(),
+        upload_first_us: None,
+        upload_us: None,
+        model_bytes: None,
+        cells: Vec::new(),
+        crossover_cpu_1: None,
+        crossover_cpu_all: None,
+        reference: None,
+    };
+    let gpu_ranker = match gpu {
+        Some(device) => {
+            let upload = || -> Result<(GpuRanker, f64), GpuError> {
+                let start = Instant::now();
+                let r = GpuRanker::upload(device, ranker, Default::default())?;
+                device.synchronize()?;
+                Ok((r, elapsed_us(start)))
+            };
+            let (first, first_us) = upload().map_err(gpu_err(name, "model upload"))?;
+            let mut again = Vec::new();
+            for _ in 0..3 {
+                again.push(upload().map_err(gpu_err(name, "model upload"))?.1);
+            }
+            report.upload_first_us = Some(first_us);
+            report.upload_us = Some(Stats::of(&mut again).median_us);
+            report.model_bytes = Some(first.bytes());
+            Some((device, first))
+        }
+        None => None,
+    };
+    let max_docs = config.docs.iter().copied().max().unwrap_or(0);
+    let all_rows = rows_for(bench, max_docs, config.seed);
+    for &docs in &config.docs {
+        let rows = &all_rows[..docs * nf];
+        let cpu_1 = time(config, || {
+            std::hint::black_box(plan.score_batch(rows, 1));
+            Ok::<(), BenchError>(())
+        })?;
+        let cpu_all = time(config, || {
+            std::hint::black_box(pool.score(&plan, rows));
+            Ok::<(), BenchError>(())
+        })?;
+        let (gpu_stats, gpu_phases) = match &gpu_ranker {
+            Some((device, r)) => {
+                let stats = time(config, || r.score(device, rows, false).map(|_| ()))
+                    .map_err(gpu_err(name, "scoring"))?;
+                let mut phases = Vec::new();
+                for _ in 0..stats.reps.min(20) {
+                    phases.push(
+                        r.score_timed(device, rows)
+                            .map_err(gpu_err(name, "timed scoring"))?
+                            .1,
+                    );
+                }
+                (Some(stats), Some(median_phases(&phases)))
+            }
+            None => (None, None),
+        };
+        progress(&format!(
+            "{name} {docs:>6} docs: cpu1 {:.1} us, cpu{} {:.1} us, gpu {}",
+            cpu_1.median_us,
+            config.threads,
+            cpu_all.median_us,
+            gpu_stats.map_or("-".into(), |s| format!("{:.1} us", s.median_us))
+        ));
+        report.cells.push(Cell {
+            docs,
+            cpu_1,
+            cpu_all,
+            gpu: gpu_stats,
+            gpu_phases,
+        });
+    }
+    if gpu_ranker.is_some() {
+        let faster =
+            |cpu: fn(&Cell) -> f64| move |c: &Cell| c.gpu.is_some_and(|g| g.median_us < cpu(c));
+        report.crossover_cpu_1 = crossover(&report.cells, faster(|c| c.cpu_1.median_us));
+        report.crossover_cpu_all = crossover(&report.cells, faster(|c| c.cpu_all.median_us));
+    }
+    if let (Some(rows), Some(reference)) = (&bench.rows, &bench.reference) {
+        if reference.len() * nf != rows.len() {
+            return Err(BenchError::Input {
+                ranker: name.into(),
+                what: format!(
+                    "{} reference scores for {} rows",
+                    reference.len(),
+                    rows.len() / nf
+                ),
+            });
+        }
+        let cpu = pool.score(&plan, rows);
+        let cpu_err = max_relative_error(&cpu, reference);
+        let gpu_err_max = match &gpu_ranker {
+            Some((device, r)) => Some(max_relative_error(
+                &r.score(device, rows, false)
+                    .map_err(gpu_err(name, "reference check"))?
+                    .scores,
+                reference,
+            )),
+            None => None,
+        };
+        let tolerance = 1e-6;
+        report.reference = Some(ReferenceCheck {
+            rows: reference.len(),
+            cpu_max_rel_error: cpu_err,
+            gpu_max_rel_error: gpu_err_max,
+            tolerance,
+            passed: cpu_err <= tolerance && gpu_err_max.is_none_or(|e| e <= tolerance),
+        });
+    }
+    Ok(report)
+}
+
+/// Reads CPU package energy from RAPL (`/sys/class/powercap/intel-rapl:N/energy_uj`), where
+/// the host exposes it and it is readable.
+#[derive(Debug)]
+pub struct Rapl {
+    /// Per package: the counter file and its wrap-around range (µJ).
+    zones: Vec<(std::path::PathBuf, u64)>,
+}
+
+impl Rapl {
+    /// The package zones, or why there are none.
+    ///
+    /// # Errors
+    /// A sentence saying why CPU energy is not measurable on this host.
+    pub fn open() -> Result<Rapl, String> {
+        let base = std::path::Path::new("/sys/class/powercap");
+        let entries = std::fs::read_dir(base)
+            .map_err(|e| format!("no RAPL on this host ({}: {e})", base.display()))?;
+        let mut zones = Vec::new();
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            // Packages are intel-rapl:N; their sub-zones (intel-rapl:N:M) are inside them.
+            if name.starts_with("intel-rapl:") && name.matches(':').count() == 1 {
+                let path = entry.path();
+                let range = std::fs::read_to_string(path.join("max_energy_range_uj"))
+                    .ok()
+                    .and_then(|s| s.trim().parse().ok())
+                    .unwrap_or(u64::MAX);
+                zones.push((path.join("energy_uj"), range));
+            }
+        }
+        let rapl = Rapl { zones };
+        match rapl.zones.is_empty() {
+            true => Err("no RAPL package zones on this host".into()),
+            false => rapl.read().map(|_| rapl),
+        }
+    }
+
+    fn read(&self) -> Result<Vec<u64>, String> {
+        self.zones
+            .iter()
+            .map(|(path, _)| {
+                std::fs::read_to_string(path)
+                    .map_err(|e| format!("RAPL not readable ({}: {e})", path.display()))?
+                    .trim()
+                    .parse()
+                    .map_err(|e| format!("RAPL counter {} unreadable: {e}", path.display()))
+            })
+            .collect()
+    }
+
+    /// Joules used by every package while `work` ran.
+    ///
+    /// # Errors
+    /// When a counter cannot be read.
+    pub fn measure<T>(&self, work: impl FnOnce() -> T) -> Result<(T, f64), String> {
+        let before = self.read()?;
+        let value = work();
+        let after = self.read()?;
+        let uj: u64 = before
+            .iter()
+            .zip(&after)
+            .zip(&self.zones)
+            .map(|((&b, &a), (_, range))| if a >= b { a - b } else { range - b + a })
+            .sum();
+        Ok((value, uj as f64 / 1e6))
+    }
+}
+
+/// Scores `docs`-document batches back to back for at least `seconds`; returns the documents
+/// scored.
+fn constant_load<E>(
+    seconds: f64,
+    docs: usize,
+    mut score: impl FnMut() -> Result<(), E>,
+) -> Result<usize, E> {
+    let start = Instant::now();
+    let mut done = 0;
+    while start.elapsed().as_secs_f64() < seconds {
+        score()?;
+        done += docs;
+    }
+    Ok(done)
+}
+
+/// What the power runs need.
+#[derive(Debug, Clone, Copy)]
+pub struct PowerConfig {
+    /// Seconds of constant load per ranker and backend (and of idle).
+    pub seconds: f64,
+    /// Documents per batch of the load.
+    pub docs: usize,
+    /// Threads of the CPU load.
+    pub threads: usize,
+    pub seed: u64,
+}
+
+/// Idle GPU power, then each ranker under a constant load on the GPU and, where RAPL can be
+/// read, on the CPU.
+///
+/// # Errors
+/// [`BenchError::Gpu`] or [`BenchError::Power`] when the GPU or a reading fails part way.
+pub fn bench_power(
+    rankers: &[BenchRanker],
+    config: &PowerConfig,
+    gpu: Option<&GpuDevice>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<PowerReport, BenchError> {
+    let mut report = PowerReport {
+        gpu: None,
+        gpu_idle: None,
+        runs: Vec::new(),
+        notes: Vec::new(),
+    };
+    let interval = Duration::from_millis(100);
+    let power_err = |what: String| {
+        move |source| BenchError::Power {
+            what,
+            source: Box::new(source),
+        }
+    };
+    let meter = match (gpu, PowerMeter::open(0)) {
+        (Some(device), Ok(meter)) => Some((device, meter)),
+        (None, _) => {
+            report
+                .notes
+                .push("GPU power not measured: no usable GPU".into());
+            None
+        }
+        (Some(_), Err(err)) => {
+            report.notes.push(format!("GPU power not measured: {err}"));
+            None
+        }
+    };
+    let rapl = Rapl::open();
+    if let Err(why) = &rapl {
+        report
+            .notes
+            .push(format!("CPU energy: not measurable on this host ({why})"));
+    }
+    let per_1000 = |j: f64, n: usize| j / (n as f64 / 1000.0);
+    if let Some((device, meter)) = &meter {
+        report.gpu = Some(meter.name().to_string());
+        let idle_s = (config.seconds / 2.0).max(2.0);
+        progress(&format!("power: GPU idle for {idle_s:.0} s"));
+        let ((), idle) = meter
+            .measure(interval, || {
+                std::thread::sleep(Duration::from_secs_f64(idle_s))
+            })
+            .map_err(power_err("GPU idle".into()))?;
+        report.gpu_idle = Some(idle);
+        for bench in rankers {
+            let name = bench.name.as_str();
+            let rows = rows_for(bench, config.docs, config.seed);
+            let r = GpuRanker::upload(device, &bench.ranker, Default::default())
+                .map_err(gpu_err(name, "model upload"))?;
+            r.score(device, &rows, false)
+                .map_err(gpu_err(name, "warm-up"))?;
+            progress(&format!(
+                "power: {name} on the GPU for {:.0} s",
+                config.seconds
+            ));
+            let (done, reading) = meter
+                .measure(interval, || {
+                    constant_load(config.seconds, config.docs, || {
+                        r.score(device, &rows, false).map(|_| ())
+                    })
+                })
+                .map_err(power_err(format!("{name} on the GPU")))?;
+            let done = done.map_err(gpu_err(name, "constant load"))?;
+            let above_idle = reading.energy_j - idle.avg_w * reading.seconds;
+            report.runs.push(PowerRun {
+                ranker: name.into(),
+                backend: "gpu".into(),
+                docs_per_batch: config.docs,
+                documents: done,
+                reading,
+                docs_per_s: done as f64 / reading.seconds,
+                j_per_1000_docs: per_1000(reading.energy_j, done),
+                j_per_1000_docs_above_idle: per_1000(above_idle, done),
+            });
+        }
+    }
+    if let Ok(rapl) = &rapl {
+        let pool = CpuThreads::new(config.threads)?;
+        for bench in rankers {
+            let name = bench.name.as_str();
+            let rows = rows_for(bench, config.docs, config.seed);
+            let plan = CpuPlan::new(&bench.ranker);
+            progress(&format!(
+                "power: {name} on the CPU for {:.0} s",
+                config.seconds
+            ));
+            let start = Instant::now();
+            let (done, energy_j) = rapl
+                .measure(|| {
+                    constant_load(config.seconds, config.docs, || {
+                        std::hint::black_box(pool.score(&plan, &rows));
+                        Ok::<(), BenchError>(())
+                    })
+                })
+                .map_err(|what| BenchError::Input {
+                    ranker: name.into(),
+                    what,
+                })?;
+            let done = done?;
+            let seconds = start.elapsed().as_secs_f64();
+            report.runs.push(PowerRun {
+                ranker: name.into(),
+                backend: format!("cpu x{}", config.threads),
+                docs_per_batch: config.docs,
+                documents: done,
+                reading: PowerReading {
+                    seconds,
+                    avg_w: energy_j / seconds,
+                    max_w: f64::NAN,
+                    samples: 0,
+                    energy_j,
+                },
+                docs_per_s: done as f64 / seconds,
+                j_per_1000_docs: per_1000(energy_j, done),
+                j_per_1000_docs_above_idle: f64::NAN,
+            });
+        }
+    }
+    Ok(report)
+}
+
+/// Runs the latency benchmark over `rankers`; `gpu` is the device or why there is none.
+///
+/// # Errors
+/// As [`bench_ranker`].
+pub fn run(
+    rankers: &[BenchRanker],
+    config: &BenchConfig,
+    gpu: &Result<Arc<GpuDevice>, String>,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Report, BenchError> {
+    let device = gpu.as_ref().ok().map(|d| d.as_ref());
+    let mut reports = Vec::new();
+    for bench in rankers {
+        reports.push(bench_ranker(bench, config, device, progress)?);
+    }
+    Ok(Report {
+        host: host_description(),
+        cpu_threads: config.threads,
+        gpu: gpu
+            .as_ref()
+            .map(|d| d.name().to_string())
+            .map_err(Clone::clone),
+        rankers: reports,
+        power: None,
+    })
+}
+
+/// The CPU model and core count, from /proc/cpuinfo where there is one.
+pub fn host_description() -> String {
+    let model = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    format!("{model}, {cores} hardware threads")
+}
+
+/// Formats microseconds with a unit that keeps 3–4 significant digits.
+pub fn fmt_us(us: f64) -> String {
+    if us >= 1e6 {
+        format!("{:.2} s", us / 1e6)
+    } else if us >= 1e3 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{us:.1} us")
+    }
+}
+
+/// The latency, breakdown, crossover and reference tables.
+fn latency_tables(t: &mut String, report: &Report) {
+    use std::fmt::Write;
+    let n = report.cpu_threads;
+    let _ = writeln!(
+        *t,
+        "\nlatency per batch, median [p10, p90]; speed-up = CPU median / GPU median\n{:<8} {:>7}  {:>28}  {:>28}  {:>28}  {:>8}  {:>8}",
+        "ranker", "docs", "CPU 1 thread", format!("CPU {n} threads"), "GPU end to end", "vs 1 thr", format!("vs {n} thr")
+    );
+    let cell = |s: &Stats| {
+        format!(
+            "{} [{}, {}]",
+            fmt_us(s.median_us),
+            fmt_us(s.p10_us),
+            fmt_us(s.p90_us)
+        )
+    };
+    for r in &report.rankers {
+        for c in &r.cells {
+            let (gpu, x1, xn) = match &c.gpu {
+                Some(g) => (
+                    cell(g),
+                    format!("{:.1}x", c.cpu_1.median_us / g.median_us),
+                    format!("{:.1}x", c.cpu_all.median_us / g.median_us),
+                ),
+                None => ("-".into(), "-".into(), "-".into()),
+            };
+            let _ = writeln!(
+                *t,
+                "{:<8} {:>7}  {:>28}  {:>28}  {:>28}  {:>8}  {:>8}",
+                r.name,
+                c.docs,
+                cell(&c.cpu_1),
+                cell(&c.cpu_all),
+                gpu,
+                x1,
+                xn
+            );
+        }
+    }
+    if report.gpu.is_ok() {
+        let _ = writeln!(
+            *t,
+            "\nGPU breakdown, medians (stage: host copy into pinned memory; device phases from CUDA events)\n{:<8} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+            "ranker", "docs", "stage", "copy in", "MIT", "ME", "copy out", "sum", "end2end"
+        );
+        for r in &report.rankers {
+            for c in &r.cells {
+                if let (Some(p), Some(g)) = (&c.gpu_phases, &c.gpu) {
+                    let sum = p.stage_us + p.copy_in_us + p.mit_us + p.me_us + p.copy_out_us;
+                    let _ = writeln!(
+                        *t,
+                        "{:<8} {:>7} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10} {:>10}",
+                        r.name,
+                        c.docs,
+                        fmt_us(p.stage_us),
+                        fmt_us(p.copy_in_us),
+                        fmt_us(p.mit_us),
+                        fmt_us(p.me_us),
+                        fmt_us(p.copy_out_us),
+                        fmt_us(sum),
+                        fmt_us(g.median_us)
+                    );
+                }
+            }
+        }
+        let _ = writeln!(
+            *t,
+            "\nmodel and crossover\n{:<8} {:>12} {:>14} {:>14} {:>16} {:>16}",
+            "ranker",
+            "model bytes",
+            "upload first",
+            "upload",
+            "GPU wins 1 thr",
+            format!("GPU wins {n} thr")
+        );
+        for r in &report.rankers {
+            let from = |x: Option<usize>| x.map_or("never".into(), |d| format!(">= {d} docs"));
+            let _ = writeln!(
+                *t,
+                "{:<8} {:>12} {:>14} {:>14} {:>16} {:>16}",
+                r.name,
+                r.model_bytes.unwrap_or(0),
+                r.upload_first_us.map_or("-".into(), fmt_us),
+                r.upload_us.map_or("-".into(), fmt_us),
+                from(r.crossover_cpu_1),
+                from(r.crossover_cpu_all)
+            );
+        }
+    }
+    for r in &report.rankers {
+        if let Some(c) = &r.reference {
+            let _ = writeln!(
+                *t,
+                "\nreference check {}: {} rows, max relative error CPU {:.3e}, GPU {}; tolerance {:.0e}: {}",
+                r.name,
+                c.rows,
+                c.cpu_max_rel_error,
+                c.gpu_max_rel_error.map_or("-".into(), |e| format!("{e:.3e}")),
+                c.tolerance,
+                if c.passed { "PASS" } else { "FAIL" }
+            );
+        }
+    }
+}
+
+/// Every table of the report, as text.
+pub fn tables(report: &Report) -> String {
+    use std::fmt::Write;
+    let mut t = String::new();
+    let _ = writeln!(
+        t,
+        "host: {}; GPU: {}",
+        report.host,
+        match &report.gpu {
+            Ok(name) => name.clone(),
+            Err(why) => format!("none ({why}); GPU column absent"),
+        }
+    );
+    if !report.rankers.is_empty() {
+        latency_tables(&mut t, report);
+    }
+    if let Some(p) = &report.power {
+        let _ = writeln!(t, "\npower ({})", p.gpu.as_deref().unwrap_or("no GPU"));
+        if let Some(idle) = &p.gpu_idle {
+            let _ = writeln!(
+                t,
+                "GPU idle: {:.1} W average ({} samples, {:.0} s; counter {:.1} J)",
+                idle.avg_w, idle.samples, idle.seconds, idle.energy_j
+            );
+        }
+        let _ = writeln!(
+            t,
+            "{:<8} {:<9} {:>8} {:>12} {:>10} {:>10} {:>12} {:>14}",
+            "ranker",
+            "backend",
+            "seconds",
+            "docs/s",
+            "avg W",
+            "energy J",
+            "J/1000 docs",
+            "above idle"
+        );
+        for run in &p.runs {
+            let _ = writeln!(
+                t,
+                "{:<8} {:<9} {:>8.1} {:>12.0} {:>10.1} {:>10.1} {:>12.4} {:>14.4}",
+                run.ranker,
+                run.backend,
+                run.reading.seconds,
+                run.docs_per_s,
+                run.reading.avg_w,
+                run.reading.energy_j,
+                run.j_per_1000_docs,
+                run.j_per_1000_docs_above_idle
+            );
+        }
+        for note in &p.notes {
+            let _ = writeln!(t, "{note}");
+        }
+    }
+    t
+}
+
+/// A power of ten of microseconds as a short axis label: "1 us" ... "100 ms", "1 s", "10 s".
+fn decade_us(e: i32) -> String {
+    let (unit, base) = match e {
+        i32::MIN..=2 => ("us", 0),
+        3..=5 => ("ms", 3),
+        _ => ("s", 6),
+    };
+    format!("{} {unit}", 10f64.powi(e - base))
+}
+
+/// Latency against batch size, log-log, one panel per ranker, as a self-contained SVG.
+pub fn svg(report: &Report) -> String {
+    use std::fmt::Write;
+    const W: f64 = 360.0;
+    const H: f64 = 280.0;
+    const M: f64 = 50.0;
+    /// Right margin, room for the last x label.
+    const R: f64 = 25.0;
+    let panels = report.rankers.len().max(1) as f64;
+    let mut s = String::new();
+    let _ = writeln!(
+        s,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{}" height="{}" font-family="sans-serif" font-size="11">"#,
+        W * panels,
+        H + 30.0
+    );
+    type Series = (&'static str, &'static str, fn(&Cell) -> Option<f64>);
+    let series: [Series; 3] = [
+        ("CPU 1 thread", "#d62728", |c| Some(c.cpu_1.median_us)),
+        ("CPU all threads", "#ff7f0e", |c| Some(c.cpu_all.median_us)),
+        ("GPU end to end", "#2ca02c", |c| c.gpu.map(|g| g.median_us)),
+    ];
+    let values: Vec<f64> = report
+        .rankers
+        .iter()
+        .flat_map(|r| r.cells.iter())
+        .flat_map(|c| series.iter().filter_map(move |(_, _, f)| f(c)))
+        .filter(|v| *v > 0.0)
+        .collect();
+    let (ymin, ymax) = values
+        .iter()
+        .fold((f64::MAX, f64::MIN), |(lo, hi), v| (lo.min(*v), hi.max(*v)));
+    let (ylo, yhi) = (
+        ymin.max(1e-3).log10().floor(),
+        ymax.max(1e-3)
+            .log10()
+            .ceil()
+            .max(ymin.log10().floor() + 1.0),
+    );
+    for (p, r) in report.rankers.iter().enumerate() {
+        let x0 = p as f64 * W;
+        let docs: Vec<f64> = r
+            .cells
+            .iter()
+            .map(|c| (c.docs.max(1) as f64).log10())
+            .collect();
+        let (xlo, xhi) = (
+            docs.iter().copied().fold(f64::MAX, f64::min).floor(),
+            docs.iter()
+                .copied()
+                .fold(f64::MIN, f64::max)
+                .ceil()
+                .max(1.0),
+        );
+        let px = |d: f64| x0 + M + (d - xlo) / (xhi - xlo).max(1e-9) * (W - M - R);
+        let py = |v: f64| 15.0 + (yhi - v.log10()) / (yhi - ylo).max(1e-9) * (H - M - 15.0);
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="12" font-weight="bold">{}</text>"#,
+            x0 + M,
+            r.name
+        );
+        let _ = writeln!(
+            s,
+            r##"<rect x="{}" y="15" width="{}" height="{}" fill="none" stroke="#888"/>"##,
+            x0 + M,
+            W - M - R,
+            H - M - 15.0
+        );
+        for e in (ylo as i32)..=(yhi as i32) {
+            let y = py(10f64.powi(e));
+            let _ = writeln!(
+                s,
+                r##"<line x1="{}" x2="{}" y1="{y}" y2="{y}" stroke="#ddd"/><text x="{}" y="{}" text-anchor="end">{}</text>"##,
+                x0 + M,
+                x0 + W - R,
+                x0 + M - 3.0,
+                y + 4.0,
+                decade_us(e)
+            );
+        }
+        for e in (xlo as i32)..=(xhi as i32) {
+            let x = px(f64::from(e));
+            let _ = writeln!(
+                s,
+                r##"<line x1="{x}" x2="{x}" y1="15" y2="{}" stroke="#ddd"/><text x="{x}" y="{}" text-anchor="middle">{}</text>"##,
+                H - M,
+                H - M + 14.0,
+                10u64.pow(e as u32)
+            );
+        }
+        let _ = writeln!(
+            s,
+            r#"<text x="{}" y="{}" text-anchor="middle">documents per batch</text>"#,
+            x0 + M + (W - M) / 2.0,
+            H - M + 30.0
+        );
+        for (label, color, f) in &series {
+            let points: Vec<String> = r
+                .cells
+                .iter()
+                .filter_map(|c| {
+                    f(c).map(|v| format!("{:.1},{:.1}", px((c.docs.max(1) as f64).log10()), py(v)))
+                })
+                .collect();
+            if !points.is_empty() {
+                let _ = writeln!(
+                    s,
+                    r#"<polyline fill="none" stroke="{color}" stroke-width="2" points="{}"><title>{label}</title></polyline>"#,
+                    points.join(" ")
+                );
+            }
+        }
+    }
+    for (i, (label, color, _)) in series.iter().enumerate() {
+        let x = M + i as f64 * 140.0;
+        let _ = writeln!(
+            s,
+            r#"<line x1="{x}" x2="{}" y1="{}" y2="{}" stroke="{color}" stroke-width="2"/><text x="{}" y="{}">{label}</text>"#,
+            x + 20.0,
+            H + 15.0,
+            H + 15.0,
+            x + 24.0,
+            H + 19.0
+        );
+    }
+    s.push_str("</svg>\n");
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stats_take_median_and_nearest_rank_percentiles() {
+        let mut samples: Vec<f64> = (1..=10).rev().map(f64::from).collect();
+        let s = Stats::of(&mut samples);
+        assert_eq!((s.median_us, s.min_us, s.max_us), (5.5, 1.0, 10.0));
+        assert_eq!((s.p10_us, s.p90_us), (2.0, 9.0));
+        assert_eq!(Stats::of(&mut [3.0]).median_us, 3.0);
+    }
+
+    fn cell(docs: usize, cpu: f64, gpu: f64) -> Cell {
+        let s = |v| Stats::of(&mut [v]);
+        Cell {
+            docs,
+            cpu_1: s(cpu),
+            cpu_all: s(cpu),
+            gpu: Some(s(gpu)),
+            gpu_phases: None,
+        }
+    }
+
+    #[test]
+    fn repetitions_stay_within_reps_whatever_min_reps_says() {
+        let mut config = BenchConfig {
+            docs: vec![1],
+            threads: 1,
+            reps: 2,
+            min_reps: 3,
+            budget: Duration::from_secs(1),
+            seed: 1,
+        };
+        let mut calls = 0;
+        let stats = time(&config, || {
+            calls += 1;
+            Ok::<(), ()>(())
+        })
+        .unwrap();
+        assert_eq!((stats.reps, calls), (2, 3));
+        config.reps = 0;
+        assert_eq!(time(&config, || Ok::<(), ()>(())).unwrap().reps, 1);
+    }
+
+    #[test]
+    fn axis_labels_are_short_decades() {
+        let labels: Vec<String> = (-1..=7).map(decade_us).collect();
+        assert_eq!(
+            labels,
+            ["0.1 us", "1 us", "10 us", "100 us", "1 ms", "10 ms", "100 ms", "1 s", "10 s"]
+        );
+    }
+
+    #[test]
+    fn crossover_is_where_the_gpu_wins_from_then_on() {
+        let cells = [
+            cell(1, 1.0, 2.0),
+            cell(10, 3.0, 2.0),
+            cell(100, 5.0, 6.0),
+            cell(1000, 50.0, 7.0),
+        ];
+        assert_eq!(
+            crossover(&cells, |c| c.gpu.unwrap().median_us < c.cpu_1.median_us),
+            Some(1000)
+        );
+        assert_eq!(
+            crossover(&cells[..3], |c| c.gpu.unwrap().median_us
+                < c.cpu_1.median_us),
+            None
+        );
+        assert_eq!(
+            crossover(&cells[1..2], |c| c.gpu.unwrap().median_us
+                < c.cpu_1.median_us),
+            Some(10)
+        );
+    }
+
+    #[test]
+    fn cpu_only_run_has_tables_and_a_plot() {
+        let ranker =
+            crate::rank::synth::synth(&crate::rank::synth::SynthSpec::preset("small").unwrap(), 7);
+        let bench = BenchRanker {
+            name: "small".into(),
+            rows: None,
+            reference: None,
+            ranker,
+        };
+        let config = BenchConfig {
+            docs: vec![1, 20],
+            threads: 2,
+            reps: 3,
+            min_reps: 1,
+            budget: Duration::from_millis(1),
+            seed: 1,
+        };
+        let report = run(
+            &[bench],
+            &config,
+            &Err("no GPU in this test".into()),
+            &mut |_| {},
+        )
+        .unwrap();
+        let text = tables(&report);
+        assert!(text.contains("GPU column absent"), "{text}");
+        assert_eq!(report.rankers[0].cells.len(), 2);
+        assert!(report.rankers[0].crossover_cpu_1.is_none());
+        let plot = svg(&report);
+        assert!(
+            plot.starts_with("<svg") && plot.contains("polyline"),
+            "{plot}"
+        );
+    }
+
+    #[test]
+    fn reference_scores_are_checked_against_every_backend() {
+        let ranker =
+            crate::rank::synth::synth(&crate::rank::synth::SynthSpec::preset("small").unwrap(), 7);
+        let rows = crate::rank::synth::synth_features(&ranker, 5, 3);
+        let mut reference = CpuPlan::new(&ranker).score_batch(&rows, 1);
+        let config = BenchConfig {
+            docs: vec![5],
+            threads: 1,
+            reps: 1,
+            min_reps: 1,
+            budget: Duration::from_millis(1),
+            seed: 1,
+        };
+        let mut bench = BenchRanker {
+            name: "r".into(),
+            ranker,
+            rows: Some(rows),
+            reference: Some(reference.clone()),
+        };
+        let report = bench_ranker(&bench, &config, None, &mut |_| {}).unwrap();
+        assert!(report.reference.unwrap().passed);
+        reference[2] += 1e-3;
+        bench.reference = Some(reference);
+        let check = bench_ranker(&bench, &config, None, &mut |_| {})
+            .unwrap()
+            .reference
+            .unwrap();
+        assert!(!check.passed && check.cpu_max_rel_error > 1e-6, "{check:?}");
+    }
+}

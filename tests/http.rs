@@ -911,6 +911,19 @@ async fn gpu_backend_ranks_like_the_cpu_and_reports_itself() {
     assert_eq!(description.resident, ["cpu", "gpu"]);
     let crossover = description.crossover.expect("crossover measured at load");
     assert!(!crossover.points.is_empty());
+    let (_, _, body) = send(
+        &s.app,
+        Request::get("/metrics").body(Body::empty()).unwrap(),
+    )
+    .await;
+    let metrics = String::from_utf8(body).unwrap();
+    for name in [
+        "rankserve_gpu_power_watts",
+        "rankserve_gpu_energy_joules",
+        "rankserve_ranker_cache_bytes{cache=\"gpu\"}",
+    ] {
+        assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
 }
 
 #[tokio::test]

@@ -14,6 +14,8 @@
 //! | `rankserve_ranker_cache_{hits,misses,evictions}_total` | counter | `cache` (`cpu`, `gpu`) |
 //! | `rankserve_ranker_cache_bytes`, `rankserve_ranker_cache_budget_bytes` | gauge | `cache` |
 //! | `rankserve_gpu_fallback_total` | counter | `stage`, `reason` |
+//! | `rankserve_gpu_power_watts` | gauge | none (with a GPU: NVML's board power when scraped) |
+//! | `rankserve_gpu_energy_joules` | gauge | none (with a GPU: NVML's total-energy counter) |
 
 use std::sync::OnceLock;
 use std::time::Instant;
@@ -83,6 +85,15 @@ pub fn render(state: &State) -> String {
     record_cache("cpu", state.store.cache_stats());
     if let Some(gpu) = state.scorer.engines().gpu() {
         record_cache("gpu", gpu.stats());
+    }
+    if let Some(meter) = state.power() {
+        match (meter.power_w(), meter.energy_j()) {
+            (Ok(watts), Ok(joules)) => {
+                metrics::gauge!("rankserve_gpu_power_watts").set(watts);
+                metrics::gauge!("rankserve_gpu_energy_joules").set(joules);
+            }
+            (Err(err), _) | (_, Err(err)) => tracing::warn!(error = %err, "reading GPU power"),
+        }
     }
     handle().render()
 }

@@ -17,6 +17,7 @@ use super::codec::Format;
 use super::error::ApiError;
 use super::store::{RankerStore, StoreError};
 use crate::config::{Backend, Config, Sampling};
+use crate::gpu::power::PowerMeter;
 use crate::gpu::GpuDevice;
 use crate::index::{Index, IndexError};
 
@@ -34,6 +35,8 @@ pub struct State {
     admission: Mutex<HashMap<String, Arc<Semaphore>>>,
     ready: AtomicBool,
     gpu_probe: Mutex<Option<String>>,
+    /// The GPU's power meter (NVML), when the probe found a GPU and NVML answers.
+    power: std::sync::OnceLock<PowerMeter>,
     sampler: Option<Sampler>,
 }
 
@@ -66,6 +69,7 @@ impl State {
             admission: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
             gpu_probe: Mutex::new(None),
+            power: std::sync::OnceLock::new(),
             sampler,
         }))
     }
@@ -112,6 +116,13 @@ impl State {
                 self.scorer
                     .engines()
                     .install_gpu(device, self.config.gpu_cache_bytes);
+                // NVML numbers GPUs as CUDA does by default; the device is GPU 0.
+                match PowerMeter::open(0) {
+                    Ok(meter) => {
+                        let _ = self.power.set(meter);
+                    }
+                    Err(err) => tracing::warn!(error = %err, "no GPU power readings"),
+                }
                 found
             }
             Err(err) => {
@@ -119,6 +130,11 @@ impl State {
                 err.to_string()
             }
         }
+    }
+
+    /// The GPU's power meter, when there is one.
+    pub fn power(&self) -> Option<&PowerMeter> {
+        self.power.get()
     }
 
     /// Whether the probe found a GPU.

@@ -98,7 +98,7 @@ pub(crate) fn built(corpus: &Path, name: &str, codec: Codec) -> (tempfile::TempD
     (dir, index)
 }
 
-fn fixture(codec: Codec) -> &'static Index {
+pub(crate) fn fixture(codec: Codec) -> &'static Index {
     static EF: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
     static PFOR: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
     let cell = if codec == Codec::Ef { &EF } else { &PFOR };
@@ -107,7 +107,7 @@ fn fixture(codec: Codec) -> &'static Index {
         .1
 }
 
-fn synthetic(codec: Codec) -> &'static Index {
+pub(crate) fn synthetic(codec: Codec) -> &'static Index {
     static EF: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
     static PFOR: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
     static CORPUS: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();

@@ -10,12 +10,21 @@ pub enum KernelModule {
     Mit,
     /// NN layers: bias and activation after each GEMM, final scores.
     Nn,
+    /// PForDelta posting-block decoding.
+    Pfor,
+    /// Elias-Fano posting-block decoding.
+    Ef,
 }
 
 impl KernelModule {
     /// Every module, compiled once per context at start-up.
-    pub const ALL: &'static [KernelModule] =
-        &[KernelModule::Trees, KernelModule::Mit, KernelModule::Nn];
+    pub const ALL: &'static [KernelModule] = &[
+        KernelModule::Trees,
+        KernelModule::Mit,
+        KernelModule::Nn,
+        KernelModule::Pfor,
+        KernelModule::Ef,
+    ];
 
     /// The module's name: its file stem under `kernels/`.
     pub fn name(self) -> &'static str {
@@ -23,6 +32,8 @@ impl KernelModule {
             KernelModule::Trees => "trees",
             KernelModule::Mit => "mit",
             KernelModule::Nn => "nn",
+            KernelModule::Pfor => "pfor",
+            KernelModule::Ef => "ef",
         }
     }
 
@@ -32,6 +43,15 @@ impl KernelModule {
             KernelModule::Trees => include_str!("../../kernels/trees.cu"),
             KernelModule::Mit => include_str!("../../kernels/mit.cu"),
             KernelModule::Nn => include_str!("../../kernels/nn.cu"),
+            // The decoders share kernels/packing.cuh, prepended here (NVRTC sees no files).
+            KernelModule::Pfor => concat!(
+                include_str!("../../kernels/packing.cuh"),
+                include_str!("../../kernels/pfor.cu")
+            ),
+            KernelModule::Ef => concat!(
+                include_str!("../../kernels/packing.cuh"),
+                include_str!("../../kernels/ef.cu")
+            ),
         }
     }
 
@@ -41,6 +61,8 @@ impl KernelModule {
             KernelModule::Trees => &["trees_eval"],
             KernelModule::Mit => &["mit_eval"],
             KernelModule::Nn => &["nn_bias_activation", "nn_scores"],
+            KernelModule::Pfor => &["pfor_decode"],
+            KernelModule::Ef => &["ef_decode"],
         }
     }
 }

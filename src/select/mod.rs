@@ -19,6 +19,7 @@
 
 pub mod bm25;
 pub mod cpu;
+pub mod gpu;
 pub mod topk;
 
 use serde::{Deserialize, Serialize};

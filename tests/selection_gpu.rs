@@ -1,22 +1,25 @@
 //! Selection on the GPU against the CPU: every posting list decodes to the same docIDs and term
 //! frequencies (both codecs; the fixture and synthetic indexes; hand-made lists of 1, 127, 128,
-//! 129, ... postings with dense, gappy, exception-heavy and extreme values).
+//! 129, ... postings with dense, gappy, exception-heavy and extreme values), and OR queries give
+//! the same documents in the same order with bit-identical scores.
 //!
 //! Without a GPU each test prints why and passes, unless `RANKSERVE_REQUIRE_GPU=1`.
 
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
+use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rankserve::gpu::device::device_for_tests;
 use rankserve::gpu::GpuDevice;
 use rankserve::index::codecs::{encode_list, BlockDecoder, Codec, BLOCK_LEN};
-use rankserve::index::{Index, PostingList};
+use rankserve::index::{DocId, Index, PostingList};
 use rankserve::select::gpu::decode::decode_list;
-use rankserve::select::gpu::DeviceList;
+use rankserve::select::gpu::{search_or, DeviceList, GpuSelectError};
+use rankserve::select::{search, Bm25Params, Mode, Query, SelectError};
 
-use crate::selection::{fixture, synthetic};
+use crate::selection::{fixture, pick_terms, query_strategy, synthetic};
 
 /// One device for the whole module (probing compiles every kernel module).
 fn device(test: &str) -> Option<Arc<GpuDevice>> {
@@ -137,6 +140,94 @@ fn edge_length_lists_decode_like_the_cpu_gpu() {
                 }
             }
         }
+    }
+}
+
+/// Hits with scores as bits: equality means bit-identical scores.
+fn bits(hits: &[(DocId, f64)]) -> Vec<(DocId, u64)> {
+    hits.iter().map(|&(d, s)| (d, s.to_bits())).collect()
+}
+
+fn check_or(device: &GpuDevice, index: &Index, q: &Query) {
+    let gpu = search_or(device, index, q).unwrap().hits;
+    let mut or = q.clone();
+    or.mode = Mode::Or;
+    let cpu = search(index, &or).unwrap().hits;
+    assert_eq!(bits(&gpu), bits(&cpu), "query {q:?}");
+}
+
+#[test]
+fn or_fixture_queries_match_the_cpu_gpu() {
+    let Some(device) = device("or_fixture_queries_match_the_cpu_gpu") else {
+        return;
+    };
+    let words = [
+        "search",
+        "index",
+        "gpu",
+        "the",
+        "of",
+        "cache",
+        "nonexistent",
+        "café",
+        "東京",
+    ];
+    for codec in [Codec::Ef, Codec::Pfor] {
+        let index = fixture(codec);
+        for (i, a) in words.iter().enumerate() {
+            for b in &words {
+                let third = words[(i * 5 + 2) % words.len()];
+                for terms in [vec![*a], vec![*a, *b, third], vec![*b, *a, *a]] {
+                    for k in [1, 3, 10, 1000] {
+                        let terms = terms.iter().map(|s| s.to_string()).collect();
+                        check_or(&device, index, &Query::new(terms, k, Mode::Or));
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn or_edge_cases_match_the_cpu_gpu() {
+    let Some(device) = device("or_edge_cases_match_the_cpu_gpu") else {
+        return;
+    };
+    let index = synthetic(Codec::Pfor);
+    let common = pick_terms(index, &[(0, 0), (0, 1), (0, 2)]);
+    for (terms, k) in [
+        (vec![], 10),
+        (common.clone(), 0),
+        (vec!["unknown-term".to_string()], 10),
+        (common.clone(), index.num_docs() as usize + 5),
+        (common.clone(), 2047),
+        (common.clone(), 2048),
+        (common.clone(), 2049),
+    ] {
+        check_or(&device, index, &Query::new(terms, k, Mode::Or));
+    }
+    let mut bad = Query::new(common, 10, Mode::Or);
+    bad.params.b = 1.5;
+    assert!(matches!(
+        search_or(&device, index, &bad),
+        Err(GpuSelectError::Query(SelectError::InvalidParameter {
+            name: "b",
+            ..
+        }))
+    ));
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(100))]
+    #[test]
+    fn random_or_queries_match_the_cpu_gpu((picks, k, _mode, k1, b) in query_strategy(), pfor in any::<bool>()) {
+        let Some(device) = device("random_or_queries_match_the_cpu_gpu") else {
+            return Ok(());
+        };
+        let index = synthetic(if pfor { Codec::Pfor } else { Codec::Ef });
+        let mut q = Query::new(pick_terms(index, &picks), k, Mode::Or);
+        q.params = Bm25Params { k1, b };
+        check_or(&device, index, &q);
     }
 }
 

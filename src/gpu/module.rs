@@ -14,6 +14,8 @@ pub enum KernelModule {
     Pfor,
     /// Elias-Fano posting-block decoding.
     Ef,
+    /// BM25 term at a time into dense accumulators, top-k candidates.
+    Score,
 }
 
 impl KernelModule {
@@ -24,6 +26,7 @@ impl KernelModule {
         KernelModule::Nn,
         KernelModule::Pfor,
         KernelModule::Ef,
+        KernelModule::Score,
     ];
 
     /// The module's name: its file stem under `kernels/`.
@@ -34,6 +37,7 @@ impl KernelModule {
             KernelModule::Nn => "nn",
             KernelModule::Pfor => "pfor",
             KernelModule::Ef => "ef",
+            KernelModule::Score => "score",
         }
     }
 
@@ -52,6 +56,20 @@ impl KernelModule {
                 include_str!("../../kernels/packing.cuh"),
                 include_str!("../../kernels/ef.cu")
             ),
+            KernelModule::Score => include_str!("../../kernels/score.cu"),
+        }
+    }
+
+    /// NVRTC options beyond the architecture: `score` must not fuse multiply-adds, so that its
+    /// f32 BM25 arithmetic rounds exactly as the CPU's (`select::bm25`).
+    pub fn nvrtc_options(self) -> &'static [&'static str] {
+        match self {
+            KernelModule::Score => &["--fmad=false"],
+            KernelModule::Trees
+            | KernelModule::Mit
+            | KernelModule::Nn
+            | KernelModule::Pfor
+            | KernelModule::Ef => &[],
         }
     }
 
@@ -63,6 +81,7 @@ impl KernelModule {
             KernelModule::Nn => &["nn_bias_activation", "nn_scores"],
             KernelModule::Pfor => &["pfor_decode"],
             KernelModule::Ef => &["ef_decode"],
+            KernelModule::Score => &["score_fill", "score_term", "score_block_topk"],
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Selection on the GPU against the CPU: every posting list decodes to the same docIDs and term
 //! frequencies (both codecs; the fixture and synthetic indexes; hand-made lists of 1, 127, 128,
-//! 129, ... postings with dense, gappy, exception-heavy and extreme values), and OR queries give
-//! the same documents in the same order with bit-identical scores.
+//! 129, ... postings with dense, gappy, exception-heavy and extreme values), and OR and AND
+//! queries give the same documents in the same order with bit-identical scores.
 //!
 //! Without a GPU each test prints why and passes, unless `RANKSERVE_REQUIRE_GPU=1`.
 
@@ -16,7 +16,7 @@ use rankserve::gpu::GpuDevice;
 use rankserve::index::codecs::{encode_list, BlockDecoder, Codec, BLOCK_LEN};
 use rankserve::index::{DocId, Index, PostingList};
 use rankserve::select::gpu::decode::decode_list;
-use rankserve::select::gpu::{search_or, DeviceList, GpuSelectError};
+use rankserve::select::gpu::{search_and, search_or, DeviceList, GpuSelectError};
 use rankserve::select::{search, Bm25Params, Mode, Query, SelectError};
 
 use crate::selection::{fixture, pick_terms, query_strategy, synthetic};
@@ -63,13 +63,12 @@ fn every_index_list_decodes_like_the_cpu_gpu() {
     }
 }
 
+/// A list's docIDs and term frequencies.
+type Postings = (Vec<u32>, Vec<u32>);
+
 /// A list of `n` postings from `first`: `posting(i)` gives posting i's d-gap minus one (unused
 /// for i = 0) and its tf.
-fn made_list(
-    n: usize,
-    first: u32,
-    mut posting: impl FnMut(usize) -> (u32, u32),
-) -> (Vec<u32>, Vec<u32>) {
+fn made_list(n: usize, first: u32, mut posting: impl FnMut(usize) -> (u32, u32)) -> Postings {
     let (mut docs, mut tfs) = (Vec::with_capacity(n), Vec::with_capacity(n));
     let mut d = first;
     for i in 0..n {
@@ -91,7 +90,7 @@ fn edge_length_lists_decode_like_the_cpu_gpu() {
     for n in [1usize, 2, 31, 127, 128, 129, 255, 256, 257, 1000, 3001] {
         // Spread so the last docID stays below u32::MAX - 1 (docIDs are below N < 2^32 - 1).
         let wide = ((u32::MAX - 2) as u64 / n as u64 - 1) as u32;
-        let shapes: Vec<(&str, (Vec<u32>, Vec<u32>))> = vec![
+        let shapes: Vec<(&str, Postings)> = vec![
             ("dense", made_list(n, 0, |_| (0, 1))),
             (
                 "gappy",
@@ -148,17 +147,21 @@ fn bits(hits: &[(DocId, f64)]) -> Vec<(DocId, u64)> {
     hits.iter().map(|&(d, s)| (d, s.to_bits())).collect()
 }
 
-fn check_or(device: &GpuDevice, index: &Index, q: &Query) {
-    let gpu = search_or(device, index, q).unwrap().hits;
-    let mut or = q.clone();
-    or.mode = Mode::Or;
-    let cpu = search(index, &or).unwrap().hits;
-    assert_eq!(bits(&gpu), bits(&cpu), "query {q:?}");
+/// Runs `q` on the GPU in its mode (OR or AND) and on the CPU: the same hits in the same order
+/// with bit-identical scores.
+fn check(device: &GpuDevice, index: &Index, q: &Query) {
+    let gpu = match q.mode {
+        Mode::Or => search_or(device, index, q),
+        Mode::And => search_and(device, index, q),
+        Mode::AndOr => panic!("AND_OR has no GPU path yet"),
+    };
+    let cpu = search(index, q).unwrap().hits;
+    assert_eq!(bits(&gpu.unwrap().hits), bits(&cpu), "query {q:?}");
 }
 
 #[test]
-fn or_fixture_queries_match_the_cpu_gpu() {
-    let Some(device) = device("or_fixture_queries_match_the_cpu_gpu") else {
+fn fixture_queries_match_the_cpu_gpu() {
+    let Some(device) = device("fixture_queries_match_the_cpu_gpu") else {
         return;
     };
     let words = [
@@ -179,8 +182,10 @@ fn or_fixture_queries_match_the_cpu_gpu() {
                 let third = words[(i * 5 + 2) % words.len()];
                 for terms in [vec![*a], vec![*a, *b, third], vec![*b, *a, *a]] {
                     for k in [1, 3, 10, 1000] {
-                        let terms = terms.iter().map(|s| s.to_string()).collect();
-                        check_or(&device, index, &Query::new(terms, k, Mode::Or));
+                        for mode in [Mode::Or, Mode::And] {
+                            let terms = terms.iter().map(|s| s.to_string()).collect();
+                            check(&device, index, &Query::new(terms, k, mode));
+                        }
                     }
                 }
             }
@@ -189,22 +194,29 @@ fn or_fixture_queries_match_the_cpu_gpu() {
 }
 
 #[test]
-fn or_edge_cases_match_the_cpu_gpu() {
-    let Some(device) = device("or_edge_cases_match_the_cpu_gpu") else {
+fn edge_cases_match_the_cpu_gpu() {
+    let Some(device) = device("edge_cases_match_the_cpu_gpu") else {
         return;
     };
     let index = synthetic(Codec::Pfor);
     let common = pick_terms(index, &[(0, 0), (0, 1), (0, 2)]);
+    let with_unknown = vec![common[0].clone(), "unknown-term".to_string()];
+    let repeated = vec![common[1].clone(), common[0].clone(), common[1].clone()];
     for (terms, k) in [
         (vec![], 10),
         (common.clone(), 0),
         (vec!["unknown-term".to_string()], 10),
+        (with_unknown, 10),
+        (repeated, 10),
+        (vec![common[0].clone()], 10),
         (common.clone(), index.num_docs() as usize + 5),
         (common.clone(), 2047),
         (common.clone(), 2048),
         (common.clone(), 2049),
     ] {
-        check_or(&device, index, &Query::new(terms, k, Mode::Or));
+        for mode in [Mode::Or, Mode::And] {
+            check(&device, index, &Query::new(terms.clone(), k, mode));
+        }
     }
     let mut bad = Query::new(common, 10, Mode::Or);
     bad.params.b = 1.5;
@@ -215,19 +227,29 @@ fn or_edge_cases_match_the_cpu_gpu() {
             ..
         }))
     ));
+    bad.params.b = 0.4;
+    bad.params.k1 = f32::NAN;
+    assert!(matches!(
+        search_and(&device, index, &bad),
+        Err(GpuSelectError::Query(SelectError::InvalidParameter {
+            name: "k1",
+            ..
+        }))
+    ));
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig::with_cases(100))]
+    #![proptest_config(ProptestConfig::with_cases(200))]
     #[test]
-    fn random_or_queries_match_the_cpu_gpu((picks, k, _mode, k1, b) in query_strategy(), pfor in any::<bool>()) {
-        let Some(device) = device("random_or_queries_match_the_cpu_gpu") else {
+    fn random_queries_match_the_cpu_gpu((picks, k, mode, k1, b) in query_strategy(), pfor in any::<bool>()) {
+        let Some(device) = device("random_queries_match_the_cpu_gpu") else {
             return Ok(());
         };
         let index = synthetic(if pfor { Codec::Pfor } else { Codec::Ef });
-        let mut q = Query::new(pick_terms(index, &picks), k, Mode::Or);
+        let mode = if mode == 1 { Mode::Or } else { Mode::And };
+        let mut q = Query::new(pick_terms(index, &picks), k, mode);
         q.params = Bm25Params { k1, b };
-        check_or(&device, index, &q);
+        check(&device, index, &q);
     }
 }
 
@@ -280,7 +302,7 @@ fn decode_speed_gpu_vs_one_cpu_core() {
     for _ in 0..reps {
         let started = Instant::now();
         for (l, out) in on_device.iter().zip(outs.iter_mut()) {
-            l.decode_into(&device, out).unwrap();
+            l.decode_into(&device, out, 0).unwrap();
         }
         stream.synchronize().unwrap();
         times.push(started.elapsed().as_secs_f64());
@@ -295,7 +317,7 @@ fn decode_speed_gpu_vs_one_cpu_core() {
     for _ in 0..reps {
         let started = Instant::now();
         on_device[longest]
-            .decode_into(&device, &mut outs[longest])
+            .decode_into(&device, &mut outs[longest], 0)
             .unwrap();
         stream.synchronize().unwrap();
         one.push(started.elapsed().as_secs_f64());

@@ -14,7 +14,7 @@ pub enum KernelModule {
     Pfor,
     /// Elias-Fano posting-block decoding.
     Ef,
-    /// BM25 term at a time into dense accumulators, top-k candidates.
+    /// BM25: OR term at a time into dense accumulators, AND by binary search, top-k candidates.
     Score,
 }
 
@@ -81,7 +81,7 @@ impl KernelModule {
             KernelModule::Nn => &["nn_bias_activation", "nn_scores"],
             KernelModule::Pfor => &["pfor_decode"],
             KernelModule::Ef => &["ef_decode"],
-            KernelModule::Score => &["score_fill", "score_term", "score_block_topk"],
+            KernelModule::Score => &["score_fill", "score_term", "score_and", "score_block_topk"],
         }
     }
 }

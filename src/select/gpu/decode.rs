@@ -128,16 +128,23 @@ impl DeviceList {
         self.n_blocks as usize
     }
 
-    /// Queues the decoding of every block into `out` on the device's stream.
+    /// Queues the decoding of every block into `out`, from posting `at` on (several lists can
+    /// lie side by side in one buffer), on the device's stream.
     ///
     /// # Errors
-    /// [`GpuError::TooLarge`] when `out` holds fewer than `df` postings; a driver error when the
-    /// launch fails.
-    pub fn decode_into(&self, device: &GpuDevice, out: &mut DecodedList) -> Result<(), GpuError> {
-        if out.df < self.df as usize {
+    /// [`GpuError::TooLarge`] when `out` holds fewer than `at + df` postings; a driver error
+    /// when the launch fails.
+    pub fn decode_into(
+        &self,
+        device: &GpuDevice,
+        out: &mut DecodedList,
+        at: usize,
+    ) -> Result<(), GpuError> {
+        let end = at + self.df as usize;
+        if out.df < end {
             return Err(GpuError::TooLarge {
                 what: "postings to decode (the output holds fewer)",
-                got: self.df as usize,
+                got: end,
                 limit: out.df,
             });
         }
@@ -151,18 +158,20 @@ impl DeviceList {
             block_dim: (BLOCK_LEN as u32, 1, 1),
             shared_mem_bytes: 0,
         };
+        let mut docs = out.docs.slice_mut(at..end);
+        let mut tfs = out.tfs.slice_mut(at..end);
         let mut launch = device.stream().launch_builder(function);
         launch
             .arg(&self.blocks)
             .arg(&self.skips)
             .arg(&self.df)
-            .arg(&mut out.docs)
-            .arg(&mut out.tfs);
+            .arg(&mut docs)
+            .arg(&mut tfs);
         // SAFETY: the arguments follow `pfor_decode` / `ef_decode` in order and type (u32 words of
         // the list, u32 skip entries, u32 df, u32 docID and tf outputs). The blocks and skips are
         // a whole list that passed the reader's checks at open, so every word a block's header
-        // points at lies inside `blocks`; the outputs hold at least df postings; the grid is one
-        // 128-thread block per posting block, the shape the kernels' comments require.
+        // points at lies inside `blocks`; the output views hold exactly df postings; the grid is
+        // one 128-thread block per posting block, the shape the kernels' comments require.
         unsafe { launch.launch(config) }.during(kernel)?;
         Ok(())
     }
@@ -173,7 +182,7 @@ impl DeviceList {
     /// As [`DecodedList::alloc`] and [`DeviceList::decode_into`].
     pub fn decode(&self, device: &GpuDevice) -> Result<DecodedList, GpuError> {
         let mut out = DecodedList::alloc(device, self.df as usize)?;
-        self.decode_into(device, &mut out)?;
+        self.decode_into(device, &mut out, 0)?;
         Ok(out)
     }
 }

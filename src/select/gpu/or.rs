@@ -6,8 +6,6 @@
 //! One launch per term on one stream makes every document's score the f64 sum of its f32
 //! contributions in query term order, the CPU's definition (`select::bm25`), so scores are
 //! bit-identical; `score.cu` is compiled without fused multiply-adds for the same reason.
-//! `score_block_topk` sorts each chunk of 2048 documents and keeps its best min(k, 2048); the
-//! host offers those to the same [`TopK`] the CPU uses (ties by smaller docID).
 //!
 //! Counters: `blocks_decoded` is every block of every term (TAAT decodes whole lists);
 //! `docs_scored` stays 0, since the union's size is not counted on the device.
@@ -16,21 +14,14 @@ use std::time::Instant;
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::decode::{DecodedList, DeviceList};
+use super::decode::DeviceList;
+use super::topk::{doc_lengths, top_k};
 use super::GpuSelectError;
 use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError, KernelModule};
 use crate::index::{DocId, Index};
 use crate::select::bm25::TermScorer;
-use crate::select::topk::TopK;
 use crate::select::{check_params, dedup_terms, term_list, Query, SearchResult, SelectStats};
-
-/// Documents per `score_block_topk` block (`TOPK_CHUNK` in score.cu).
-const TOPK_CHUNK: usize = 2048;
-/// Threads per `score_block_topk` block (`TOPK_THREADS` in score.cu).
-const TOPK_THREADS: u32 = 256;
-/// A candidate slot without a document (`NO_DOC` in score.cu).
-const NO_DOC: u32 = u32::MAX;
 
 /// Runs one query in OR mode on the GPU (whatever `query.mode` says): the same hits as
 /// [`crate::select::search`] with [`crate::select::Mode::Or`], in the same order, with
@@ -70,10 +61,7 @@ fn or_topk(
     }
     let n_docs = index.num_docs();
     let stream = device.stream();
-    let lengths: Vec<u32> = (0..n_docs).map(|d| index.scoring_length(d)).collect();
-    let doc_len = stream
-        .clone_htod(&lengths)
-        .during("document lengths upload")?;
+    let doc_len = doc_lengths(device, index)?;
     let mut acc = stream
         .alloc_zeros::<f64>(n_docs as usize)
         .during("accumulator allocation")?;
@@ -85,8 +73,6 @@ fn or_topk(
 
     let n = n_docs as u64;
     let avgdl = index.avg_scoring_length();
-    // Decoded lists stay alive until the results are copied back (their kernels are queued).
-    let mut decoded: Vec<DecodedList> = Vec::with_capacity(lists.len());
     for list in lists {
         let on_device = DeviceList::upload(device, list)?;
         let postings = on_device.decode(device)?;
@@ -109,58 +95,9 @@ fn or_topk(
             .arg(&mut acc);
         // SAFETY: `score_term(const u32*, const u32*, u32, const u32*, float × 6, double*)` in
         // this order; docs and tfs hold df postings with docIDs below n_docs (checked at open),
-        // doc_len and acc hold n_docs entries; any 1-D grid.
+        // doc_len and acc hold n_docs entries; any 1-D grid. Buffers dropped after the launch
+        // are freed in stream order, after the kernel.
         unsafe { launch.launch(LaunchConfig::for_num_elems(list.df)) }.during("score_term")?;
-        decoded.push(postings);
     }
-
-    let keep = query.k.min(TOPK_CHUNK);
-    let groups = (n_docs as usize).div_ceil(TOPK_CHUNK);
-    let slots = groups * keep;
-    if u32::try_from(slots).is_err() {
-        return Err(GpuError::TooLarge {
-            what: "top-k candidate slots",
-            got: slots,
-            limit: u32::MAX as usize,
-        });
-    }
-    let mut scores = stream
-        .alloc_zeros::<f64>(slots)
-        .during("top-k candidates allocation")?;
-    let mut docs = stream
-        .alloc_zeros::<u32>(slots)
-        .during("top-k candidates allocation")?;
-    let keep_u32 = keep as u32;
-    let topk = device.function(KernelModule::Score, "score_block_topk")?;
-    let mut launch = stream.launch_builder(topk);
-    launch
-        .arg(&acc)
-        .arg(&n_docs)
-        .arg(&keep_u32)
-        .arg(&mut scores)
-        .arg(&mut docs);
-    let config = LaunchConfig {
-        grid_dim: (groups as u32, 1, 1),
-        block_dim: (TOPK_THREADS, 1, 1),
-        shared_mem_bytes: 0,
-    };
-    // SAFETY: `score_block_topk(const double*, u32, u32, double*, u32*)` in this order; acc
-    // holds n_docs entries, the outputs groups × keep slots (keep ≤ 2048, the total checked to
-    // fit a u32); one 256-thread block per 2048 documents as the kernel's comment requires.
-    unsafe { launch.launch(config) }.during("score_block_topk")?;
-    let scores = stream
-        .clone_dtoh(&scores)
-        .during("top-k candidates download")?;
-    let docs = stream
-        .clone_dtoh(&docs)
-        .during("top-k candidates download")?;
-    drop(decoded);
-
-    let mut top = TopK::new(query.k);
-    for (&doc, &score) in docs.iter().zip(&scores) {
-        if doc != NO_DOC {
-            top.push(doc, score);
-        }
-    }
-    Ok(top.into_sorted())
+    top_k(device, &acc, None, n_docs, query.k)
 }

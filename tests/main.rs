@@ -5,3 +5,4 @@ mod http;
 mod parity;
 mod search;
 mod selection;
+mod selection_gpu;

@@ -98,7 +98,7 @@ pub(crate) fn built(corpus: &Path, name: &str, codec: Codec) -> (tempfile::TempD
     (dir, index)
 }
 
-fn fixture(codec: Codec) -> &'static Index {
+pub(crate) fn fixture(codec: Codec) -> &'static Index {
     static EF: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
     static PFOR: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
     let cell = if codec == Codec::Ef { &EF } else { &PFOR };
@@ -107,7 +107,7 @@ fn fixture(codec: Codec) -> &'static Index {
         .1
 }
 
-fn synthetic(codec: Codec) -> &'static Index {
+pub(crate) fn synthetic(codec: Codec) -> &'static Index {
     static EF: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
     static PFOR: OnceLock<(tempfile::TempDir, Index)> = OnceLock::new();
     static CORPUS: OnceLock<(tempfile::TempDir, PathBuf)> = OnceLock::new();
@@ -261,7 +261,7 @@ fn edge_cases_are_answered_sensibly() {
 
 /// Terms for random queries: a mix of frequent, mid and rare terms of the synthetic index,
 /// plus unknown ones.
-fn query_strategy() -> impl Strategy<Value = (Vec<(u8, u32)>, usize, u8, f32, f32)> {
+pub(crate) fn query_strategy() -> impl Strategy<Value = (Vec<(u8, u32)>, usize, u8, f32, f32)> {
     (
         proptest::collection::vec((0u8..10, any::<u32>()), 1..6),
         prop_oneof![Just(1usize), Just(10), Just(100), 0usize..50, Just(5000)],
@@ -271,7 +271,7 @@ fn query_strategy() -> impl Strategy<Value = (Vec<(u8, u32)>, usize, u8, f32, f3
     )
 }
 
-fn pick_terms(index: &Index, picks: &[(u8, u32)]) -> Vec<String> {
+pub(crate) fn pick_terms(index: &Index, picks: &[(u8, u32)]) -> Vec<String> {
     // Terms sorted by df, descending, computed once.
     static BY_DF: OnceLock<Vec<String>> = OnceLock::new();
     let by_df = BY_DF.get_or_init(|| {

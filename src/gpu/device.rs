@@ -84,7 +84,9 @@ impl GpuDevice {
             let ptx = compile_ptx_with_opts(
                 module.source(),
                 CompileOptions {
-                    options: vec![format!("--gpu-architecture={arch}")],
+                    options: std::iter::once(format!("--gpu-architecture={arch}"))
+                        .chain(module.nvrtc_options().iter().map(|o| o.to_string()))
+                        .collect(),
                     name: Some(format!("{}.cu", module.name())),
                     ..Default::default()
                 },

@@ -12,6 +12,12 @@ pub enum KernelModule {
     Nn,
     /// Feature extraction: every catalogue feature of a batch of hit documents.
     Fe,
+    /// PForDelta posting-block decoding.
+    Pfor,
+    /// Elias-Fano posting-block decoding.
+    Ef,
+    /// BM25: OR term at a time into dense accumulators, AND by binary search, top-k candidates.
+    Score,
 }
 
 impl KernelModule {
@@ -21,6 +27,9 @@ impl KernelModule {
         KernelModule::Mit,
         KernelModule::Nn,
         KernelModule::Fe,
+        KernelModule::Pfor,
+        KernelModule::Ef,
+        KernelModule::Score,
     ];
 
     /// The module's name: its file stem under `kernels/`.
@@ -30,6 +39,9 @@ impl KernelModule {
             KernelModule::Mit => "mit",
             KernelModule::Nn => "nn",
             KernelModule::Fe => "fe",
+            KernelModule::Pfor => "pfor",
+            KernelModule::Ef => "ef",
+            KernelModule::Score => "score",
         }
     }
 
@@ -40,6 +52,30 @@ impl KernelModule {
             KernelModule::Mit => include_str!("../../kernels/mit.cu"),
             KernelModule::Nn => include_str!("../../kernels/nn.cu"),
             KernelModule::Fe => include_str!("../../kernels/fe.cu"),
+            // The decoders share kernels/packing.cuh, prepended here (NVRTC sees no files).
+            KernelModule::Pfor => concat!(
+                include_str!("../../kernels/packing.cuh"),
+                include_str!("../../kernels/pfor.cu")
+            ),
+            KernelModule::Ef => concat!(
+                include_str!("../../kernels/packing.cuh"),
+                include_str!("../../kernels/ef.cu")
+            ),
+            KernelModule::Score => include_str!("../../kernels/score.cu"),
+        }
+    }
+
+    /// NVRTC options beyond the architecture: `score` must not fuse multiply-adds, so that its
+    /// f32 BM25 arithmetic rounds exactly as the CPU's (`select::bm25`).
+    pub fn nvrtc_options(self) -> &'static [&'static str] {
+        match self {
+            KernelModule::Score => &["--fmad=false"],
+            KernelModule::Trees
+            | KernelModule::Mit
+            | KernelModule::Nn
+            | KernelModule::Pfor
+            | KernelModule::Ef
+            | KernelModule::Fe => &[],
         }
     }
 
@@ -50,6 +86,9 @@ impl KernelModule {
             KernelModule::Mit => &["mit_eval"],
             KernelModule::Nn => &["nn_bias_activation", "nn_scores"],
             KernelModule::Fe => &["fe_extract"],
+            KernelModule::Pfor => &["pfor_decode"],
+            KernelModule::Ef => &["ef_decode"],
+            KernelModule::Score => &["score_fill", "score_term", "score_and", "score_block_topk"],
         }
     }
 }

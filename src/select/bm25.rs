@@ -68,6 +68,20 @@ impl TermScorer {
         self.idf
     }
 
+    /// The fields the GPU's `score_term` (kernels/score.cu) takes, in its argument order:
+    /// idf, k1, k1 + 1, 1 − b, b, avgdl; it evaluates [`TermScorer::contribution`] from them
+    /// operation by operation.
+    pub fn kernel_params(&self) -> [f32; 6] {
+        [
+            self.idf,
+            self.k1,
+            self.k1_plus_1,
+            self.one_minus_b,
+            self.b,
+            self.avgdl,
+        ]
+    }
+
     /// The contribution of a posting with frequency `tf` in a document of scoring length `dl`.
     #[inline]
     pub fn contribution(&self, tf: u32, dl: u32) -> f32 {

@@ -9,7 +9,7 @@
 
 use super::bm25::TermScorer;
 use super::topk::TopK;
-use super::{dedup_terms, Mode, Query, SelectStats};
+use super::{dedup_terms, term_list, Mode, Query, SelectStats};
 use crate::index::{DocId, Index, PostingCursor, TERMINATED};
 
 /// One distinct query term that is in the index.
@@ -28,11 +28,7 @@ fn prepare<'a>(index: &'a Index, query: &Query) -> (Vec<Term<'a>>, usize, bool) 
     let mut all_known = true;
     let mut terms = Vec::with_capacity(distinct.len());
     for (qi, t) in distinct.iter().enumerate() {
-        match index
-            .term_id(t)
-            .map(|id| index.postings(id))
-            .filter(|l| l.df > 0)
-        {
+        match term_list(index, t) {
             Some(list) => terms.push(Term {
                 qi,
                 scorer: TermScorer::new(query.params, n, list.df as u64, avgdl),

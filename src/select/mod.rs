@@ -19,12 +19,13 @@
 
 pub mod bm25;
 pub mod cpu;
+pub mod gpu;
 pub mod topk;
 
 use serde::{Deserialize, Serialize};
 
 use crate::index::tokenize::Tokenizer;
-use crate::index::{DocId, Index};
+use crate::index::{DocId, Index, PostingList};
 pub use bm25::Bm25Params;
 
 /// How query terms combine.
@@ -110,7 +111,21 @@ pub struct SearchResult {
 /// # Errors
 /// [`SelectError::InvalidParameter`] when k1 < 0, k1 is not finite, or b is outside [0, 1].
 pub fn search(index: &Index, query: &Query) -> Result<SearchResult, SelectError> {
-    let p = query.params;
+    check_params(query.params)?;
+    let started = std::time::Instant::now();
+    let (hits, stats) = cpu::run(index, query);
+    Ok(SearchResult {
+        hits,
+        select_us: started.elapsed().as_micros() as u64,
+        stats,
+    })
+}
+
+/// Checks a query's BM25 parameters (both backends refuse the same queries).
+///
+/// # Errors
+/// [`SelectError::InvalidParameter`] when k1 < 0, k1 is not finite, or b is outside [0, 1].
+pub fn check_params(p: Bm25Params) -> Result<(), SelectError> {
     if !(p.k1.is_finite() && p.k1 >= 0.0) {
         return Err(SelectError::InvalidParameter {
             name: "k1",
@@ -125,19 +140,22 @@ pub fn search(index: &Index, query: &Query) -> Result<SearchResult, SelectError>
             got: p.b,
         });
     }
-    let started = std::time::Instant::now();
-    let (hits, stats) = cpu::run(index, query);
-    Ok(SearchResult {
-        hits,
-        select_us: started.elapsed().as_micros() as u64,
-        stats,
-    })
+    Ok(())
 }
 
 /// Runs many queries, in parallel across queries (rayon's current pool), results in order.
 pub fn search_batch(index: &Index, queries: &[Query]) -> Vec<Result<SearchResult, SelectError>> {
     use rayon::prelude::*;
     queries.par_iter().map(|q| search(index, q)).collect()
+}
+
+/// A query term's posting list, or `None` when the term is not in the index or never occurs in
+/// its scoring stream (df = 0).
+pub fn term_list<'a>(index: &'a Index, term: &str) -> Option<PostingList<'a>> {
+    index
+        .term_id(term)
+        .map(|id| index.postings(id))
+        .filter(|l| l.df > 0)
 }
 
 /// The query's distinct terms in first-occurrence order.

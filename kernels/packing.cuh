@@ -1,0 +1,77 @@
+// Bit-unpacking shared by pfor.cu and ef.cu: the PACK and SEQ layouts of docs/index-format.md.
+// src/gpu/module.rs prepends this file to each of them (NVRTC sees no files, only the embedded
+// source), so neither includes it.
+//
+// - SEQ: value i occupies bits i*w .. i*w+w of the words in order, least significant bit first.
+// - PACK: SEQ when n < 128; for full blocks the bitpacking crate's BitPacker4x layout: value i in
+//   lane i % 4 at lane offset (i / 4)*w bits, lane word k stored as word 4k + lane.
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+#define BLOCK_LEN 128u
+
+// The `width`-bit value at bit `bit` of the lane `lane` of `stride` interleaved lanes.
+__device__ __forceinline__ u32 unpack_lane(const u32* words, u32 lane, u32 stride, u32 bit,
+                                           u32 width) {
+    if (width == 0) {
+        return 0;
+    }
+    const u32 k = bit >> 5;
+    const u32 s = bit & 31;
+    u64 v = (u64)(words[k * stride + lane] >> s);
+    if (s + width > 32) {
+        v |= (u64)words[(k + 1) * stride + lane] << (32 - s);
+    }
+    return width == 32 ? (u32)v : (u32)v & ((1u << width) - 1);
+}
+
+// Value i of SEQ-packed values of `width` bits starting at words[0].
+__device__ __forceinline__ u32 unpack_seq(const u32* words, u32 i, u32 width) {
+    return unpack_lane(words, 0, 1, i * width, width);
+}
+
+// Value i of n PACK-packed values of `width` bits starting at words[0].
+__device__ __forceinline__ u32 unpack_pack(const u32* words, u32 i, u32 n, u32 width) {
+    if (n == BLOCK_LEN) {
+        return unpack_lane(words, i & 3, 4, (i >> 2) * width, width);
+    }
+    return unpack_seq(words, i, width);
+}
+
+// Words taken by n values of `width` bits: PACK (16*w bytes for a full block) or SEQ.
+__device__ __forceinline__ u32 packed_words(u32 n, u32 width) {
+    return n == BLOCK_LEN ? 4 * width : (n * width + 31) / 32;
+}
+
+__device__ __forceinline__ u32 seq_words(u32 n, u32 width) {
+    return (n * width + 31) / 32;
+}
+
+// Block j of a list, from its skip entries (4 u32 each: last_doc, byte offset, max_tf, min_len):
+// docIDs in base..=last, n postings, starting at word `word` of the list.
+struct BlockInfo {
+    u32 base;
+    u32 last;
+    u32 n;
+    u32 word;
+};
+
+__device__ __forceinline__ BlockInfo block_info(const u32* skips, u32 j, u32 df) {
+    BlockInfo b;
+    b.base = j == 0 ? 0 : skips[4 * (j - 1)] + 1;
+    b.last = skips[4 * j];
+    b.n = min(BLOCK_LEN, df - j * BLOCK_LEN);
+    b.word = skips[4 * j + 1] >> 2;
+    return b;
+}
+
+// Writes the block's term frequencies (stored as tf - 1, `tfw` bits, PACK, at word `tf_word`):
+// thread i < n writes posting i.
+__device__ __forceinline__ void decode_tfs(const u32* block, BlockInfo b, u32 tf_word, u32 tfw,
+                                           u32* tfs_out) {
+    const u32 i = threadIdx.x;
+    if (i < b.n) {
+        tfs_out[i] = unpack_pack(block + tf_word, i, b.n, tfw) + 1;
+    }
+}

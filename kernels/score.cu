@@ -1,0 +1,156 @@
+// OR queries term at a time (Ding et al. WWW'09): BM25 contributions scattered into a dense f64
+// accumulator of one entry per document, then a top-k by per-block candidates that the host
+// merges. Compiled with --fmad=false (src/gpu/module.rs) so every f32 operation rounds exactly
+// as src/select/bm25.rs's TermScorer::contribution does on the CPU: scores are bit-identical.
+
+typedef unsigned int u32;
+typedef unsigned long long u64;
+
+// An accumulator entry no term has touched: -0.0. Adding a contribution c to -0.0 gives c
+// exactly (as 0.0 + c does on the CPU), and even a +0.0 contribution turns it into +0.0, so
+// "matched" never depends on the score's value.
+#define UNTOUCHED_BITS 0x8000000000000000ull
+
+// A term's BM25 contribution: exactly TermScorer::contribution, operation by operation.
+// p: idf, k1, k1 + 1, 1 - b, b, avgdl (TermScorer::kernel_params).
+__device__ __forceinline__ float contribution(const float* p, u32 tf_count, u32 dl_count) {
+    const float tf = (float)tf_count;
+    const float dl = (float)dl_count;
+    const float norm = p[1] * (p[3] + p[4] * (dl / p[5]));
+    return p[0] * ((tf * p[2]) / (tf + norm));
+}
+
+// score_fill: marks every document untouched.
+// Launch: any 1-D grid, grid-stride over n_docs; one thread per accumulator entry.
+// Writes: acc[0..n_docs) = -0.0.
+extern "C" __global__ void score_fill(double* acc, u32 n_docs) {
+    for (u64 d = (u64)blockIdx.x * blockDim.x + threadIdx.x; d < n_docs; d += (u64)gridDim.x * blockDim.x) {
+        acc[d] = __longlong_as_double((long long)UNTOUCHED_BITS);
+    }
+}
+
+// score_term: adds one term's BM25 contributions to the accumulator.
+// Launch: any 1-D grid, grid-stride over df; one thread per posting. One launch per query term,
+// in the query's term order, on one stream: each document's sum is built in that order.
+// Reads:  docs, tfs  the term's decoded postings (df each; docIDs distinct, so no two threads
+//                    of a launch touch one entry and no atomics are needed)
+//         doc_len    scoring length of every document
+//         idf .. avgdl  TermScorer's fields for this term and query (f32)
+// Writes: acc[docs[p]] += (double)contribution, for every posting p.
+extern "C" __global__ void score_term(const u32* docs, const u32* tfs, u32 df, const u32* doc_len,
+                                      float idf, float k1, float k1_plus_1, float one_minus_b,
+                                      float b, float avgdl, double* acc) {
+    const float p[6] = {idf, k1, k1_plus_1, one_minus_b, b, avgdl};
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < df; i += (u64)gridDim.x * blockDim.x) {
+        const u32 d = docs[i];
+        acc[d] += (double)contribution(p, tfs[i], doc_len[d]);
+    }
+}
+
+// score_and: AND of n_terms decoded lists, scored (Ding et al.'s binary search per element).
+// Launch: any 1-D grid, grid-stride over the shortest list's df; one thread per candidate, the
+// shortest list's posting i. For each term in query order the thread finds the candidate in the
+// term's list by binary search (the shortest list's own posting needs none), and sums the f32
+// contributions in f64 in that order from 0.0, as the CPU's AND does.
+// Reads:  docs, tfs   every term's decoded postings, concatenated: term t's df[t] postings start
+//                     at start[t] (docIDs increasing within each term)
+//         params      6 f32 per term (TermScorer::kernel_params), query order
+//         shortest    the term whose postings are the candidates
+//         doc_len     scoring length of every document
+// Writes: out[i] = the score of candidate i if every term holds it, else -0.0 (untouched), for
+//         i < df[shortest].
+extern "C" __global__ void score_and(const u32* docs, const u32* tfs, const u32* start,
+                                     const u32* df, const float* params, u32 n_terms,
+                                     u32 shortest, const u32* doc_len, double* out) {
+    const u32 m = df[shortest];
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += (u64)gridDim.x * blockDim.x) {
+        const u32 doc = docs[start[shortest] + i];
+        const u32 dl = doc_len[doc];
+        double sum = 0.0;
+        bool all = true;
+        for (u32 t = 0; t < n_terms && all; ++t) {
+            u32 at;
+            if (t == shortest) {
+                at = start[t] + (u32)i;
+            } else {
+                // Lower bound of doc in the term's list.
+                u32 lo = start[t];
+                u32 hi = start[t] + df[t];
+                while (lo < hi) {
+                    const u32 mid = lo + (hi - lo) / 2;
+                    if (docs[mid] < doc) {
+                        lo = mid + 1;
+                    } else {
+                        hi = mid;
+                    }
+                }
+                all = lo < start[t] + df[t] && docs[lo] == doc;
+                at = lo;
+            }
+            if (all) {
+                sum += (double)contribution(params + 6 * t, tfs[at], dl);
+            }
+        }
+        out[i] = all ? sum : __longlong_as_double((long long)UNTOUCHED_BITS);
+    }
+}
+
+#define TOPK_CHUNK 2048u
+#define TOPK_THREADS 256u
+#define NO_DOC 0xffffffffu
+
+// Whether (sa, da) ranks before (sb, db): higher score, ties by smaller docID.
+__device__ __forceinline__ bool ranks_before(double sa, u32 da, double sb, u32 db) {
+    return sa > sb || (sa == sb && da < db);
+}
+
+// score_block_topk: per-block candidates for top-k.
+// Launch: grid (ceil(n_docs / 2048), 1, 1), block (256, 1, 1), no dynamic shared memory (static:
+// 2048 f64 + 2048 u32 = 24 KiB); block g takes entries g*2048 .. g*2048+2048, sorts them best
+// first (bitonic sort in shared memory; untouched entries last) and writes its first `keep`.
+// Reads:  acc[0..n_docs)  scores, -0.0 where untouched
+//         ids             NULL: entry e is document e; else entry e is document ids[e], and ids
+//                         increase with e (so ties still break by smaller docID)
+// Writes: out_scores[g*keep + r], out_docs[g*keep + r] for r < keep (keep <= 2048); a slot
+//         without a matched document holds NO_DOC and -infinity.
+// The host merges the candidates: every document of the top-k is among its block's best k.
+extern "C" __global__ void score_block_topk(const double* acc, const u32* ids, u32 n_docs,
+                                            u32 keep, double* out_scores, u32* out_docs) {
+    __shared__ double s[TOPK_CHUNK];
+    __shared__ u32 d[TOPK_CHUNK];
+    const u32 start = blockIdx.x * TOPK_CHUNK;
+    for (u32 t = threadIdx.x; t < TOPK_CHUNK; t += blockDim.x) {
+        const u32 doc = start + t;
+        const double v = doc < n_docs ? acc[doc] : 0.0;
+        const bool matched =
+            doc < n_docs && (u64)__double_as_longlong(v) != UNTOUCHED_BITS;
+        s[t] = matched ? v : -__longlong_as_double(0x7ff0000000000000ll);
+        d[t] = matched ? (ids ? ids[doc] : doc) : NO_DOC;
+    }
+    __syncthreads();
+    for (u32 size = 2; size <= TOPK_CHUNK; size <<= 1) {
+        for (u32 stride = size >> 1; stride > 0; stride >>= 1) {
+            for (u32 t = threadIdx.x; t < TOPK_CHUNK; t += blockDim.x) {
+                const u32 partner = t ^ stride;
+                if (partner > t) {
+                    const bool forward = (t & size) == 0;
+                    const bool swap = forward ? ranks_before(s[partner], d[partner], s[t], d[t])
+                                              : ranks_before(s[t], d[t], s[partner], d[partner]);
+                    if (swap) {
+                        const double ts = s[t];
+                        const u32 td = d[t];
+                        s[t] = s[partner];
+                        d[t] = d[partner];
+                        s[partner] = ts;
+                        d[partner] = td;
+                    }
+                }
+            }
+            __syncthreads();
+        }
+    }
+    for (u32 r = threadIdx.x; r < keep; r += blockDim.x) {
+        out_scores[blockIdx.x * keep + r] = s[r];
+        out_docs[blockIdx.x * keep + r] = d[r];
+    }
+}

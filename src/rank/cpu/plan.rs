@@ -29,12 +29,20 @@ pub const BLOCK: usize = 16;
 /// Most documents per rayon task.
 const TASK_DOCS: usize = 256;
 
-/// Documents per rayon task for a batch of `n`: about two tasks per thread of the current pool,
-/// whole blocks, at most [`TASK_DOCS`], so that batches of a few hundred documents (a query's
-/// candidates) still spread over every thread.
-fn task_docs(n: usize) -> usize {
+/// Estimated work of one rayon task worth its scheduling, in nanoseconds of scoring.
+const TASK_MIN_NS: usize = 20_000;
+
+/// Documents per rayon task for a batch of `n` documents costing about `doc_ns` each: about two
+/// tasks per thread of the current pool, so that a query's few hundred candidates still spread
+/// over every thread, but no task under [`TASK_MIN_NS`] of work; whole blocks, at most
+/// [`TASK_DOCS`].
+fn task_docs(n: usize, doc_ns: usize) -> usize {
     let per_task = n.div_ceil(2 * rayon::current_num_threads().max(1));
-    per_task.next_multiple_of(BLOCK).clamp(BLOCK, TASK_DOCS)
+    let worth_it = TASK_MIN_NS.div_ceil(doc_ns.max(1));
+    per_task
+        .max(worth_it)
+        .next_multiple_of(BLOCK)
+        .clamp(BLOCK, TASK_DOCS)
 }
 
 const NAN_LEFT: u32 = 1;
@@ -261,6 +269,9 @@ pub struct CpuPlan {
     input_trees: Forest,
     layers: Vec<Layer>,
     ensemble: Option<(Forest, f64)>,
+    /// Rough cost of scoring one document, in nanoseconds: about 4 per input, 1 per layer
+    /// weight and 30 per tree, as measured on the bundled rankers (docs/benchmarks.md).
+    doc_ns: usize,
 }
 
 /// Per-task buffers: model inputs and layer outputs of one block, `[width][BLOCK]`.
@@ -274,7 +285,7 @@ impl CpuPlan {
     /// Compiles a validated ranker.
     pub fn new(ranker: &Ranker) -> Self {
         let mut input_trees = Forest::default();
-        let inputs = ranker
+        let inputs: Vec<PlanInput> = ranker
             .inputs
             .iter()
             .map(|input| match input {
@@ -318,8 +329,11 @@ impl CpuPlan {
             e.trees.iter().for_each(|t| forest.push(t));
             (forest, e.base_score)
         });
+        let trees = input_trees.roots.len() + ensemble.as_ref().map_or(0, |(f, _)| f.roots.len());
+        let weights: usize = ranker.layers.iter().map(|l| l.weights.len()).sum();
         CpuPlan {
             n_features: ranker.features.len(),
+            doc_ns: 4 * inputs.len() + weights + 30 * trees,
             inputs,
             input_trees,
             layers: ranker.layers.clone(),
@@ -350,7 +364,7 @@ impl CpuPlan {
             return out;
         }
         let run = |out: &mut [f64]| {
-            let task = task_docs(out.len());
+            let task = task_docs(out.len(), self.doc_ns);
             out.par_chunks_mut(task)
                 .zip(features.par_chunks(task * nf))
                 .for_each(|(out, rows)| self.score_into(rows, out));

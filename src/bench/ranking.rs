@@ -20,6 +20,7 @@ use crate::gpu::{GpuDevice, GpuError};
 use crate::rank::cpu::CpuPlan;
 use crate::rank::gpu::ranker::{GpuPhases, GpuRanker};
 use crate::rank::model::{Input, Ranker};
+use crate::rank::plan::PlanOptions;
 
 /// Why the benchmark stopped.
 #[derive(Debug, thiserror::Error)]
@@ -1177,4 +1178,84 @@ mod tests {
             .unwrap();
         assert!(!check.passed && check.cpu_max_rel_error > 1e-6, "{check:?}");
     }
+}
+
+/// One layout of the model-input transforms on the GPU, timed.
+#[derive(Debug, Clone, Serialize)]
+pub struct LayoutRun {
+    pub ranker: String,
+    pub docs: usize,
+    /// Inputs grouped by transform kind, each group padded to a warp with Dummy inputs.
+    pub warp_groups: bool,
+    /// Inputs ordered by feature within a group.
+    pub feature_locality: bool,
+    /// Median `mit_eval` time (CUDA events), microseconds.
+    pub mit_us: f64,
+    /// Median GPU end-to-end time, microseconds.
+    pub end_to_end_us: f64,
+}
+
+/// What each of the seed's input-layout optimisations buys: `bench`'s ranker uploaded with
+/// every combination of [`PlanOptions`] and timed at `docs` documents (the first layer's
+/// weights follow the layout, so every combination gives the same scores).
+///
+/// # Errors
+/// [`BenchError::Gpu`] when the GPU fails.
+pub fn mit_layouts(
+    bench: &BenchRanker,
+    docs: usize,
+    config: &BenchConfig,
+    device: &GpuDevice,
+) -> Result<Vec<LayoutRun>, BenchError> {
+    let name = bench.name.as_str();
+    let rows = rows_for(bench, docs, config.seed);
+    let mut runs = Vec::new();
+    for (warp_groups, feature_locality) in
+        [(true, true), (false, true), (true, false), (false, false)]
+    {
+        let options = PlanOptions {
+            warp_groups,
+            feature_locality,
+        };
+        let gpu = GpuRanker::upload(device, &bench.ranker, options)
+            .map_err(gpu_err(name, "model upload"))?;
+        let end = time(config, || gpu.score(device, &rows, false).map(|_| ()))
+            .map_err(gpu_err(name, "scoring"))?;
+        let mut phases = Vec::new();
+        for _ in 0..end.reps.clamp(3, 20) {
+            phases.push(
+                gpu.score_timed(device, &rows)
+                    .map_err(gpu_err(name, "timed scoring"))?
+                    .1,
+            );
+        }
+        runs.push(LayoutRun {
+            ranker: name.into(),
+            docs,
+            warp_groups,
+            feature_locality,
+            mit_us: median_phases(&phases).mit_us,
+            end_to_end_us: end.median_us,
+        });
+    }
+    Ok(runs)
+}
+
+/// The layout runs as a table.
+pub fn layout_table(runs: &[LayoutRun]) -> String {
+    let mut out = String::from(
+        "MIT input layouts (seed's optimisations), medians\nranker      docs  warp groups  feature order       MIT    end2end\n",
+    );
+    for r in runs {
+        out += &format!(
+            "{:<10}{:>6}  {:>11}  {:>13}  {:>9}  {:>9}\n",
+            r.ranker,
+            r.docs,
+            if r.warp_groups { "on" } else { "off" },
+            if r.feature_locality { "on" } else { "off" },
+            fmt_us(r.mit_us),
+            fmt_us(r.end_to_end_us)
+        );
+    }
+    out
 }

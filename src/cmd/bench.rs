@@ -93,6 +93,10 @@ pub struct RankingArgs {
     /// Only the power runs, not the latency tables.
     #[arg(long, requires = "power")]
     power_only: bool,
+    /// Also time the model-input transforms with each of the seed's input-layout optimisations
+    /// on and off (warp groups, feature order), at this many documents, for every ranker.
+    #[arg(long, value_name = "DOCS")]
+    mit_layouts: Option<usize>,
     /// Directory for ranking.json and ranking.svg.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
@@ -236,6 +240,16 @@ fn run_ranking(args: RankingArgs) -> CmdResult {
         );
     }
     print!("{}", ranking::tables(&report));
+    if let (Some(docs), Ok(device)) = (args.mit_layouts, &gpu) {
+        let mut runs = Vec::new();
+        for bench in &rankers {
+            runs.extend(
+                ranking::mit_layouts(bench, docs, &config, device)
+                    .context("bench ranking --mit-layouts")?,
+            );
+        }
+        print!("{}", ranking::layout_table(&runs));
+    }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
         let json = serde_json::to_string_pretty(&report).context("encoding the report")?;

@@ -31,6 +31,10 @@ const TASK_DOCS: usize = 256;
 
 /// Estimated work of one rayon task worth its scheduling, in nanoseconds of scoring.
 const TASK_MIN_NS: usize = 20_000;
+/// Estimated work of a whole batch below which it stays on the calling thread: waking a pool
+/// cost more than it saved below this on the H100 host (small ranker, 100 documents: 188 µs on
+/// 16 threads against 70 µs on one; docs/benchmarks.md).
+const PARALLEL_MIN_NS: usize = 500_000;
 
 /// Documents per rayon task for a batch of `n` documents costing about `doc_ns` each: about two
 /// tasks per thread of the current pool, so that a query's few hundred candidates still spread
@@ -359,7 +363,7 @@ impl CpuPlan {
             features.len()
         );
         let mut out = vec![0.0; features.len() / nf];
-        if threads == 1 || out.len() <= BLOCK {
+        if threads == 1 || out.len() <= BLOCK || out.len() * self.doc_ns < PARALLEL_MIN_NS {
             self.score_into(features, &mut out);
             return out;
         }
@@ -707,7 +711,9 @@ mod tests {
             let ranker = random_ranker(&mut rng);
             let nf = ranker.features.len();
             let rows: Vec<f64> = (0..n_docs * nf).map(|_| edge_value(&mut rng)).collect();
-            let plan = CpuPlan::new(&ranker);
+            let mut plan = CpuPlan::new(&ranker);
+            // Small test rankers stay on one thread by their cost; force the parallel path.
+            plan.doc_ns = PARALLEL_MIN_NS;
             let single = plan.score_batch(&rows, 1);
             let parallel = plan.score_batch(&rows, 2);
             for d in 0..n_docs {
@@ -778,7 +784,8 @@ mod tests {
         let ranker = random_ranker(&mut rng);
         let nf = ranker.features.len();
         let rows: Vec<f64> = (0..600 * nf).map(|_| edge_value(&mut rng)).collect();
-        let plan = CpuPlan::new(&ranker);
+        let mut plan = CpuPlan::new(&ranker);
+        plan.doc_ns = PARALLEL_MIN_NS; // the parallel path, in tasks of one block
         let all = plan.score_batch(&rows, 0);
         let tail = plan.score_batch(&rows[17 * nf..], 3);
         assert_eq!(

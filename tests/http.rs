@@ -872,6 +872,15 @@ fn assert_close(got: &[Option<f64>], want: &[Option<f64>]) {
     }
 }
 
+/// Ranks `features` with the test ranker on `backend`, expecting 200.
+async fn rank_on(app: &Router, features: &[f64], backend: Backend) -> RankResponse {
+    let mut request = rank_request("small", features, 4);
+    request.backend = Some(backend);
+    let (status, _, body) = send(app, post("/v1/rank", "application/json", json(&request))).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    serde_json::from_slice(&body).unwrap()
+}
+
 #[tokio::test]
 async fn gpu_backend_ranks_like_the_cpu_and_reports_itself() {
     if rankserve::gpu::device::device_for_tests("gpu_backend_ranks_like_the_cpu").is_none() {
@@ -887,12 +896,7 @@ async fn gpu_backend_ranks_like_the_cpu_and_reports_itself() {
     let features = random_features(300, 4, 11);
     let want = expected_scores(&test_ranker(0.125), &features);
     for backend in [Backend::Gpu, Backend::Cpu] {
-        let mut request = rank_request("small", &features, 4);
-        request.backend = Some(backend);
-        let (status, _, body) =
-            send(&s.app, post("/v1/rank", "application/json", json(&request))).await;
-        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-        let reply: RankResponse = serde_json::from_slice(&body).unwrap();
+        let reply = rank_on(&s.app, &features, backend).await;
         assert_eq!(reply.backend, backend.to_string());
         match backend {
             Backend::Cpu => assert_eq!(reply.scores, want),
@@ -936,12 +940,7 @@ async fn ranker_over_the_gpu_budget_is_ranked_on_the_cpu() {
         c.gpu_cache_bytes = 1;
     });
     let features = random_features(64, 4, 12);
-    let mut request = rank_request("small", &features, 4);
-    request.backend = Some(Backend::Gpu);
-    let (status, _, body) =
-        send(&s.app, post("/v1/rank", "application/json", json(&request))).await;
-    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-    let reply: RankResponse = serde_json::from_slice(&body).unwrap();
+    let reply = rank_on(&s.app, &features, Backend::Gpu).await;
     assert_eq!(reply.backend, "cpu");
     assert_eq!(
         reply.scores,
@@ -962,12 +961,7 @@ async fn gpu_fault_falls_back_to_the_cpu() {
     let s = server_with(|c| c.backend = Backend::Auto);
     let features = random_features(500, 4, 13);
     for backend in [Backend::Gpu, Backend::Auto] {
-        let mut request = rank_request("small", &features, 4);
-        request.backend = Some(backend);
-        let (status, _, body) =
-            send(&s.app, post("/v1/rank", "application/json", json(&request))).await;
-        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
-        let reply: RankResponse = serde_json::from_slice(&body).unwrap();
+        let reply = rank_on(&s.app, &features, backend).await;
         assert_eq!(reply.backend, "cpu");
         assert_eq!(
             reply.scores,

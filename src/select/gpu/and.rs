@@ -9,8 +9,6 @@
 //!
 //! Counters: `blocks_decoded` is every block of every term; `docs_scored` stays 0.
 
-use std::time::Instant;
-
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::decode::{DecodedList, DeviceList};
@@ -20,7 +18,7 @@ use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError, KernelModule};
 use crate::index::{DocId, Index, PostingList};
 use crate::select::bm25::TermScorer;
-use crate::select::{check_params, dedup_terms, term_list, Query, SearchResult, SelectStats};
+use crate::select::{dedup_terms, term_list, Query, SearchResult, SelectStats};
 
 /// Runs one query in AND mode on the GPU (whatever `query.mode` says): the same hits as
 /// [`crate::select::search`] with [`crate::select::Mode::And`], in the same order, with
@@ -35,15 +33,7 @@ pub fn search_and(
     index: &Index,
     query: &Query,
 ) -> Result<SearchResult, GpuSelectError> {
-    check_params(query.params)?;
-    let started = Instant::now();
-    let mut stats = SelectStats::default();
-    let hits = and_topk(device, index, query, &mut stats)?;
-    Ok(SearchResult {
-        hits,
-        select_us: started.elapsed().as_micros() as u64,
-        stats,
-    })
+    super::timed_search(query, |stats| and_topk(device, index, query, stats))
 }
 
 fn and_topk(

@@ -18,8 +18,11 @@ pub use and::search_and;
 pub use decode::{DecodedList, DeviceList};
 pub use or::search_or;
 
-use super::SelectError;
+use std::time::Instant;
+
+use super::{check_params, Query, SearchResult, SelectError, SelectStats};
 use crate::gpu::GpuError;
+use crate::index::DocId;
 
 /// Why a GPU selection failed: the query itself (the CPU refuses it too), or the device (the
 /// caller runs the query on the CPU instead).
@@ -31,4 +34,21 @@ pub enum GpuSelectError {
     /// A device error: allocation, copy, launch or a limit of the kernels.
     #[error(transparent)]
     Gpu(#[from] GpuError),
+}
+
+/// Checks `query`'s BM25 parameters as the CPU does, then runs `top_k` (one mode's device work)
+/// and times it into a [`SearchResult`].
+fn timed_search(
+    query: &Query,
+    top_k: impl FnOnce(&mut SelectStats) -> Result<Vec<(DocId, f64)>, GpuError>,
+) -> Result<SearchResult, GpuSelectError> {
+    check_params(query.params)?;
+    let started = Instant::now();
+    let mut stats = SelectStats::default();
+    let hits = top_k(&mut stats)?;
+    Ok(SearchResult {
+        hits,
+        select_us: started.elapsed().as_micros() as u64,
+        stats,
+    })
 }

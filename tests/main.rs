@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per area.
 mod cli;
+mod client_example;
 mod formats;
 mod http;
 mod parity;

@@ -177,19 +177,28 @@ async fn rank(
     };
     let features = features?;
     let fe_us = micros(fe_started.elapsed());
-    let n_docs = request.documents.len();
-    let kept = request.explain.then(|| features.clone());
+    let RankRequest {
+        documents,
+        k,
+        explain: explain_asked,
+        backend: asked,
+        ..
+    } = request;
+    let n_docs = documents.len();
+    // Freeing a thousand hit documents takes a few hundred microseconds: off the reply's path.
+    tokio::task::spawn_blocking(move || drop(documents));
+    let kept = explain_asked.then(|| features.clone());
 
     let work = state.scorer.score(
         Arc::clone(&loaded),
         features,
         deadline,
         backend,
-        request.backend == Some(Backend::Cpu),
+        asked == Some(Backend::Cpu),
     );
     let scored = before_deadline(work, deadline, timeout_ms).await?;
 
-    let order = request.k.map(|k| top_k(&scored.scores, k));
+    let order = k.map(|k| top_k(&scored.scores, k));
     let explain = kept.map(|features| explain(&loaded, &features));
     metrics::counter!("rankserve_documents_ranked_total", "ranker" => loaded.name.clone())
         .increment(n_docs as u64);

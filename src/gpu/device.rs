@@ -20,6 +20,7 @@ pub struct GpuDevice {
     blas: CudaBlas,
     name: String,
     arch: String,
+    sm_count: usize,
     functions: HashMap<(KernelModule, &'static str), CudaFunction>,
     fault: bool,
 }
@@ -74,6 +75,12 @@ impl GpuDevice {
         let name = ctx.name().during("device name")?;
         let (major, minor) = ctx.compute_capability().during("compute capability")?;
         let arch = format!("sm_{major}{minor}");
+        let sm_count = ctx
+            .attribute(
+                cudarc::driver::sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT,
+            )
+            .during("multiprocessor count")?
+            .max(1) as usize;
         let stream = ctx.default_stream();
         let blas = CudaBlas::new(stream.clone()).map_err(|source| GpuError::Cublas {
             op: "handle creation",
@@ -116,9 +123,15 @@ impl GpuDevice {
             blas,
             name,
             arch,
+            sm_count,
             functions,
             fault,
         }))
+    }
+
+    /// Streaming multiprocessors: how many blocks a launch needs to occupy the whole device.
+    pub fn sm_count(&self) -> usize {
+        self.sm_count
     }
 
     /// The device's marketing name, e.g. "NVIDIA H100 80GB HBM3".

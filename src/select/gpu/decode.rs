@@ -363,3 +363,58 @@ pub fn time_decode(
         max_ms: times[times.len() - 1],
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::codecs::{encode_list, SkipEntry};
+
+    /// A list of `n` postings with d-gaps of 3 and tf 1, encoded: (bytes, skip entry bytes).
+    fn encoded(codec: Codec, n: u32) -> (Vec<u8>, Vec<u8>) {
+        let docs: Vec<u32> = (0..n).map(|i| 5 + 3 * i).collect();
+        let tfs = vec![1; n as usize];
+        let (mut bytes, mut skips) = (Vec::new(), Vec::new());
+        encode_list(codec, &docs, &tfs, |_| 1, &mut bytes, &mut skips);
+        let mut skip_bytes = Vec::new();
+        for s in &skips {
+            SkipEntry::write(s, &mut skip_bytes);
+        }
+        (bytes, skip_bytes)
+    }
+
+    #[test]
+    fn the_block_table_places_each_list_after_the_one_before() {
+        for codec in [Codec::Ef, Codec::Pfor] {
+            let (a_bytes, a_skips) = encoded(codec, 300);
+            let (b_bytes, b_skips) = encoded(codec, 1);
+            let a = PostingList::from_parts(codec, 300, &a_bytes, &a_skips);
+            let b = PostingList::from_parts(codec, 1, &b_bytes, &b_skips);
+            let mut packed = PackedLists::default();
+            packed.push(a).unwrap();
+            packed.push(b).unwrap();
+            assert_eq!(packed.first_block, vec![0, 3]);
+            assert_eq!(packed.df, vec![300, 1]);
+            assert_eq!(packed.n_blocks(), 4);
+            assert_eq!(packed.words.len() * 4, a_bytes.len() + b_bytes.len());
+            let desc = |b: usize| &packed.table[b * DESC_WORDS..(b + 1) * DESC_WORDS];
+            for j in 0..3 {
+                let bounds = a.bounds(j);
+                let [word, base, header, counts] = desc(j).try_into().unwrap();
+                assert_eq!(word as usize * 4, a.skip(j).offset as usize);
+                assert_eq!(base, bounds.base);
+                assert_eq!(header, read_u32(&a_bytes, word as usize * 4));
+                assert_eq!(counts & 0xff, bounds.n as u32);
+                let high = match codec {
+                    Codec::Ef => {
+                        high_words(bounds.last - bounds.base, (header & 0xff) as u8, bounds.n)
+                    }
+                    Codec::Pfor => 0,
+                };
+                assert_eq!(counts >> 8, high as u32);
+            }
+            // The second list's only block starts right after the first list's words.
+            assert_eq!(desc(3)[0] as usize * 4, a_bytes.len());
+            assert_eq!((desc(3)[1], desc(3)[3] & 0xff), (0, 1));
+        }
+    }
+}

@@ -1,47 +1,58 @@
-// Elias-Fano block decoding, "Para-EF" (Griffin, Liu, Wang, Swanson PPoPP'18): the low bits are
-// bit-unpacked one thread per posting; each high-bits word is taken by one thread, which counts
-// the set bits of the words before it (a prefix sum of popcounts: at most 12 words in a valid
-// block) to know the rank of its first set bit, then decodes each of its set bits independently.
+// Elias-Fano block decoding, "Para-EF" (Griffin, Liu, Wang, Swanson PPoPP'18), one thread per
+// posting: the low bits are bit-unpacked in place; for the high part, warp 0 takes the block's
+// high-bits words (at most 13 in a valid block) and prefix-sums their popcounts, then posting i
+// finds the word holding the i-th set bit from those prefix sums and the bit itself with __fns.
+// Every posting is decoded independently: no thread walks the set bits one by one.
 // Byte layout: docs/index-format.md and src/index/codecs/ef.rs. kernels/packing.cuh is prepended
 // by the host.
 
-// ef_decode: decodes every block of one posting list.
+// ef_decode_blocks: decodes every block of a block table, any number of lists in one launch.
 // Launch: grid (n_blocks, 1, 1), block (128, 1, 1), no dynamic shared memory; one thread block
-// per posting block; thread i unpacks low bits and the tf of posting i, thread t < high words
-// places the set bits of high word t (static shared: 128 u32).
-// Reads:  list   the list's blocks as little-endian u32 words (the list's bytes from postings.bin)
-//         skips  n_blocks skip entries, 4 u32 each (last_doc, byte offset, max_tf, min_len)
-//         df     the list's postings
-// Writes: docs[j*128 + i], tfs[j*128 + i] for posting i of block j (df of each).
-// Preconditions: the blocks passed the reader's checks at open (low width as the bounds imply).
-extern "C" __global__ void ef_decode(const u32* list, const u32* skips, u32 df, u32* docs,
-                                     u32* tfs) {
-    __shared__ u32 low[BLOCK_LEN];
-    const u32 j = blockIdx.x;
+// per table entry, thread i owns posting i (static shared: 2 × 32 u32).
+// Reads:  words  the encoded blocks, as little-endian u32 words (lists copied from postings.bin)
+//         table  n_blocks descriptors (BlockDesc in packing.cuh; w >> 8 = high-bits words)
+// Writes: docs[b*128 + i], tfs[b*128 + i] for posting i < n of table entry b; slots i >= n are
+//         left alone.
+// Preconditions: the blocks passed the reader's checks at open (low width as the bounds imply,
+// so at most 32 high-bits words and exactly n set bits among them).
+extern "C" __global__ void ef_decode_blocks(const u32* words, const BlockDesc* table, u32* docs,
+                                            u32* tfs) {
+    __shared__ u32 high[32];
+    __shared__ u32 ones_before[32];
+    const BlockDesc d = table[blockIdx.x];
+    const u32* block = words + d.x;
     const u32 i = threadIdx.x;
-    const BlockInfo b = block_info(skips, j, df);
-    const u32* block = list + b.word;
-    const u32 header = block[0];
-    const u32 l = header & 0xff;
-    const u32 high_word = 1 + packed_words(b.n, l);
-    const u32 high_words = (((b.last - b.base) >> l) + b.n + 31) / 32;
-
-    low[i] = i < b.n ? unpack_pack(block + 1, i, b.n, l) : 0;
-    __syncthreads();
-    u32* out = docs + j * BLOCK_LEN;
-    for (u32 t = i; t < high_words; t += blockDim.x) {
-        u32 rank = 0;
-        for (u32 q = 0; q < t; ++q) {
-            rank += __popc(block[high_word + q]);
+    const u32 l = d.z & 0xff;
+    const u32 n = d.w & 0xff;
+    const u32 high_words = d.w >> 8;
+    const u32 high_at = 1 + packed_words(n, l);
+    if (i < 32) {
+        const u32 w = i < high_words ? block[high_at + i] : 0;
+        const u32 ones = __popc(w);
+        u32 incl = ones;
+        for (u32 off = 1; off < 32; off <<= 1) {
+            const u32 y = __shfl_up_sync(0xffffffffu, incl, off);
+            if (i >= off) {
+                incl += y;
+            }
         }
-        u32 word = block[high_word + t];
-        while (word != 0 && rank < b.n) {
-            // The rank-th set bit, at position p, holds high part p - rank.
-            const u32 high = t * 32 + (__ffs(word) - 1) - rank;
-            out[rank] = b.base + ((high << l) | low[rank]);
-            ++rank;
-            word &= word - 1;
-        }
+        high[i] = w;
+        ones_before[i] = incl - ones;
     }
-    decode_tfs(block, b, high_word + high_words, header >> 24, tfs + j * BLOCK_LEN);
+    __syncthreads();
+    if (i < n) {
+        // The word holding the i-th set bit: the last q with ones_before[q] <= i (the prefix
+        // sums never decrease, so counting them finds it; empty words are skipped over).
+        u32 q = 0;
+        for (u32 t = 1; t < high_words; ++t) {
+            q += ones_before[t] <= i;
+        }
+        const u32 p = __fns(high[q], 0, (int)(i - ones_before[q] + 1));
+        // The i-th set bit, at position q*32 + p, holds high part q*32 + p - i; `& 31` is the
+        // CPU's wrapping_shl.
+        const u32 high_part = q * 32 + p - i;
+        const u32 low = unpack_pack(block + 1, i, n, l);
+        docs[blockIdx.x * BLOCK_LEN + i] = d.y + ((high_part << (l & 31)) | low);
+    }
+    decode_tfs(block + high_at + high_words, n, d.z >> 24, tfs + blockIdx.x * BLOCK_LEN);
 }

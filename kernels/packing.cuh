@@ -48,30 +48,20 @@ __device__ __forceinline__ u32 seq_words(u32 n, u32 width) {
     return (n * width + 31) / 32;
 }
 
-// Block j of a list, from its skip entries (4 u32 each: last_doc, byte offset, max_tf, min_len):
-// docIDs in base..=last, n postings, starting at word `word` of the list.
-struct BlockInfo {
-    u32 base;
-    u32 last;
-    u32 n;
-    u32 word;
-};
+// One posting block of a decode launch: the host's block table (src/select/gpu/decode.rs,
+// `BlockTable`) holds one per block, in launch order; block b of the launch writes postings
+// b*128 .. b*128+n of the outputs.
+//   x: the block's first word (its header) in the launch's word array
+//   y: base, the smallest docID the block may hold (previous block's last + 1, or 0)
+//   z: the block's header word (a copy, so the header's fields arrive with the descriptor)
+//   w: n (bits 0..8, 1..=128 postings) | codec-specific count << 8 (EF: high-bits words)
+typedef uint4 BlockDesc;
 
-__device__ __forceinline__ BlockInfo block_info(const u32* skips, u32 j, u32 df) {
-    BlockInfo b;
-    b.base = j == 0 ? 0 : skips[4 * (j - 1)] + 1;
-    b.last = skips[4 * j];
-    b.n = min(BLOCK_LEN, df - j * BLOCK_LEN);
-    b.word = skips[4 * j + 1] >> 2;
-    return b;
-}
-
-// Writes the block's term frequencies (stored as tf - 1, `tfw` bits, PACK, at word `tf_word`):
+// Writes the block's term frequencies (stored as tf - 1, `tfw` bits, PACK, from `tf_words`):
 // thread i < n writes posting i.
-__device__ __forceinline__ void decode_tfs(const u32* block, BlockInfo b, u32 tf_word, u32 tfw,
-                                           u32* tfs_out) {
+__device__ __forceinline__ void decode_tfs(const u32* tf_words, u32 n, u32 tfw, u32* tfs_out) {
     const u32 i = threadIdx.x;
-    if (i < b.n) {
-        tfs_out[i] = unpack_pack(block + tf_word, i, b.n, tfw) + 1;
+    if (i < n) {
+        tfs_out[i] = unpack_pack(tf_words, i, n, tfw) + 1;
     }
 }

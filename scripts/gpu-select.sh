@@ -1,22 +1,32 @@
 #!/usr/bin/env bash
 # On the GPU machine, from the repository root, after `bash scripts/gpu-suite.sh` here (device
 # run, carry ["carry"], command "bash scripts/gpu-select.sh"): the selection parity tests with
-# the GPU required, then decode speed (GPU vs one CPU core) on a synthetic index of $DOCS
-# documents built in the call. CARRY names the folder holding the binaries (default carry).
+# the GPU required, then `rankserve bench selection --gpu` (decode speed per codec, GPU in one
+# launch vs one CPU core; AND and OR latency CPU vs GPU on the same queries, cache warm) on a
+# synthetic index of $DOCS documents built in the call. CARRY names the folder holding the
+# binaries (default carry); logs go to $OUT when it is set.
 set -uo pipefail
 carry=${CARRY:-carry}
+out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-RANKSERVE_REQUIRE_GPU=1 "$carry/tests/main" selection --test-threads 4 2>&1 | tail -25
+RANKSERVE_REQUIRE_GPU=1 "$carry/tests/main" selection --test-threads 4 2>&1 | tee "$out/parity.log" | tail -20
 # 1 000 000 documents did not finish corpus + one index build within 155 s on the H100 machine
-# (2026-11-23); 200 000 take about 21 s to index on 2 cores here.
-DOCS=${DOCS:-200000}
+# (2026-11-23); 500 000 took 147 s for corpus, both indexes and the queries there.
+DOCS=${DOCS:-500000}
+QUERIES=${QUERIES:-500}
 work=$(mktemp -d)
 start=$(date +%s)
 "$carry/rankserve" corpus synth --docs "$DOCS" --seed 1 --out "$work/corpus.jsonl" 2>&1 | tail -1
+# EF keeps the forward index: `queries synth` draws the query terms from it.
+"$carry/rankserve" index build --corpus "$work/corpus.jsonl" --out "$work/ef" --codec ef 2>&1 | tail -1
+"$carry/rankserve" index build --corpus "$work/corpus.jsonl" --out "$work/pfor" --codec pfor \
+  --no-forward 2>&1 | tail -1
+"$carry/rankserve" queries synth --index "$work/ef" --count "$QUERIES" --out "$work/queries.txt"
+echo "corpus, index builds, queries: $(($(date +%s) - start)) s"
 for codec in ef pfor; do
-  "$carry/rankserve" index build --corpus "$work/corpus.jsonl" --out "$work/$codec" --codec "$codec" \
-    --no-forward 2>&1 | tail -1
-  RANKSERVE_REQUIRE_GPU=1 RANKSERVE_BENCH_INDEX="$work/$codec" "$carry/tests/main" \
-    selection_gpu::decode_speed --ignored --nocapture --test-threads 1 2>&1 | grep decode_speed
+  for mode in and or; do
+    "$carry/rankserve" bench selection --index "$work/$codec" --queries "$work/queries.txt" \
+      --mode "$mode" --reps 5 --gpu 2>&1 | tee "$out/bench-$codec-$mode.log"
+  done
 done
-echo "index builds + decode timing: $(($(date +%s) - start)) s"
+echo "total: $(($(date +%s) - start)) s"

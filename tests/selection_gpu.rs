@@ -1,22 +1,27 @@
 //! Selection on the GPU against the CPU: every posting list decodes to the same docIDs and term
 //! frequencies (both codecs; the fixture and synthetic indexes; hand-made lists of 1, 127, 128,
-//! 129, ... postings with dense, gappy, exception-heavy and extreme values), and OR and AND
-//! queries give the same documents in the same order with bit-identical scores.
+//! 129, ... postings with dense, gappy, exception-heavy and extreme values; every list of an index
+//! in one batched launch), and OR and AND queries give the same documents in the same order with
+//! bit-identical scores, through posting caches that hold none, about half, or all of the lists;
+//! a cache given another (or a reopened) index reloads, and a query too large for the staging
+//! buffer is refused with `TooLarge`.
 //!
 //! Without a GPU each test prints why and passes, unless `RANKSERVE_REQUIRE_GPU=1`.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Instant;
 
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rankserve::gpu::device::device_for_tests;
-use rankserve::gpu::GpuDevice;
+use rankserve::gpu::{GpuDevice, GpuError};
 use rankserve::index::codecs::{encode_list, BlockDecoder, Codec, BLOCK_LEN};
 use rankserve::index::{DocId, Index, PostingList};
 use rankserve::select::gpu::decode::decode_list;
-use rankserve::select::gpu::{search_and, search_or, DeviceList, GpuSelectError};
+use rankserve::select::gpu::{
+    search_and, search_or, DecodedBlocks, GpuSelectError, PackedLists, PostingCache,
+    PostingCacheConfig,
+};
 use rankserve::select::{search, Bm25Params, Mode, Query, SelectError};
 
 use crate::selection::{fixture, pick_terms, query_strategy, synthetic};
@@ -59,6 +64,33 @@ fn every_index_list_decodes_like_the_cpu_gpu() {
                 multi_block += usize::from(list.n_blocks() > 1);
             }
             assert!(lists > 0 && single > 0 && multi_block > 0);
+        }
+    }
+}
+
+#[test]
+fn every_index_list_in_one_launch_decodes_like_the_cpu_gpu() {
+    let Some(device) = device("every_index_list_in_one_launch_decodes_like_the_cpu_gpu") else {
+        return;
+    };
+    for codec in [Codec::Ef, Codec::Pfor] {
+        for index in [fixture(codec), synthetic(codec)] {
+            let lists: Vec<PostingList> = (0..index.num_terms() as usize)
+                .map(|i| index.postings(index.term_at(i).1))
+                .collect();
+            let mut packed = PackedLists::default();
+            for &list in &lists {
+                packed.push(list).unwrap();
+            }
+            let on_device = packed.upload(&device).unwrap();
+            let mut out = DecodedBlocks::alloc(&device, packed.n_blocks()).unwrap();
+            on_device.decode_into(&device, codec, &mut out).unwrap();
+            for (t, &list) in lists.iter().enumerate() {
+                let got = out
+                    .download(&device, packed.first_block[t], list.df)
+                    .unwrap();
+                assert_eq!(got, cpu_decode(list), "{codec:?} list {t} of the batch");
+            }
         }
     }
 }
@@ -147,16 +179,48 @@ fn bits(hits: &[(DocId, f64)]) -> Vec<(DocId, u64)> {
     hits.iter().map(|&(d, s)| (d, s.to_bits())).collect()
 }
 
-/// Runs `q` on the GPU in its mode (OR or AND) and on the CPU: the same hits in the same order
-/// with bit-identical scores.
-fn check(device: &GpuDevice, index: &Index, q: &Query) {
+/// A posting cache with a small staging buffer (the test indexes are small).
+fn cache_of(device: &Arc<GpuDevice>, budget_bytes: u64, log: &[Query]) -> PostingCache {
+    let config = PostingCacheConfig {
+        budget_bytes,
+        min_visits: 1,
+        staging_bytes: 8 << 20,
+    };
+    PostingCache::new(device.clone(), config, log).unwrap()
+}
+
+/// Posting caches for `index`: none resident, every other term resident (by the log), and every
+/// term resident.
+fn caches(device: &Arc<GpuDevice>, index: &Index) -> Vec<(&'static str, PostingCache)> {
+    let terms: Vec<String> = (0..index.num_terms() as usize)
+        .map(|i| index.term_at(i).0.to_string())
+        .collect();
+    let every_other: Vec<String> = terms.iter().step_by(2).cloned().collect();
+    let log = |terms: Vec<String>| vec![Query::new(terms, 10, Mode::Or)];
+    vec![
+        ("no cache", cache_of(device, 0, &[])),
+        ("half", cache_of(device, u64::MAX, &log(every_other))),
+        ("all", cache_of(device, u64::MAX, &log(terms))),
+    ]
+}
+
+/// Runs `q` on the GPU in its mode (OR or AND) through `cache` and on the CPU: the same hits in
+/// the same order with bit-identical scores.
+fn check_with(cache: &mut PostingCache, what: &str, index: &Index, q: &Query) {
     let gpu = match q.mode {
-        Mode::Or => search_or(device, index, q),
-        Mode::And => search_and(device, index, q),
+        Mode::Or => search_or(cache, index, q),
+        Mode::And => search_and(cache, index, q),
         Mode::AndOr => panic!("AND_OR has no GPU path yet"),
     };
     let cpu = search(index, q).unwrap().hits;
-    assert_eq!(bits(&gpu.unwrap().hits), bits(&cpu), "query {q:?}");
+    assert_eq!(bits(&gpu.unwrap().hits), bits(&cpu), "{what}: query {q:?}");
+}
+
+/// [`check_with`] through every cache of [`caches`].
+fn check(caches: &mut [(&'static str, PostingCache)], index: &Index, q: &Query) {
+    for (what, cache) in caches.iter_mut() {
+        check_with(cache, what, index, q);
+    }
 }
 
 #[test]
@@ -177,6 +241,7 @@ fn fixture_queries_match_the_cpu_gpu() {
     ];
     for codec in [Codec::Ef, Codec::Pfor] {
         let index = fixture(codec);
+        let mut caches = caches(&device, index);
         for (i, a) in words.iter().enumerate() {
             for b in &words {
                 let third = words[(i * 5 + 2) % words.len()];
@@ -184,7 +249,7 @@ fn fixture_queries_match_the_cpu_gpu() {
                     for k in [1, 3, 10, 1000] {
                         for mode in [Mode::Or, Mode::And] {
                             let terms = terms.iter().map(|s| s.to_string()).collect();
-                            check(&device, index, &Query::new(terms, k, mode));
+                            check(&mut caches, index, &Query::new(terms, k, mode));
                         }
                     }
                 }
@@ -199,6 +264,7 @@ fn edge_cases_match_the_cpu_gpu() {
         return;
     };
     let index = synthetic(Codec::Pfor);
+    let mut caches = caches(&device, index);
     let common = pick_terms(index, &[(0, 0), (0, 1), (0, 2)]);
     let with_unknown = vec![common[0].clone(), "unknown-term".to_string()];
     let repeated = vec![common[1].clone(), common[0].clone(), common[1].clone()];
@@ -215,13 +281,13 @@ fn edge_cases_match_the_cpu_gpu() {
         (common.clone(), 2049),
     ] {
         for mode in [Mode::Or, Mode::And] {
-            check(&device, index, &Query::new(terms.clone(), k, mode));
+            check(&mut caches, index, &Query::new(terms.clone(), k, mode));
         }
     }
     let mut bad = Query::new(common, 10, Mode::Or);
     bad.params.b = 1.5;
     assert!(matches!(
-        search_or(&device, index, &bad),
+        search_or(&mut caches[0].1, index, &bad),
         Err(GpuSelectError::Query(SelectError::InvalidParameter {
             name: "b",
             ..
@@ -230,7 +296,7 @@ fn edge_cases_match_the_cpu_gpu() {
     bad.params.b = 0.4;
     bad.params.k1 = f32::NAN;
     assert!(matches!(
-        search_and(&device, index, &bad),
+        search_and(&mut caches[0].1, index, &bad),
         Err(GpuSelectError::Query(SelectError::InvalidParameter {
             name: "k1",
             ..
@@ -249,97 +315,64 @@ proptest! {
         let mode = if mode == 1 { Mode::Or } else { Mode::And };
         let mut q = Query::new(pick_terms(index, &picks), k, mode);
         q.params = Bm25Params { k1, b };
-        check(&device, index, &q);
+        // A cache of the query's own terms (all resident) and one of none.
+        check_with(&mut cache_of(&device, u64::MAX, std::slice::from_ref(&q)), "own terms", index, &q);
+        check_with(&mut cache_of(&device, 0, &[]), "no cache", index, &q);
     }
 }
 
-/// Decode speed on an index given by `RANKSERVE_BENCH_INDEX` (built inside the GPU run): every
-/// list of at least 4096 postings, decoded on one CPU core and on the GPU (lists resident on
-/// the device, one launch per list, after a warm-up), in integers (docIDs + tfs) per second.
 #[test]
-#[ignore = "a measurement: RANKSERVE_BENCH_INDEX=DIR, on the GPU machine"]
-fn decode_speed_gpu_vs_one_cpu_core() {
-    let Ok(dir) = std::env::var("RANKSERVE_BENCH_INDEX") else {
-        eprintln!("decode_speed: set RANKSERVE_BENCH_INDEX to an index directory");
+fn posting_cache_counts_and_reloads_for_another_index_gpu() {
+    let Some(device) = device("posting_cache_counts_and_reloads_for_another_index_gpu") else {
         return;
     };
-    let Some(device) = device("decode_speed_gpu_vs_one_cpu_core") else {
-        return;
-    };
-    let index = Index::open(std::path::Path::new(&dir)).unwrap();
-    let lists: Vec<PostingList> = (0..index.num_terms() as usize)
-        .map(|i| index.postings(index.term_at(i).1))
-        .filter(|l| l.df >= 4096)
-        .collect();
-    let postings: u64 = lists.iter().map(|l| l.df as u64).sum();
-    let ints = 2 * postings;
-
-    let mut dec = BlockDecoder::new();
-    let mut checksum = 0u64;
-    let cpu_started = Instant::now();
-    for list in &lists {
-        for j in 0..list.n_blocks() {
-            let bounds = list.bounds(j);
-            dec.decode_docs(list.codec, list.block_bytes(j), bounds);
-            dec.decode_tfs(list.codec, list.block_bytes(j), bounds);
-            checksum += (dec.docs[bounds.n - 1] ^ dec.tfs[0]) as u64;
-        }
-    }
-    let cpu_s = cpu_started.elapsed().as_secs_f64();
-
-    let on_device: Vec<DeviceList> = lists
-        .iter()
-        .map(|&l| DeviceList::upload(&device, l).unwrap())
-        .collect();
-    let mut outs: Vec<_> = on_device
-        .iter()
-        .map(|l| l.decode(&device).unwrap())
-        .collect();
-    let stream = device.stream();
-    stream.synchronize().unwrap();
-    let reps = 20;
-    let mut times = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let started = Instant::now();
-        for (l, out) in on_device.iter().zip(outs.iter_mut()) {
-            l.decode_into(&device, out, 0).unwrap();
-        }
-        stream.synchronize().unwrap();
-        times.push(started.elapsed().as_secs_f64());
-    }
-    times.sort_by(f64::total_cmp);
-    let gpu_s = times[reps / 2];
-    // The longest list alone: one launch, as an OR query's longest term would run.
-    let longest = (0..on_device.len())
-        .max_by_key(|&i| on_device[i].df())
-        .unwrap();
-    let mut one = Vec::with_capacity(reps);
-    for _ in 0..reps {
-        let started = Instant::now();
-        on_device[longest]
-            .decode_into(&device, &mut outs[longest], 0)
-            .unwrap();
-        stream.synchronize().unwrap();
-        one.push(started.elapsed().as_secs_f64());
-    }
-    one.sort_by(f64::total_cmp);
-    let one_s = one[reps / 2];
-    let longest_ints = 2.0 * on_device[longest].df() as f64;
-    println!(
-        "decode_speed codec={:?} docs={} lists(df>=4096)={} postings={postings} checksum={checksum}\n\
-         decode_speed cpu_1core: {:.3} s, {:.3} G ints/s\n\
-         decode_speed gpu_all_lists (median of {reps}, {} launches): {:.3} ms, {:.3} G ints/s\n\
-         decode_speed gpu_longest_list (df={}): {:.1} us, {:.3} G ints/s",
-        index.codec(),
-        index.num_docs(),
-        lists.len(),
-        cpu_s,
-        ints as f64 / cpu_s / 1e9,
-        on_device.len(),
-        gpu_s * 1e3,
-        ints as f64 / gpu_s / 1e9,
-        on_device[longest].df(),
-        one_s * 1e6,
-        longest_ints / one_s / 1e9,
+    let a = synthetic(Codec::Ef);
+    let terms = pick_terms(a, &[(0, 0), (0, 1), (5, 3)]);
+    let q = Query::new(terms.clone(), 10, Mode::Or);
+    // The log holds the first two terms only: they are resident, the third is staged.
+    let log = [Query::new(terms[..2].to_vec(), 10, Mode::Or)];
+    let mut cache = cache_of(&device, u64::MAX, &log);
+    check_with(&mut cache, "partial", a, &q);
+    let stats = cache.stats();
+    assert_eq!((stats.hits, stats.misses, stats.rebuilds), (2, 1, 1));
+    assert_eq!(stats.resident_lists, 2);
+    let third = a.postings(a.term_id(&terms[2]).unwrap());
+    let table_bytes = 16
+        * (q.terms.iter())
+            .map(|t| a.postings(a.term_id(t).unwrap()).n_blocks() as u64)
+            .sum::<u64>();
+    assert_eq!(
+        stats.last_query_bytes_copied,
+        table_bytes + third.bytes().len() as u64
     );
+    // Another index, then the same directory reopened: each is loaded afresh, never served
+    // from the lists of the one before.
+    let b = fixture(Codec::Ef);
+    for word in ["search", "index", "the"] {
+        let q = Query::new(vec![word.to_string()], 10, Mode::Or);
+        check_with(&mut cache, "after switching index", b, &q);
+    }
+    let reopened = Index::open(a.dir()).unwrap();
+    assert_ne!(reopened.generation(), a.generation());
+    check_with(&mut cache, "reopened", &reopened, &q);
+    assert_eq!(cache.stats().rebuilds, 3);
+}
+
+#[test]
+fn a_query_larger_than_the_staging_buffer_is_refused_gpu() {
+    let Some(device) = device("a_query_larger_than_the_staging_buffer_is_refused_gpu") else {
+        return;
+    };
+    let index = synthetic(Codec::Pfor);
+    let config = PostingCacheConfig {
+        budget_bytes: 0,
+        min_visits: 1,
+        staging_bytes: 64,
+    };
+    let mut cache = PostingCache::new(device.clone(), config, &[]).unwrap();
+    let q = Query::new(pick_terms(index, &[(0, 0), (0, 1)]), 10, Mode::And);
+    assert!(matches!(
+        search_and(&mut cache, index, &q),
+        Err(GpuSelectError::Gpu(GpuError::TooLarge { .. }))
+    ));
 }

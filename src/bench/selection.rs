@@ -1,14 +1,19 @@
 //! The document stage's benchmark: each query of a file run alone on one thread (the
 //! single-thread latency that peers such as Tantivy and PISA report), with its top-k, so that a
 //! peer's results on the same queries can be compared document by document
-//! (`scripts/tantivy_compare.py` does).
+//! (`scripts/tantivy_compare.py` does). With a GPU, the same query stream runs on the GPU too
+//! (through a warm posting cache) and decode speed is compared per codec: GPU (every list in one
+//! launch) against one CPU core.
 
 use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::index::Index;
-use crate::select::{search, Bm25Params, Mode, Query, SelectError};
+use crate::gpu::GpuError;
+use crate::index::codecs::BlockDecoder;
+use crate::index::{Index, PostingList};
+use crate::select::gpu::{decode::time_decode, search_and, search_or, DecodeTiming, PostingCache};
+use crate::select::{search, Bm25Params, Mode, Query, SearchResult, SelectError};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -40,6 +45,7 @@ pub struct LatencySummary {
     pub mean: f64,
     pub p50: f64,
     pub p90: f64,
+    pub p95: f64,
     pub p99: f64,
     pub max: f64,
 }
@@ -59,13 +65,15 @@ impl LatencySummary {
             mean: us.iter().sum::<f64>() / us.len().max(1) as f64,
             p50: at(0.5),
             p90: at(0.9),
+            p95: at(0.95),
             p99: at(0.99),
             max: us.last().copied().unwrap_or(0.0),
         }
     }
 }
 
-/// Runs every query of `queries` (text, tokenized like the documents) on the calling thread.
+/// Runs every query of `queries` (text, tokenized like the documents) on the calling thread, on
+/// the CPU.
 ///
 /// # Errors
 /// [`SelectError::InvalidParameter`] for BM25 parameters out of range.
@@ -74,15 +82,46 @@ pub fn run(
     queries: &[String],
     config: &SelectionConfig,
 ) -> Result<Vec<QueryRun>, SelectError> {
+    run_with(index, queries, config, |q| search(index, q))
+}
+
+/// Runs every query of `queries` on the GPU through `cache`, in `config.mode` (OR or AND).
+///
+/// # Errors
+/// The first query's error: invalid BM25 parameters, or a device failure (this measures the
+/// GPU, so nothing falls back to the CPU); AND_OR has no GPU path yet.
+pub fn run_gpu(
+    cache: &mut PostingCache,
+    index: &Index,
+    queries: &[String],
+    config: &SelectionConfig,
+) -> Result<Vec<QueryRun>, crate::select::gpu::GpuSelectError> {
+    run_with(index, queries, config, |q| match q.mode {
+        Mode::Or => search_or(cache, index, q),
+        Mode::And => search_and(cache, index, q),
+        Mode::AndOr => Err(GpuError::Unavailable {
+            reason: "AND_OR has no GPU path yet".into(),
+        }
+        .into()),
+    })
+}
+
+/// Runs each query once to warm up, then `config.reps` times, keeping the median wall time.
+fn run_with<E>(
+    index: &Index,
+    queries: &[String],
+    config: &SelectionConfig,
+    mut search: impl FnMut(&Query) -> Result<SearchResult, E>,
+) -> Result<Vec<QueryRun>, E> {
     let mut runs = Vec::with_capacity(queries.len());
     for text in queries {
         let mut query = Query::from_text(text, config.k, config.mode);
         query.params = config.params;
-        let mut result = search(index, &query)?;
+        let mut result = search(&query)?;
         let mut times = Vec::with_capacity(config.reps);
         for _ in 0..config.reps.max(1) {
             let started = Instant::now();
-            result = search(index, &query)?;
+            result = search(&query)?;
             times.push(started.elapsed().as_secs_f64() * 1e6);
         }
         times.sort_by(f64::total_cmp);
@@ -100,6 +139,61 @@ pub fn run(
         });
     }
     Ok(runs)
+}
+
+/// Queries whose runs differ between `a` and `b` (other documents, order or score bits).
+pub fn mismatches(a: &[QueryRun], b: &[QueryRun]) -> usize {
+    let bits = |r: &QueryRun| r.scores.iter().map(|s| s.to_bits()).collect::<Vec<u64>>();
+    let same =
+        |x: &QueryRun, y: &QueryRun| x.query == y.query && x.ids == y.ids && bits(x) == bits(y);
+    a.iter().zip(b).filter(|(x, y)| !same(x, y)).count() + a.len().abs_diff(b.len())
+}
+
+/// Decode speed over one set of lists: one CPU core and the GPU (one launch).
+#[derive(Debug, Clone, Copy)]
+pub struct DecodeComparison {
+    /// Integers (docIDs + tfs) per second on one CPU core, in billions (one pass, after a
+    /// warm-up pass).
+    pub cpu_g_ints_per_s: f64,
+    pub gpu: DecodeTiming,
+}
+
+/// Decode speed of every list of `index` with at least `min_df` postings: one CPU core
+/// ([`BlockDecoder`], block by block) against the GPU ([`time_decode`], `reps` launches).
+///
+/// # Errors
+/// A device error when an allocation, copy, launch or event fails.
+pub fn decode_speed(
+    cache: &PostingCache,
+    index: &Index,
+    min_df: u32,
+    reps: usize,
+) -> Result<DecodeComparison, GpuError> {
+    let lists: Vec<PostingList> = (0..index.num_terms() as usize)
+        .map(|i| index.postings(index.term_at(i).1))
+        .filter(|l| l.df >= min_df.max(1))
+        .collect();
+    let postings: u64 = lists.iter().map(|l| l.df as u64).sum();
+    let mut dec = BlockDecoder::new();
+    let mut checksum = 0u64;
+    let mut cpu_s = 0.0;
+    for _pass in 0..2 {
+        let started = Instant::now();
+        for list in &lists {
+            for j in 0..list.n_blocks() {
+                let bounds = list.bounds(j);
+                dec.decode_docs(list.codec, list.block_bytes(j), bounds);
+                dec.decode_tfs(list.codec, list.block_bytes(j), bounds);
+                checksum = checksum.wrapping_add((dec.docs[bounds.n - 1] ^ dec.tfs[0]) as u64);
+            }
+        }
+        cpu_s = started.elapsed().as_secs_f64();
+    }
+    std::hint::black_box(checksum);
+    Ok(DecodeComparison {
+        cpu_g_ints_per_s: 2.0 * postings as f64 / cpu_s / 1e9,
+        gpu: time_decode(cache.device(), index.codec(), &lists, reps)?,
+    })
 }
 
 #[cfg(test)]
@@ -121,7 +215,10 @@ mod tests {
     fn percentiles_are_nearest_rank() {
         let runs: Vec<QueryRun> = (1..=100).map(|i| run_of(f64::from(i))).collect();
         let s = LatencySummary::of(&runs);
-        assert_eq!((s.p50, s.p90, s.p99, s.max), (50.0, 90.0, 99.0, 100.0));
+        assert_eq!(
+            (s.p50, s.p90, s.p95, s.p99, s.max),
+            (50.0, 90.0, 95.0, 99.0, 100.0)
+        );
         assert_eq!(s.mean, 50.5);
         assert_eq!(LatencySummary::of(&[]).queries, 0);
     }

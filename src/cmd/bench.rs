@@ -10,7 +10,8 @@ use rankserve::bench::selection::{self, LatencySummary, SelectionConfig};
 use rankserve::gpu::GpuDevice;
 use rankserve::index::Index;
 use rankserve::rank::import::load_any;
-use rankserve::select::{Bm25Params, Mode};
+use rankserve::select::gpu::{PostingCache, PostingCacheConfig};
+use rankserve::select::{Bm25Params, Mode, Query};
 
 use super::{BadInputExt, CmdResult};
 
@@ -19,12 +20,14 @@ pub enum Command {
     /// The ranking stage: latency per batch on the CPU (one thread, all threads) and the GPU,
     /// the GPU's phase breakdown, the crossover per ranker, and optionally power.
     Ranking(RankingArgs),
-    /// The document stage on the CPU: each query alone on one thread (median of --reps runs
-    /// after a warm-up), with its top-k by document id, for comparison with a peer.
+    /// The document stage: each query alone on one thread (median of --reps runs after a
+    /// warm-up), with its top-k by document id, for comparison with a peer; with --gpu, the
+    /// same queries on the GPU and decode speed per codec, GPU against one CPU core.
     #[command(after_help = "\
 Examples:
   rankserve bench selection --index idx --queries queries.txt --mode and --k 10
-  rankserve bench selection --index idx --queries queries.txt --k1 1.2 --b 0.75 --out runs.jsonl")]
+  rankserve bench selection --index idx --queries queries.txt --k1 1.2 --b 0.75 --out runs.jsonl
+  rankserve bench selection --index idx --queries queries.txt --mode or --gpu")]
     Selection(SelectionArgs),
 }
 
@@ -299,6 +302,18 @@ pub struct SelectionArgs {
     /// Write one JSON line per query (query, us, ids, scores, work counters) here.
     #[arg(long, value_name = "FILE.jsonl")]
     out: Option<PathBuf>,
+    /// Also run the queries on the GPU (OR or AND) and time decoding there; fails without one.
+    #[arg(long)]
+    gpu: bool,
+    /// GPU posting cache budget in bytes; the queries themselves are its admission log, so the
+    /// cache is warm (lists of terms in at least --gpu-min-visits queries are resident).
+    #[arg(long, default_value_t = 1 << 30)]
+    gpu_posting_cache_bytes: u64,
+    #[arg(long, default_value_t = 1)]
+    gpu_min_visits: u64,
+    /// Decode speed is measured over the lists of at least this many postings (and over all).
+    #[arg(long, default_value_t = 4096)]
+    decode_min_df: u32,
 }
 
 fn run_selection(args: SelectionArgs) -> CmdResult {
@@ -330,10 +345,9 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         }
         std::fs::write(out, lines).with_context(|| format!("writing {}", out.display()))?;
     }
-    let s = LatencySummary::of(&runs);
-    println!(
-        "{} queries, mode {:?}, k {}, k1 {}, b {}, {} docs, codec {}: µs per query, one thread",
-        s.queries,
+    let header = format!(
+        "{} queries, mode {:?}, k {}, k1 {}, b {}, {} docs, codec {}",
+        runs.len(),
         args.mode,
         args.k,
         args.k1,
@@ -341,9 +355,83 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         index.num_docs(),
         index.codec().name()
     );
+    if !args.gpu {
+        let s = LatencySummary::of(&runs);
+        println!("{header}: µs per query, one thread");
+        println!(
+            "mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}",
+            s.mean, s.p50, s.p90, s.p99, s.max
+        );
+        return Ok(());
+    }
+    let device = GpuDevice::probe().context("--gpu: no usable GPU")?;
+    let log: Vec<Query> = queries
+        .iter()
+        .map(|t| Query::from_text(t, args.k, args.mode))
+        .collect();
+    let cache_config = PostingCacheConfig {
+        budget_bytes: args.gpu_posting_cache_bytes,
+        min_visits: args.gpu_min_visits,
+        ..PostingCacheConfig::default()
+    };
+    let mut cache = PostingCache::new(device.clone(), cache_config, &log)
+        .context("allocating the GPU posting cache")?;
+    let decode = [args.decode_min_df, 1]
+        .iter()
+        .map(|&min_df| Ok((min_df, selection::decode_speed(&cache, &index, min_df, 20)?)))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let gpu_runs = selection::run_gpu(&mut cache, &index, &queries, &config)
+        .context("running the queries on the GPU")?;
+    let stats = cache.stats();
+    println!("{header}; GPU {} ({})", device.name(), device.arch());
     println!(
-        "mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}",
-        s.mean, s.p50, s.p90, s.p99, s.max
+        "decode, codec {} (docIDs + tfs; GPU: one launch over every list, CUDA events, median \
+         [min–max] of 20 after a warm-up; bytes = lists + block table read, 8 B/posting written)",
+        index.codec().name()
+    );
+    println!(
+        "| lists | postings | blocks | CPU 1 core G ints/s | GPU ms | GPU G ints/s | GPU TB/s |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|");
+    for (min_df, d) in &decode {
+        let g = &d.gpu;
+        println!(
+            "| df ≥ {min_df}: {} | {} | {} | {:.2} | {:.3} [{:.3}–{:.3}] | {:.1} | {:.2} |",
+            g.lists,
+            g.postings,
+            g.blocks,
+            d.cpu_g_ints_per_s,
+            g.median_ms,
+            g.min_ms,
+            g.max_ms,
+            g.g_ints_per_s(),
+            g.tb_per_s()
+        );
+    }
+    println!(
+        "latency, mode {:?}, µs per query (median of {} runs each after a warm-up), one thread:",
+        args.mode, args.reps
+    );
+    println!("| backend | mean | p50 | p95 | p99 | max |");
+    println!("|---|---:|---:|---:|---:|---:|");
+    for (name, r) in [("CPU", &runs), ("GPU", &gpu_runs)] {
+        let s = LatencySummary::of(r);
+        println!(
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            s.mean, s.p50, s.p95, s.p99, s.max
+        );
+    }
+    let staged = stats.queries.max(1);
+    println!(
+        "GPU posting cache: {} lists, {} bytes resident; {} hits, {} misses, {:.0} bytes copied \
+         per query; GPU top-k identical to the CPU's on {}/{} queries",
+        stats.resident_lists,
+        stats.resident_bytes,
+        stats.hits,
+        stats.misses,
+        stats.bytes_copied as f64 / staged as f64,
+        runs.len() - selection::mismatches(&runs, &gpu_runs),
+        runs.len()
     );
     Ok(())
 }

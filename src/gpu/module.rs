@@ -86,8 +86,8 @@ impl KernelModule {
             KernelModule::Mit => &["mit_eval"],
             KernelModule::Nn => &["nn_bias_activation", "nn_scores"],
             KernelModule::Fe => &["fe_extract"],
-            KernelModule::Pfor => &["pfor_decode"],
-            KernelModule::Ef => &["ef_decode"],
+            KernelModule::Pfor => &["pfor_decode_blocks"],
+            KernelModule::Ef => &["ef_decode_blocks"],
             KernelModule::Score => &["score_fill", "score_term", "score_and", "score_block_topk"],
         }
     }

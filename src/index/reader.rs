@@ -274,7 +274,11 @@ pub struct Index {
     docs: MappedFile,
     forward: Option<MappedFile>,
     avg_scoring_length: f64,
+    generation: u64,
 }
+
+/// The generation the next opened index gets.
+static NEXT_GENERATION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Index {
     /// Opens and checks the index in `dir`.
@@ -309,6 +313,7 @@ impl Index {
             docs,
             forward,
             avg_scoring_length,
+            generation: NEXT_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         index.check_terms()?;
         index.check_docs()?;
@@ -515,6 +520,12 @@ impl Index {
     /// The directory it was opened from.
     pub fn dir(&self) -> &Path {
         &self.dir
+    }
+
+    /// A number no other index opened by this process has (a reopened directory gets a new
+    /// one): what device copies of the index (the GPU posting cache) are keyed by.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// The manifest.

@@ -25,7 +25,7 @@ pub mod topk;
 use serde::{Deserialize, Serialize};
 
 use crate::index::tokenize::Tokenizer;
-use crate::index::{DocId, Index, PostingList};
+use crate::index::{DocId, Index, PostingList, TermId};
 pub use bm25::Bm25Params;
 
 /// How query terms combine.
@@ -152,10 +152,14 @@ pub fn search_batch(index: &Index, queries: &[Query]) -> Vec<Result<SearchResult
 /// A query term's posting list, or `None` when the term is not in the index or never occurs in
 /// its scoring stream (df = 0).
 pub fn term_list<'a>(index: &'a Index, term: &str) -> Option<PostingList<'a>> {
-    index
-        .term_id(term)
-        .map(|id| index.postings(id))
-        .filter(|l| l.df > 0)
+    term_id_list(index, term).map(|(_, list)| list)
+}
+
+/// [`term_list`] with the term's id.
+pub fn term_id_list<'a>(index: &'a Index, term: &str) -> Option<(TermId, PostingList<'a>)> {
+    let id = index.term_id(term)?;
+    let list = index.postings(id);
+    (list.df > 0).then_some((id, list))
 }
 
 /// The query's distinct terms in first-occurrence order.

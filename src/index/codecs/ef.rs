@@ -33,7 +33,8 @@ pub fn low_width(u: u32, n: usize) -> u8 {
     }
 }
 
-fn high_words(u: u32, l: u8, n: usize) -> usize {
+/// Words of the high-bits part of a block of `n` values in `0..=u` with `l` low bits.
+pub fn high_words(u: u32, l: u8, n: usize) -> usize {
     (((u >> l) as usize) + n).div_ceil(32)
 }
 

@@ -7,18 +7,20 @@
 //! list against a long one the CPU (or a GPU search over skip entries, still to come) decodes
 //! only the few blocks that can match. Merge-path intersection is still to come too.
 //!
+//! Every term's list is decoded in one launch ([`PostingCache::decode_query`]).
+//!
 //! Counters: `blocks_decoded` is every block of every term; `docs_scored` stays 0.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::decode::{DecodedList, DeviceList};
-use super::topk::{doc_lengths, top_k};
+use super::cache::PostingCache;
+use super::topk::top_k;
 use super::GpuSelectError;
 use crate::gpu::error::DriverResultExt;
-use crate::gpu::{GpuDevice, GpuError, KernelModule};
-use crate::index::{DocId, Index, PostingList};
+use crate::gpu::{GpuError, KernelModule};
+use crate::index::{DocId, Index, PostingList, TermId};
 use crate::select::bm25::TermScorer;
-use crate::select::{dedup_terms, term_list, Query, SearchResult, SelectStats};
+use crate::select::{dedup_terms, term_id_list, Query, SearchResult, SelectStats};
 
 /// Runs one query in AND mode on the GPU (whatever `query.mode` says): the same hits as
 /// [`crate::select::search`] with [`crate::select::Mode::And`], in the same order, with
@@ -26,18 +28,18 @@ use crate::select::{dedup_terms, term_list, Query, SearchResult, SelectStats};
 ///
 /// # Errors
 /// [`GpuSelectError::Query`] for invalid BM25 parameters (as the CPU); [`GpuSelectError::Gpu`]
-/// when a device allocation, copy or launch fails, or the lists' postings together exceed a u32
-/// (the caller falls back to the CPU).
+/// when a device allocation, copy or launch fails, or the query's lists exceed the staging
+/// buffer (the caller falls back to the CPU).
 pub fn search_and(
-    device: &GpuDevice,
+    cache: &mut PostingCache,
     index: &Index,
     query: &Query,
 ) -> Result<SearchResult, GpuSelectError> {
-    super::timed_search(query, |stats| and_topk(device, index, query, stats))
+    super::timed_search(query, |stats| and_topk(cache, index, query, stats))
 }
 
 fn and_topk(
-    device: &GpuDevice,
+    cache: &mut PostingCache,
     index: &Index,
     query: &Query,
     stats: &mut SelectStats,
@@ -45,45 +47,31 @@ fn and_topk(
     // Any unknown term empties the result, as on the CPU.
     let Some(lists) = dedup_terms(&query.terms)
         .into_iter()
-        .map(|t| term_list(index, t))
-        .collect::<Option<Vec<PostingList>>>()
+        .map(|t| term_id_list(index, t))
+        .collect::<Option<Vec<(TermId, PostingList)>>>()
     else {
         return Ok(Vec::new());
     };
     if query.k == 0 || lists.is_empty() {
         return Ok(Vec::new());
     }
-    let total: usize = lists.iter().map(|l| l.df as usize).sum();
-    if u32::try_from(total).is_err() {
-        return Err(GpuError::TooLarge {
-            what: "postings of an AND query's lists",
-            got: total,
-            limit: u32::MAX as usize,
-        });
-    }
-    let mut all = DecodedList::alloc(device, total)?;
+    let device = cache.device().clone();
     let n = index.num_docs() as u64;
     let avgdl = index.avg_scoring_length();
-    let (mut starts, mut dfs, mut params) = (Vec::new(), Vec::new(), Vec::new());
-    let mut at = 0usize;
-    for &list in &lists {
-        let on_device = DeviceList::upload(device, list)?;
-        on_device.decode_into(device, &mut all, at)?;
-        stats.blocks_decoded += on_device.n_blocks() as u64;
-        starts.push(at as u32);
+    let mut dfs = Vec::with_capacity(lists.len());
+    let mut params = Vec::with_capacity(6 * lists.len());
+    for &(_, list) in &lists {
+        stats.blocks_decoded += list.n_blocks() as u64;
         dfs.push(list.df);
         params.extend(TermScorer::new(query.params, n, list.df as u64, avgdl).kernel_params());
-        at += list.df as usize;
     }
+    let postings = cache.decode_query(index, &lists)?;
     // The candidates: the shortest list (ties by query position, as the CPU orders terms).
-    let shortest = (0..lists.len())
-        .min_by_key(|&t| (lists[t].df, t))
-        .unwrap_or(0);
+    let shortest = (0..lists.len()).min_by_key(|&t| (dfs[t], t)).unwrap_or(0);
     let m = dfs[shortest];
     let stream = device.stream();
-    let doc_len = doc_lengths(device, index)?;
     let starts_dev = stream
-        .clone_htod(&starts)
+        .clone_htod(&postings.slot)
         .during("AND list offsets upload")?;
     let dfs_dev = stream.clone_htod(&dfs).during("AND list lengths upload")?;
     let params_dev = stream
@@ -97,21 +85,21 @@ fn and_topk(
     let function = device.function(KernelModule::Score, "score_and")?;
     let mut launch = stream.launch_builder(function);
     launch
-        .arg(&all.docs)
-        .arg(&all.tfs)
+        .arg(postings.docs)
+        .arg(postings.tfs)
         .arg(&starts_dev)
         .arg(&dfs_dev)
         .arg(&params_dev)
         .arg(&n_terms)
         .arg(&shortest_u32)
-        .arg(&doc_len)
+        .arg(postings.doc_len)
         .arg(&mut scores);
     // SAFETY: `score_and(const u32*, const u32*, const u32*, const u32*, const float*, u32, u32,
     // const u32*, double*)` in this order; term t's postings lie at starts[t]..starts[t]+dfs[t]
     // of docs and tfs (decoded above, docIDs increasing and below num_docs), params holds 6 f32
     // per term, doc_len num_docs entries, scores m = dfs[shortest]; any 1-D grid.
     unsafe { launch.launch(LaunchConfig::for_num_elems(m)) }.during("score_and")?;
-    let start = starts[shortest] as usize;
-    let ids = all.docs.slice(start..start + m as usize);
-    top_k(device, &scores, Some(&ids), m, query.k)
+    let start = postings.slot[shortest] as usize;
+    let ids = postings.docs.slice(start..start + m as usize);
+    top_k(&device, &scores, Some(&ids), m, query.k)
 }

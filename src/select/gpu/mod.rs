@@ -1,21 +1,23 @@
-//! The document stage on the GPU (host side): posting lists copied to the device, decoded there
-//! block by block ([`decode`]: `kernels/pfor.cu`, `kernels/ef.cu`); OR queries scored term at a
-//! time into dense accumulators ([`or`]) and AND queries by a binary search per candidate
-//! ([`and`]), both with a top-k on the device ([`topk`]; the kernels are `kernels/score.cu`).
+//! The document stage on the GPU (host side): posting lists resident in the posting cache or
+//! copied per query ([`cache`]), every list of a query decoded in one launch over a block table
+//! ([`decode`]: `kernels/pfor.cu`, `kernels/ef.cu`); OR queries scored term at a time into dense
+//! accumulators ([`or`]) and AND queries by a binary search per candidate ([`and`]), both with a
+//! top-k on the device ([`topk`]; the kernels are `kernels/score.cu`).
 //!
 //! The CPU ([`crate::select::cpu`]) is the reference: GPU results are the same documents in the
 //! same order with bit-identical scores (DESIGN §5), which `tests/selection_gpu.rs` checks.
-//! This is the first slice of the GPU document stage: no posting cache yet (every query copies
-//! its lists and the document lengths), no merge-path intersection, no AND_OR, no scheduler; the
-//! server does not call it yet.
+//! Not built yet: merge-path intersection, AND_OR, the scheduler; the server does not call it
+//! yet.
 
 pub mod and;
+pub mod cache;
 pub mod decode;
 pub mod or;
 mod topk;
 
 pub use and::search_and;
-pub use decode::{DecodedList, DeviceList};
+pub use cache::{PostingCache, PostingCacheConfig, PostingCacheStats};
+pub use decode::{DecodeTiming, DecodedBlocks, PackedLists};
 pub use or::search_or;
 
 use std::time::Instant;

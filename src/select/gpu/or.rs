@@ -1,25 +1,26 @@
 //! OR queries on the GPU: term at a time into a dense accumulator (Ding et al. WWW'09), then a
 //! top-k from per-block candidates merged on the host.
 //!
-//! For each distinct known term, in the query's term order: copy its list, decode it
-//! ([`super::decode`]), and add its BM25 contributions (`score_term`) into one f64 per document.
-//! One launch per term on one stream makes every document's score the f64 sum of its f32
-//! contributions in query term order, the CPU's definition (`select::bm25`), so scores are
-//! bit-identical; `score.cu` is compiled without fused multiply-adds for the same reason.
+//! Every distinct known term's list is decoded in one launch ([`PostingCache::decode_query`]);
+//! then, in the query's term order, one launch per term adds its BM25 contributions
+//! (`score_term`) into one f64 per document. One stream makes every document's score the f64
+//! sum of its f32 contributions in query term order, the CPU's definition (`select::bm25`), so
+//! scores are bit-identical; `score.cu` is compiled without fused multiply-adds for the same
+//! reason.
 //!
 //! Counters: `blocks_decoded` is every block of every term (TAAT decodes whole lists);
 //! `docs_scored` stays 0, since the union's size is not counted on the device.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::decode::DeviceList;
-use super::topk::{doc_lengths, top_k};
+use super::cache::PostingCache;
+use super::topk::top_k;
 use super::GpuSelectError;
 use crate::gpu::error::DriverResultExt;
-use crate::gpu::{GpuDevice, GpuError, KernelModule};
+use crate::gpu::{GpuError, KernelModule};
 use crate::index::{DocId, Index};
 use crate::select::bm25::TermScorer;
-use crate::select::{dedup_terms, term_list, Query, SearchResult, SelectStats};
+use crate::select::{dedup_terms, term_id_list, Query, SearchResult, SelectStats};
 
 /// Runs one query in OR mode on the GPU (whatever `query.mode` says): the same hits as
 /// [`crate::select::search`] with [`crate::select::Mode::Or`], in the same order, with
@@ -27,67 +28,67 @@ use crate::select::{dedup_terms, term_list, Query, SearchResult, SelectStats};
 ///
 /// # Errors
 /// [`GpuSelectError::Query`] for invalid BM25 parameters (as the CPU); [`GpuSelectError::Gpu`]
-/// when a device allocation, copy or launch fails (the caller falls back to the CPU).
+/// when a device allocation, copy or launch fails or the query's lists exceed the staging
+/// buffer (the caller falls back to the CPU).
 pub fn search_or(
-    device: &GpuDevice,
+    cache: &mut PostingCache,
     index: &Index,
     query: &Query,
 ) -> Result<SearchResult, GpuSelectError> {
-    super::timed_search(query, |stats| or_topk(device, index, query, stats))
+    super::timed_search(query, |stats| or_topk(cache, index, query, stats))
 }
 
 fn or_topk(
-    device: &GpuDevice,
+    cache: &mut PostingCache,
     index: &Index,
     query: &Query,
     stats: &mut SelectStats,
 ) -> Result<Vec<(DocId, f64)>, GpuError> {
     let lists: Vec<_> = dedup_terms(&query.terms)
         .into_iter()
-        .filter_map(|t| term_list(index, t))
+        .filter_map(|t| term_id_list(index, t))
         .collect();
     if query.k == 0 || lists.is_empty() {
         return Ok(Vec::new());
     }
+    let device = cache.device().clone();
     let n_docs = index.num_docs();
+    let postings = cache.decode_query(index, &lists)?;
     let stream = device.stream();
-    let doc_len = doc_lengths(device, index)?;
-    let mut acc = stream
-        .alloc_zeros::<f64>(n_docs as usize)
-        .during("accumulator allocation")?;
     let fill = device.function(KernelModule::Score, "score_fill")?;
     let mut launch = stream.launch_builder(fill);
-    launch.arg(&mut acc).arg(&n_docs);
-    // SAFETY: `score_fill(double*, u32)`: the accumulator holds n_docs f64; any 1-D grid.
+    launch.arg(&mut *postings.acc).arg(&n_docs);
+    // SAFETY: `score_fill(double*, u32)`: the accumulator holds n_docs f64 (one per document of
+    // the index the cache loaded); any 1-D grid.
     unsafe { launch.launch(LaunchConfig::for_num_elems(n_docs)) }.during("score_fill")?;
 
     let n = n_docs as u64;
     let avgdl = index.avg_scoring_length();
-    for list in lists {
-        let on_device = DeviceList::upload(device, list)?;
-        let postings = on_device.decode(device)?;
-        stats.blocks_decoded += on_device.n_blocks() as u64;
+    for (&(_, list), &slot) in lists.iter().zip(&postings.slot) {
+        stats.blocks_decoded += list.n_blocks() as u64;
+        let span = slot as usize..slot as usize + list.df as usize;
+        let docs = postings.docs.slice(span.clone());
+        let tfs = postings.tfs.slice(span);
         let [idf, k1, k1_plus_1, one_minus_b, b, avgdl32] =
             TermScorer::new(query.params, n, list.df as u64, avgdl).kernel_params();
         let term = device.function(KernelModule::Score, "score_term")?;
         let mut launch = stream.launch_builder(term);
         launch
-            .arg(&postings.docs)
-            .arg(&postings.tfs)
+            .arg(&docs)
+            .arg(&tfs)
             .arg(&list.df)
-            .arg(&doc_len)
+            .arg(postings.doc_len)
             .arg(&idf)
             .arg(&k1)
             .arg(&k1_plus_1)
             .arg(&one_minus_b)
             .arg(&b)
             .arg(&avgdl32)
-            .arg(&mut acc);
+            .arg(&mut *postings.acc);
         // SAFETY: `score_term(const u32*, const u32*, u32, const u32*, float × 6, double*)` in
-        // this order; docs and tfs hold df postings with docIDs below n_docs (checked at open),
-        // doc_len and acc hold n_docs entries; any 1-D grid. Buffers dropped after the launch
-        // are freed in stream order, after the kernel.
+        // this order; docs and tfs hold the term's df decoded postings with docIDs below n_docs
+        // (checked at open), doc_len and acc hold n_docs entries; any 1-D grid.
         unsafe { launch.launch(LaunchConfig::for_num_elems(list.df)) }.during("score_term")?;
     }
-    top_k(device, &acc, None, n_docs, query.k)
+    top_k(&device, &*postings.acc, None, n_docs, query.k)
 }

@@ -1,11 +1,10 @@
-//! What OR and AND on the GPU share: the document lengths on the device, and the top-k of a
-//! device array of scores (`score_block_topk` candidates, merged by the CPU's [`TopK`]).
+//! What OR and AND on the GPU share: the top-k of a device array of scores (`score_block_topk` candidates, merged by the CPU's [`TopK`]).
 
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PushKernelArg};
 
 use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError, KernelModule};
-use crate::index::{DocId, Index};
+use crate::index::DocId;
 use crate::select::topk::TopK;
 
 /// Entries per `score_block_topk` block (`TOPK_CHUNK` in score.cu).
@@ -14,22 +13,6 @@ const TOPK_CHUNK: usize = 2048;
 const TOPK_THREADS: u32 = 256;
 /// A candidate slot without a document (`NO_DOC` in score.cu).
 const NO_DOC: u32 = u32::MAX;
-
-/// Every document's scoring length, copied to the device (BM25's dl).
-///
-/// # Errors
-/// A driver error when allocation or the copy fails.
-pub(super) fn doc_lengths(device: &GpuDevice, index: &Index) -> Result<CudaSlice<u32>, GpuError> {
-    let mut lengths: Vec<u32> = (0..index.num_docs())
-        .map(|d| index.scoring_length(d))
-        .collect();
-    // A zero-length allocation is not a valid pointer: an empty index keeps one unused entry.
-    lengths.resize(lengths.len().max(1), 0);
-    device
-        .stream()
-        .clone_htod(&lengths)
-        .during("document lengths upload")
-}
 
 /// The best `k` of `n` scores on the device (-0.0 marks an entry no document reached), best
 /// first, ties by smaller docID. Entry `e` is document `e`, or `ids[e]` when `ids` is given

@@ -1,0 +1,349 @@
+//! The GPU posting cache: an index's hot posting lists resident in device memory under a byte
+//! budget, the rest copied per query through a pinned staging buffer, and the per-index state
+//! every GPU query needs (document lengths, the OR accumulator, the decode output).
+//!
+//! Admission follows Wang et al.'s pruned list caching ("visiting-frequency-based block
+//! admission"): blocks are admitted by how many queries of a log visit them, most visited first,
+//! ties by the term's frequency in the log, until the budget is full, and none visited fewer
+//! than `min_visits` times. The GPU paths here evaluate exhaustively (OR term at a time, AND
+//! decoding whole lists), so every block of a list is visited by every query holding its term:
+//! a block's visiting frequency is its term's query frequency, and whole lists are admitted
+//! (the seed's maximum admission ratio λ is 1).
+//!
+//! Device memory is one word array: the resident lists, then a staging region into which each
+//! query copies its block table and the lists that are not resident, in one copy from a pinned
+//! host buffer; one decode launch then covers every list of the query. A query whose table and
+//! staged lists exceed the staging region fails with [`GpuError::TooLarge`] (the caller runs it
+//! on the CPU); the device never needs to hold the whole index.
+//!
+//! The cache belongs to one index, recognised by [`Index::generation`] (a number no other open
+//! index has): given another index, it drops everything and admits again from the same log, so
+//! a replaced index is never served stale lists.
+
+use std::collections::HashMap;
+
+use cudarc::driver::{CudaSlice, PinnedHostSlice};
+
+use super::decode::{
+    decode_blocks, describe_list, push_words, DecodedBlocks, PackedLists, DESC_WORDS,
+};
+use crate::gpu::error::DriverResultExt;
+use crate::gpu::{GpuDevice, GpuError};
+use crate::index::codecs::BLOCK_LEN;
+use crate::index::{Index, PostingList, TermId};
+use crate::select::{dedup_terms, Query};
+
+/// Sizes and admission rule of a [`PostingCache`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PostingCacheConfig {
+    /// Device bytes for resident posting lists (0: every list is copied per query).
+    pub budget_bytes: u64,
+    /// Lists whose term is in fewer queries of the log are never admitted.
+    pub min_visits: u64,
+    /// Device (and pinned host) bytes for one query's block table and non-resident lists.
+    pub staging_bytes: u64,
+}
+
+impl Default for PostingCacheConfig {
+    fn default() -> Self {
+        PostingCacheConfig {
+            budget_bytes: 1 << 30,
+            min_visits: 2,
+            staging_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Counters since the cache was made (the resident figures are the current index's).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct PostingCacheStats {
+    /// Queries staged.
+    pub queries: u64,
+    /// Query lists found resident.
+    pub hits: u64,
+    /// Query lists copied per query.
+    pub misses: u64,
+    /// Bytes copied host → device by queries (block tables and non-resident lists).
+    pub bytes_copied: u64,
+    /// Bytes copied by the last query.
+    pub last_query_bytes_copied: u64,
+    /// Lists and bytes resident on the device.
+    pub resident_lists: u64,
+    pub resident_bytes: u64,
+    /// Times the cache was rebuilt for another index.
+    pub rebuilds: u64,
+}
+
+/// A resident list: where its descriptors lie in the resident table.
+#[derive(Debug, Clone, Copy)]
+struct Resident {
+    first_desc: usize,
+    n_blocks: usize,
+}
+
+/// State on the device for the index the cache was built for.
+struct Loaded {
+    generation: u64,
+    resident: HashMap<TermId, Resident>,
+    /// Host copy of the resident lists' descriptors (word offsets into `words`).
+    resident_table: Vec<u32>,
+    /// Resident words, padded to a multiple of 4, then the staging region.
+    words: CudaSlice<u32>,
+    staging_at: usize,
+    doc_len: CudaSlice<u32>,
+    acc: CudaSlice<f64>,
+    decoded: DecodedBlocks,
+}
+
+/// A query's lists decoded on the device, and what scoring them needs.
+pub struct QueryPostings<'a> {
+    /// Decoded postings: list `t` of the query at slots `slot[t] .. slot[t] + df[t]`.
+    pub docs: &'a CudaSlice<u32>,
+    pub tfs: &'a CudaSlice<u32>,
+    pub slot: Vec<u32>,
+    /// Every document's scoring length (BM25's dl).
+    pub doc_len: &'a CudaSlice<u32>,
+    /// One f64 per document, for OR's term-at-a-time accumulation (contents undefined).
+    pub acc: &'a mut CudaSlice<f64>,
+}
+
+/// The GPU posting cache of one index at a time (see the module docs).
+pub struct PostingCache {
+    device: std::sync::Arc<GpuDevice>,
+    config: PostingCacheConfig,
+    /// Query frequency of each term in the admission log.
+    visits: HashMap<String, u64>,
+    staging: PinnedHostSlice<u32>,
+    loaded: Option<Loaded>,
+    stats: PostingCacheStats,
+}
+
+impl PostingCache {
+    /// A cache that admits lists by their terms' frequency in `log` (each query's distinct terms
+    /// count once); it loads an index on first use.
+    ///
+    /// # Errors
+    /// A driver error when the pinned staging buffer cannot be allocated.
+    pub fn new(
+        device: std::sync::Arc<GpuDevice>,
+        config: PostingCacheConfig,
+        log: &[Query],
+    ) -> Result<PostingCache, GpuError> {
+        let mut visits = HashMap::new();
+        for q in log {
+            for t in dedup_terms(&q.terms) {
+                *visits.entry(t.to_string()).or_insert(0u64) += 1;
+            }
+        }
+        let staging_words = (config.staging_bytes as usize / 4).max(DESC_WORDS);
+        // SAFETY: the buffer is only written through `as_mut_slice` (which waits for earlier
+        // copies from it) before each query's copy; write-combined suits host writes that the
+        // device then reads.
+        let staging = unsafe { device.context().alloc_pinned::<u32>(staging_words) }
+            .during("pinned staging allocation")?;
+        Ok(PostingCache {
+            device,
+            config,
+            visits,
+            staging,
+            loaded: None,
+            stats: PostingCacheStats::default(),
+        })
+    }
+
+    /// The device the cache lives on.
+    pub fn device(&self) -> &std::sync::Arc<GpuDevice> {
+        &self.device
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> PostingCacheStats {
+        self.stats
+    }
+
+    /// Loads `index` unless it is the one loaded: admits its lists, copies them and the
+    /// document lengths to the device.
+    ///
+    /// # Errors
+    /// A device error when an allocation or copy fails (the cache is then empty).
+    pub fn prepare(&mut self, index: &Index) -> Result<(), GpuError> {
+        if self
+            .loaded
+            .as_ref()
+            .is_some_and(|l| l.generation == index.generation())
+        {
+            return Ok(());
+        }
+        self.loaded = None;
+        self.stats.resident_lists = 0;
+        self.stats.resident_bytes = 0;
+        let admitted = self.admit(index);
+        let mut packed = PackedLists::default();
+        let mut resident = HashMap::new();
+        for &(id, list) in &admitted {
+            resident.insert(
+                id,
+                Resident {
+                    first_desc: packed.n_blocks(),
+                    n_blocks: list.n_blocks(),
+                },
+            );
+            packed.push(list)?;
+        }
+        let staging_at = packed.words.len().next_multiple_of(DESC_WORDS);
+        let mut words = packed.words.clone();
+        words.resize(staging_at + self.staging.len(), 0);
+        let stream = self.device.stream();
+        let device_words = stream
+            .clone_htod(&words)
+            .during("resident posting lists upload")?;
+        let mut lengths: Vec<u32> = (0..index.num_docs())
+            .map(|d| index.scoring_length(d))
+            .collect();
+        // A zero-length allocation is not a valid pointer: an empty index keeps one entry.
+        lengths.resize(lengths.len().max(1), 0);
+        let doc_len = stream
+            .clone_htod(&lengths)
+            .during("document lengths upload")?;
+        let acc = stream
+            .alloc_zeros::<f64>(lengths.len())
+            .during("accumulator allocation")?;
+        self.stats.rebuilds += 1;
+        self.stats.resident_lists = admitted.len() as u64;
+        self.stats.resident_bytes = 4 * packed.words.len() as u64;
+        self.loaded = Some(Loaded {
+            generation: index.generation(),
+            resident,
+            resident_table: packed.table,
+            words: device_words,
+            staging_at,
+            doc_len,
+            acc,
+            decoded: DecodedBlocks::alloc(&self.device, 1)?,
+        });
+        Ok(())
+    }
+
+    /// The lists to keep resident: by visits (most first; ties by more postings, then term id,
+    /// so the choice is deterministic), at least `min_visits`, while they fit the budget.
+    fn admit<'a>(&self, index: &'a Index) -> Vec<(TermId, PostingList<'a>)> {
+        let mut candidates: Vec<(u64, TermId, PostingList<'a>)> = self
+            .visits
+            .iter()
+            .filter(|&(_, &v)| v >= self.config.min_visits)
+            .filter_map(|(term, &v)| {
+                let id = index.term_id(term)?;
+                let list = index.postings(id);
+                (list.df > 0).then_some((v, id, list))
+            })
+            .collect();
+        candidates.sort_by_key(|&(v, id, list)| (std::cmp::Reverse((v, list.df)), id));
+        let mut left = self.config.budget_bytes;
+        let mut admitted = Vec::new();
+        for (_, id, list) in candidates {
+            let bytes = list.bytes().len() as u64;
+            if bytes <= left {
+                left -= bytes;
+                admitted.push((id, list));
+            }
+        }
+        admitted
+    }
+
+    /// Decodes `lists` (a query's, in order) into the decode output with one launch: resident
+    /// lists from device memory, the others (and the block table) copied through the staging
+    /// buffer first.
+    ///
+    /// # Errors
+    /// [`GpuError::TooLarge`] when the table and the non-resident lists exceed the staging
+    /// region; a device error when a copy, allocation or the launch fails.
+    pub fn decode_query(
+        &mut self,
+        index: &Index,
+        lists: &[(TermId, PostingList<'_>)],
+    ) -> Result<QueryPostings<'_>, GpuError> {
+        self.prepare(index)?;
+        let Some(loaded) = self.loaded.as_mut() else {
+            unreachable!("prepare loads the index or fails")
+        };
+        let n_blocks: usize = lists.iter().map(|(_, l)| l.n_blocks()).sum();
+        let table_words = n_blocks * DESC_WORDS;
+        let mut slot = Vec::with_capacity(lists.len());
+        let mut table = Vec::with_capacity(table_words);
+        let mut staged = Vec::new();
+        let (mut hits, mut misses) = (0, 0);
+        for &(id, list) in lists {
+            let first_block = table.len() / DESC_WORDS;
+            slot.push(
+                u32::try_from(first_block * BLOCK_LEN).map_err(|_| GpuError::TooLarge {
+                    what: "decoded posting slots of one query",
+                    got: first_block * BLOCK_LEN,
+                    limit: u32::MAX as usize,
+                })?,
+            );
+            match loaded.resident.get(&id) {
+                Some(r) => {
+                    hits += 1;
+                    table.extend_from_slice(
+                        &loaded.resident_table
+                            [r.first_desc * DESC_WORDS..(r.first_desc + r.n_blocks) * DESC_WORDS],
+                    );
+                }
+                None => {
+                    misses += 1;
+                    let word_at = loaded.staging_at + table_words + staged.len();
+                    describe_list(list, word_at, &mut table)?;
+                    push_words(list.bytes(), &mut staged);
+                }
+            }
+        }
+        let copy_words = table.len() + staged.len();
+        if copy_words > self.staging.len() {
+            return Err(GpuError::TooLarge {
+                what: "bytes a query stages (block table and non-resident lists)",
+                got: 4 * copy_words,
+                limit: 4 * self.staging.len(),
+            });
+        }
+        if loaded.decoded.blocks() < n_blocks {
+            loaded.decoded = DecodedBlocks::alloc(&self.device, n_blocks.next_power_of_two())?;
+        }
+        let stream = self.device.stream();
+        let host = self
+            .staging
+            .as_mut_slice()
+            .during("pinned staging buffer")?;
+        host[..table.len()].copy_from_slice(&table);
+        host[table.len()..copy_words].copy_from_slice(&staged);
+        let at = loaded.staging_at;
+        if copy_words > 0 {
+            stream
+                .memcpy_htod(
+                    &host[..copy_words],
+                    &mut loaded.words.slice_mut(at..at + copy_words),
+                )
+                .during("query staging copy")?;
+        }
+        self.stats.queries += 1;
+        self.stats.hits += hits;
+        self.stats.misses += misses;
+        self.stats.last_query_bytes_copied = 4 * copy_words as u64;
+        self.stats.bytes_copied += 4 * copy_words as u64;
+        let codec = index.codec();
+        let table_view = loaded.words.slice(at..at + table_words);
+        decode_blocks(
+            &self.device,
+            codec,
+            &loaded.words,
+            &table_view,
+            &mut loaded.decoded,
+        )?;
+        Ok(QueryPostings {
+            docs: &loaded.decoded.docs,
+            tfs: &loaded.decoded.tfs,
+            slot,
+            doc_len: &loaded.doc_len,
+            acc: &mut loaded.acc,
+        })
+    }
+}

@@ -16,6 +16,10 @@ use rankserve::server::codec::Format;
 use rankserve::server::routes::feature_matrix;
 use rankserve::server::store::RankerStore;
 
+/// The allocator of the `rankserve` binary, so that the bench measures what the server runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const DOCS: usize = 1000;
 const RANKER: &str = "medium";
 

@@ -808,7 +808,7 @@ mod tests {
     fn other_streams_are_validated_but_publish_nothing() {
         let (q, s, mut d) = doc_a();
         let before = extract(&q, &s, &d);
-        d.streams.insert("headings".into(), stream(5, &[&[[2, 1]]]));
+        d.streams.insert("headings", stream(5, &[&[[2, 1]]]));
         assert_eq!(extract(&q, &s, &d), before);
     }
 
@@ -866,7 +866,7 @@ mod tests {
             (0.0, 0.0, 0.0, 0.0f64, 0.0);
         for (slot, name) in STREAMS.iter().enumerate() {
             let empty = HitStream::default();
-            let s = doc.streams.get(*name).unwrap_or(&empty);
+            let s = doc.streams.get(name).unwrap_or(&empty);
             let hits = flat(s);
             let len = f64::from(s.length);
             let tf: Vec<u32> = (0..q)

@@ -707,6 +707,103 @@ mod tests {
     }
 
     #[test]
+    fn flat_form_keeps_the_wire_form() {
+        let wire = serde_json::json!({"id": "d42",
+            "streams": {"title": {"length": 9, "phrases": [[[0, 1], [1, 2]]]},
+                        "headings": {"length": 4, "phrases": [[], [[1, 3]]]},
+                        "body": {"length": 312, "phrases": [[[0, 10], [0, 12], [1, 13]], [[1, 40]]]}},
+            "static": {"static_rank": 0.7}});
+        let doc: HitDocument = serde_json::from_value(wire.clone()).expect("valid");
+        assert_eq!(doc.streams["body"].phrases[1], [[1, 40]]);
+        assert_eq!(doc.streams["headings"].phrases.len(), 2);
+        assert_eq!(serde_json::to_value(&doc).expect("serializable"), wire);
+        let bytes = rmp_serde::to_vec_named(&wire).expect("serializable");
+        let back: HitDocument = rmp_serde::from_slice(&bytes).expect("valid");
+        assert_eq!(back, doc);
+        let names: Vec<&str> = doc.streams.iter().map(|(name, _)| name).collect();
+        assert_eq!(names, ["body", "headings", "title"]);
+    }
+
+    #[test]
+    fn malformed_phrases_are_rejected_as_the_nested_form_was() {
+        /// The wire types as plain derives over nested vectors and maps (the form before
+        /// `Phrases` and `Streams`), named alike so that messages compare equal.
+        #[allow(dead_code)]
+        mod nested {
+            use serde::Deserialize;
+            use std::collections::BTreeMap;
+
+            #[derive(Debug, Deserialize)]
+            #[serde(deny_unknown_fields)]
+            pub struct HitStream {
+                length: u32,
+                #[serde(default)]
+                phrases: Vec<Vec<[u32; 2]>>,
+            }
+
+            #[derive(Debug, Deserialize)]
+            pub struct HitDocument {
+                streams: BTreeMap<String, HitStream>,
+            }
+        }
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct HitDocument {
+            streams: Streams,
+        }
+        let msgpack = |json: &str| {
+            rmp_serde::to_vec_named(&serde_json::from_str::<serde_json::Value>(json).unwrap())
+                .unwrap()
+        };
+        for json in [
+            r#"{"streams": 5}"#,
+            r#"{"streams": {"body": 5}}"#,
+            r#"{"streams": {"x": {"length": -1}}}"#,
+        ] {
+            let flat = serde_json::from_str::<HitDocument>(json).unwrap_err();
+            let nested = serde_json::from_str::<nested::HitDocument>(json).unwrap_err();
+            assert_eq!(flat.to_string(), nested.to_string(), "{json}");
+            let flat = rmp_serde::from_slice::<HitDocument>(&msgpack(json)).unwrap_err();
+            let nested = rmp_serde::from_slice::<nested::HitDocument>(&msgpack(json)).unwrap_err();
+            assert_eq!(flat.to_string(), nested.to_string(), "{json}");
+        }
+        // A MessagePack map key that is not a string.
+        let bytes = [
+            0x81, 0xa7, b's', b't', b'r', b'e', b'a', b'm', b's', 0x81, 0x01, 0x80,
+        ];
+        let flat = rmp_serde::from_slice::<HitDocument>(&bytes).unwrap_err();
+        let nested = rmp_serde::from_slice::<nested::HitDocument>(&bytes).unwrap_err();
+        assert_eq!(flat.to_string(), nested.to_string());
+        for json in [
+            r#"{"length": 3, "phrases": [5]}"#,
+            r#"{"length": 3, "phrases": 5}"#,
+            r#"{"length": 3, "phrases": [[[0]]]}"#,
+            r#"{"length": 3, "phrases": [[[0, 1, 2]]]}"#,
+            r#"{"length": 3, "phrases": [[[0, -1]]]}"#,
+            r#"{"length": 3, "phrases": [], "x": 1}"#,
+        ] {
+            let flat = serde_json::from_str::<HitStream>(json).unwrap_err();
+            let nested = serde_json::from_str::<nested::HitStream>(json).unwrap_err();
+            assert_eq!(flat.to_string(), nested.to_string(), "{json}");
+            let flat = rmp_serde::from_slice::<HitStream>(&msgpack(json)).unwrap_err();
+            let nested = rmp_serde::from_slice::<nested::HitStream>(&msgpack(json)).unwrap_err();
+            assert_eq!(flat.to_string(), nested.to_string(), "{json}");
+        }
+    }
+
+    #[test]
+    fn a_stream_named_twice_keeps_the_last() {
+        let doc: HitDocument = serde_json::from_str(
+            r#"{"streams": {"body": {"length": 1}, "x": {"length": 1},
+                            "body": {"length": 2}, "x": {"length": 3}}}"#,
+        )
+        .expect("valid");
+        assert_eq!(doc.streams["body"].length, 2);
+        assert_eq!(doc.streams["x"].length, 3);
+        assert_eq!(doc.streams.len(), 2);
+    }
+
+    #[test]
     fn rejects_unknown_fields() {
         let err = serde_json::from_str::<HitDocument>(r#"{"stream": {}}"#).unwrap_err();
         assert!(err.to_string().contains("unknown field `stream`"), "{err}");

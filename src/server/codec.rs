@@ -76,46 +76,29 @@ impl Format {
 
     /// Decodes one value from `bytes`, which must hold nothing else.
     ///
-    /// MessagePack is read in place first (strings borrowed from `bytes`, not copied through a
-    /// buffer: `docs/benchmarks.md`, "Request decoding (dev machine)"). That reader cannot tell
-    /// where it stopped, so a body it rejects, or one longer than its value, is decoded again
-    /// by the positioned reader, whose error gives the byte offset.
-    ///
     /// # Errors
     /// [`ApiError::BadBody`] with the parser's reason and position (JSON: line and column;
     /// MessagePack: byte offset).
     pub fn decode<T: DeserializeOwned>(self, bytes: &[u8]) -> Result<T, ApiError> {
-        match self {
-            Format::Json => serde_json::from_slice(bytes).map_err(|e| self.bad_body(e.to_string())),
-            Format::Msgpack => {
-                let mut de = rmp_serde::Deserializer::from_read_ref(bytes);
-                match T::deserialize(&mut de) {
-                    Ok(value) if msgpack_value_len(bytes) == Some(bytes.len()) => Ok(value),
-                    _ => self.decode_msgpack_positioned(bytes),
-                }
-            }
-        }
-    }
-
-    /// Decodes MessagePack through a cursor, which knows how far it read.
-    fn decode_msgpack_positioned<T: DeserializeOwned>(self, bytes: &[u8]) -> Result<T, ApiError> {
-        let mut de = rmp_serde::Deserializer::new(Cursor::new(bytes));
-        let value = T::deserialize(&mut de)
-            .map_err(|e| self.bad_body(format!("{e} (at or before byte {})", de.position())))?;
-        let read = de.position();
-        if read != bytes.len() as u64 {
-            return Err(self.bad_body(format!(
-                "trailing bytes after the value at byte {read} of {}",
-                bytes.len()
-            )));
-        }
-        Ok(value)
-    }
-
-    fn bad_body(self, reason: String) -> ApiError {
-        ApiError::BadBody {
+        let bad = |reason: String| ApiError::BadBody {
             format: self.name(),
             reason,
+        };
+        match self {
+            Format::Json => serde_json::from_slice(bytes).map_err(|e| bad(e.to_string())),
+            Format::Msgpack => {
+                let mut de = rmp_serde::Deserializer::new(Cursor::new(bytes));
+                let value = T::deserialize(&mut de)
+                    .map_err(|e| bad(format!("{e} (at or before byte {})", de.position())))?;
+                let read = de.position();
+                if read != bytes.len() as u64 {
+                    return Err(bad(format!(
+                        "trailing bytes after the value at byte {read} of {}",
+                        bytes.len()
+                    )));
+                }
+                Ok(value)
+            }
         }
     }
 
@@ -152,56 +135,6 @@ impl Format {
             })
             .unwrap_or(Format::Json)
     }
-}
-
-/// Length in bytes of the MessagePack value that `bytes` starts with, `None` when it is cut
-/// short or uses the reserved marker `0xc1`. Walks markers and lengths only (a value of `n`
-/// entries adds `n` values, a map's twice that, to those still to skip).
-fn msgpack_value_len(bytes: &[u8]) -> Option<usize> {
-    let uint = |at: usize, width: usize| -> Option<usize> {
-        let field = bytes.get(at..at.checked_add(width)?)?;
-        Some(field.iter().fold(0usize, |n, &b| n << 8 | usize::from(b)))
-    };
-    let mut at = 0usize;
-    let mut pending = 1usize;
-    while pending > 0 {
-        pending -= 1;
-        let marker = *bytes.get(at)?;
-        at += 1;
-        // (bytes after the marker, values nested in this one)
-        let (skip, nested) = match marker {
-            0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => (0, 0),
-            0x80..=0x8f => (0, 2 * usize::from(marker & 0x0f)),
-            0x90..=0x9f => (0, usize::from(marker & 0x0f)),
-            0xa0..=0xbf => (usize::from(marker & 0x1f), 0),
-            0xc1 => return None,
-            // bin 8/16/32, str 8/16/32: a length, then that many bytes.
-            0xc4 | 0xd9 => (1 + uint(at, 1)?, 0),
-            0xc5 | 0xda => (2 + uint(at, 2)?, 0),
-            0xc6 | 0xdb => (4 + uint(at, 4)?, 0),
-            // ext 8/16/32: a length, a type byte, then that many bytes.
-            0xc7 => (2 + uint(at, 1)?, 0),
-            0xc8 => (3 + uint(at, 2)?, 0),
-            0xc9 => (5 + uint(at, 4)?, 0),
-            0xcc | 0xd0 => (1, 0),
-            0xcd | 0xd1 => (2, 0),
-            0xca | 0xce | 0xd2 => (4, 0),
-            0xcb | 0xcf | 0xd3 => (8, 0),
-            // fixext 1/2/4/8/16: a type byte and the data.
-            0xd4 => (2, 0),
-            0xd5 => (3, 0),
-            0xd6 => (5, 0),
-            0xd7 => (9, 0),
-            0xd8 => (17, 0),
-            0xdc => (2, uint(at, 2)?),
-            0xdd => (4, uint(at, 4)?),
-            0xde => (2, 2 * uint(at, 2)?),
-            0xdf => (4, 2 * uint(at, 4)?),
-        };
-        at = at.checked_add(skip).filter(|&end| end <= bytes.len())?;
-        pending = pending.checked_add(nested)?;
-    }
-    Some(at)
 }
 
 /// Reads a whole body of at most `limit` bytes.
@@ -395,57 +328,6 @@ mod tests {
             err.to_string()
                 .starts_with("MessagePack body does not parse: "),
             "{err}"
-        );
-    }
-
-    #[test]
-    fn msgpack_value_len_walks_every_marker() {
-        let value = serde_json::json!({
-            "s": "x".repeat(40), "long": "y".repeat(300), "n": [0, 200, 70000, 5_000_000_000u64,
-            -1, -200, -70000, -5_000_000_000i64, 1.5, null, true, false],
-            "nested": [[], {}, [[1]], {"k": {"k": [2]}}],
-            "many": (0..20).collect::<Vec<u32>>(),
-        });
-        let mut bytes = rmp_serde::to_vec(&value).unwrap();
-        let bin = rmp_serde::to_vec(&serde_bytes_like(300)).unwrap();
-        for body in [&bytes, &bin] {
-            assert_eq!(msgpack_value_len(body), Some(body.len()));
-            assert_eq!(msgpack_value_len(&body[..body.len() - 1]), None);
-        }
-        bytes.push(0xc0);
-        assert_eq!(msgpack_value_len(&bytes), Some(bytes.len() - 1));
-        assert_eq!(msgpack_value_len(&[0xc1]), None);
-        // fixext 4 and ext 8 (a type byte, then the data)
-        assert_eq!(msgpack_value_len(&[0xd6, 1, 0, 0, 0, 0]), Some(6));
-        assert_eq!(msgpack_value_len(&[0xc7, 2, 1, 0, 0]), Some(5));
-    }
-
-    /// A 16-bit-length `bin` value of `n` bytes.
-    fn serde_bytes_like(n: usize) -> impl Serialize {
-        struct Bin(usize);
-        impl Serialize for Bin {
-            fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-                s.serialize_bytes(&vec![7u8; self.0])
-            }
-        }
-        Bin(n)
-    }
-
-    #[test]
-    fn msgpack_errors_are_the_positioned_readers() {
-        #[derive(Serialize, serde::Deserialize, PartialEq, Debug)]
-        #[serde(deny_unknown_fields)]
-        struct S {
-            name: String,
-        }
-        let unknown = Format::Msgpack
-            .encode(&serde_json::json!({"name": "x", "other": 1}))
-            .unwrap();
-        let err = Format::Msgpack.decode::<S>(&unknown).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "MessagePack body does not parse: unknown field `other`, expected `name` \
-             (at or before byte 14)"
         );
     }
 

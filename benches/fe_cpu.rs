@@ -57,7 +57,7 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| {
                     validate_query(&query).expect("valid");
                     for doc in docs {
-                        for (name, stream) in &doc.streams {
+                        for (name, stream) in doc.streams.iter() {
                             validate_stream(doc, name, stream, q).expect("valid");
                         }
                     }

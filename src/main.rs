@@ -6,6 +6,11 @@
 
 mod cmd;
 
+/// mimalloc instead of the system allocator: decoding a hit-document request makes tens of
+/// thousands of small allocations (`docs/benchmarks.md`, "Request decoding (dev machine)").
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]

@@ -16,7 +16,7 @@ use rankserve::gpu::device::device_for_tests;
 use rankserve::rank::cpu;
 use rankserve::rank::fe::{
     feature_names, synth_corpus_stats, synth_hit_documents, synth_query, CorpusStats,
-    FeatureResolver, HitDocument, HitStream, QueryInfo,
+    FeatureResolver, HitDocument, HitStream, QueryInfo, Streams,
 };
 use rankserve::rank::gpu::fe::{FeLayout, GpuFe};
 use rankserve::rank::gpu::ranker::GpuRanker;
@@ -362,10 +362,7 @@ fn check_fe(
 }
 
 fn hit_stream(length: u32, phrases: &[&[[u32; 2]]]) -> HitStream {
-    HitStream {
-        length,
-        phrases: phrases.iter().map(|p| p.to_vec()).collect(),
-    }
+    HitStream::new(length, phrases)
 }
 
 fn hit_doc(id: &str, streams: &[(&str, HitStream)]) -> HitDocument {
@@ -482,7 +479,7 @@ fn fe_small_documents(n: usize, q: u32, seed: u64) -> Vec<HitDocument> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     (0..n)
         .map(|i| {
-            let mut streams = std::collections::BTreeMap::new();
+            let mut streams = Streams::default();
             for name in ["title", "body", "anchor", "url", "extra"] {
                 if !rng.random_bool(0.8) {
                     continue;
@@ -504,7 +501,7 @@ fn fe_small_documents(n: usize, q: u32, seed: u64) -> Vec<HitDocument> {
                     previous = Some(term);
                     phrases.last_mut().unwrap().push([term, position]);
                 }
-                streams.insert(name.to_string(), HitStream { length, phrases });
+                streams.insert(name, HitStream::new(length, phrases));
             }
             HitDocument {
                 id: Some(format!("s{i}")),

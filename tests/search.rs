@@ -145,15 +145,7 @@ fn hit_request(index: &Index, text: &str, docs: &[DocId]) -> RankRequest {
                 .unwrap()
                 .unwrap()
                 .into_iter()
-                .map(|s| {
-                    (
-                        s.stream,
-                        HitStream {
-                            length: s.length,
-                            phrases: s.phrases,
-                        },
-                    )
-                })
+                .map(|s| (s.stream, HitStream::new(s.length, s.phrases)))
                 .collect();
             let statics: BTreeMap<String, f64> = manifest
                 .static_features

@@ -253,11 +253,12 @@ pub(super) async fn before_deadline(
     })
 }
 
-/// The request's documents as one row-major `n_docs × n_features` matrix.
+/// The request's documents as one row-major `n_docs × n_features` matrix (public for
+/// `benches/request_decode.rs`, which times it as the handler runs it).
 ///
 /// # Errors
 /// [`ApiError::InvalidRequest`] naming the document index and field.
-fn feature_matrix(request: &RankRequest, loaded: &LoadedRanker) -> Result<Vec<f64>, ApiError> {
+pub fn feature_matrix(request: &RankRequest, loaded: &LoadedRanker) -> Result<Vec<f64>, ApiError> {
     let names = &loaded.ranker.features;
     let width = names.len();
     let mut matrix = vec![f64::NAN; request.documents.len() * width];

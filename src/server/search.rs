@@ -173,13 +173,7 @@ fn hit_requests(
                 .map_err(ApiError::internal)?
                 .unwrap_or_default()
                 .into_iter()
-                .map(|s| {
-                    let stream = HitStream {
-                        length: s.length,
-                        phrases: s.phrases,
-                    };
-                    (s.stream, stream)
-                })
+                .map(|s| (s.stream, HitStream::new(s.length, s.phrases)))
                 .collect();
             let static_features: BTreeMap<String, f64> = manifest
                 .static_features
@@ -443,6 +437,7 @@ fn describe(index: &Index) -> IndexDescription {
 mod tests {
     use super::*;
     use crate::index::builder::{build, BuildOptions};
+    use crate::rank::fe::Phrases;
     use crate::select::Mode;
 
     fn request(query: Option<&str>, terms: Option<&[&str]>) -> SearchRequest {
@@ -514,8 +509,14 @@ mod tests {
         assert_eq!(stats.avg_length["title"], 1.0);
         let body = &docs[0].streams["body"];
         assert_eq!(body.length, 5);
-        assert_eq!(body.phrases, [vec![[1, 1], [0, 2]], vec![[0, 4]]]);
-        assert_eq!(docs[0].streams["title"].phrases, [vec![[1, 0], [0, 1]]]);
+        assert_eq!(
+            body.phrases,
+            Phrases::from_iter([&[[1, 1], [0, 2]][..], &[[0, 4]]])
+        );
+        assert_eq!(
+            docs[0].streams["title"].phrases,
+            Phrases::from_iter([[[1, 0], [0, 1]]])
+        );
         assert_eq!(docs[0].static_features["static_rank"], 0.5);
         assert_eq!(docs[1].id.as_deref(), Some("b"));
         assert!(docs[1].static_features.is_empty());

@@ -13,6 +13,17 @@ use std::sync::OnceLock;
 /// validated) in hit requests but publish nothing.
 pub const STREAMS: [&str; 4] = ["title", "body", "anchor", "url"];
 
+/// Index of a catalogue stream in [`STREAMS`].
+pub(crate) fn stream_slot(name: &str) -> Option<usize> {
+    match name {
+        "title" => Some(0),
+        "body" => Some(1),
+        "anchor" => Some(2),
+        "url" => Some(3),
+        _ => None,
+    }
+}
+
 /// Prefix of static (per-document, query-independent) feature names.
 pub const STATIC_PREFIX: &str = "static.";
 
@@ -276,6 +287,14 @@ pub fn catalogue_index(name: &str) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stream_slots_follow_the_catalogue() {
+        for (i, name) in STREAMS.iter().enumerate() {
+            assert_eq!(stream_slot(name), Some(i));
+        }
+        assert_eq!(stream_slot("headings"), None);
+    }
 
     #[test]
     fn all_arrays_are_in_declaration_order() {

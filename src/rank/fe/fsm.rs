@@ -9,7 +9,7 @@
 
 use super::catalogue::{DocFeature, StreamFeature, CATALOGUE_LEN, STREAMS};
 use super::hits::{
-    check_hit, validate_stream, CorpusStats, HitDocument, HitError, HitStream, QueryInfo,
+    check_hit, validate_stream, CorpusStats, HitDocument, HitError, HitStream, Phrases, QueryInfo,
 };
 
 /// `k1` of the per-stream Okapi BM25 features (`<stream>.bm25`): DESIGN §5's selection default.
@@ -165,20 +165,9 @@ fn ratio(num: f64, den: f64, otherwise: f64) -> f64 {
     }
 }
 
-/// Index of a catalogue stream in [`STREAMS`].
-fn stream_slot(name: &str) -> Option<usize> {
-    match name {
-        "title" => Some(0),
-        "body" => Some(1),
-        "anchor" => Some(2),
-        "url" => Some(3),
-        _ => None,
-    }
-}
-
 static EMPTY_STREAM: HitStream = HitStream {
     length: 0,
-    phrases: Vec::new(),
+    phrases: Phrases::new(),
 };
 
 /// Extracts every catalogue feature of `doc` into `scratch.features`, validating it on the way.
@@ -203,16 +192,13 @@ pub(crate) fn extract_all(
     let mut bigrams = 0.0;
     let mut longest_run = 0.0f64;
     let mut full_matches = 0.0;
-    // One pass over the document's streams: catalogue streams are kept for the walk below (in
-    // catalogue order, so that sums over streams have a fixed order), others only validated.
-    let mut by_slot: [&HitStream; STREAMS.len()] = [&EMPTY_STREAM; STREAMS.len()];
-    for (name, stream) in &doc.streams {
-        match stream_slot(name) {
-            Some(slot) => by_slot[slot] = stream,
-            None => validate_stream(doc, name, stream, query.terms)?,
-        }
+    // Streams outside the catalogue are only validated; the catalogue streams are walked in
+    // catalogue order, so that sums over streams have a fixed order.
+    for (name, stream) in doc.streams.others() {
+        validate_stream(doc, name, stream, query.terms)?;
     }
-    for (slot, stream) in by_slot.into_iter().enumerate() {
+    for slot in 0..STREAMS.len() {
+        let stream = doc.streams.slot(slot).unwrap_or(&EMPTY_STREAM);
         walk_stream(query, doc, slot, STREAMS[slot], stream, scratch)?;
         let f = &scratch.features;
         doc_length += f64::from(stream.length);
@@ -492,10 +478,7 @@ mod tests {
     }
 
     fn stream(length: u32, phrases: &[&[[u32; 2]]]) -> HitStream {
-        HitStream {
-            length,
-            phrases: phrases.iter().map(|p| p.to_vec()).collect(),
-        }
+        HitStream::new(length, phrases)
     }
 
     fn doc(streams: &[(&str, HitStream)]) -> HitDocument {
@@ -539,14 +522,6 @@ mod tests {
             ),
         ]);
         (query, stats, doc)
-    }
-
-    #[test]
-    fn stream_slots_follow_the_catalogue() {
-        for (i, name) in STREAMS.iter().enumerate() {
-            assert_eq!(stream_slot(name), Some(i));
-        }
-        assert_eq!(stream_slot("headings"), None);
     }
 
     #[test]
@@ -833,7 +808,7 @@ mod tests {
     fn other_streams_are_validated_but_publish_nothing() {
         let (q, s, mut d) = doc_a();
         let before = extract(&q, &s, &d);
-        d.streams.insert("headings".into(), stream(5, &[&[[2, 1]]]));
+        d.streams.insert("headings", stream(5, &[&[[2, 1]]]));
         assert_eq!(extract(&q, &s, &d), before);
     }
 
@@ -891,7 +866,7 @@ mod tests {
             (0.0, 0.0, 0.0, 0.0f64, 0.0);
         for (slot, name) in STREAMS.iter().enumerate() {
             let empty = HitStream::default();
-            let s = doc.streams.get(*name).unwrap_or(&empty);
+            let s = doc.streams.get(name).unwrap_or(&empty);
             let hits = flat(s);
             let len = f64::from(s.length);
             let tf: Vec<u32> = (0..q)
@@ -1084,7 +1059,7 @@ mod tests {
                         }
                         phrases.last_mut().unwrap().push([term, position]);
                     }
-                    HitStream { length, phrases }
+                    HitStream::new(length, phrases)
                 })
         })
     }
@@ -1116,7 +1091,7 @@ mod tests {
                     CorpusStats { avg_length },
                     HitDocument {
                         id: None,
-                        streams,
+                        streams: streams.into_iter().collect(),
                         static_features: BTreeMap::new(),
                     },
                 )

@@ -16,7 +16,11 @@
 use std::collections::BTreeMap;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::ser::{SerializeMap, SerializeSeq};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use super::catalogue::{stream_slot, STREAMS};
 
 /// One document seen by one query: its streams' hits and its static features.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
@@ -27,11 +31,180 @@ pub struct HitDocument {
     pub id: Option<String>,
     /// Streams by name (`title`, `body`, `anchor`, `url`, or any other).
     #[serde(default)]
-    pub streams: BTreeMap<String, HitStream>,
+    pub streams: Streams,
     /// Static features by name without the `static.` prefix (`static_rank` feeds
     /// `static.static_rank`).
     #[serde(default, rename = "static")]
     pub static_features: BTreeMap<String, f64>,
+}
+
+/// A document's streams by name. On the wire a map from name to [`HitStream`]; in memory the
+/// catalogue streams ([`STREAMS`]) sit in fixed slots, so that decoding one allocates no name
+/// and FE finds them without a lookup, and other names in a map. As in a map, a name given
+/// twice keeps its last stream.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Streams {
+    /// By catalogue slot (the index in [`STREAMS`]).
+    catalogue: [Option<HitStream>; STREAMS.len()],
+    /// Streams outside the catalogue, by name.
+    others: BTreeMap<String, HitStream>,
+}
+
+impl Streams {
+    /// The stream called `name`.
+    pub fn get(&self, name: &str) -> Option<&HitStream> {
+        match stream_slot(name) {
+            Some(slot) => self.catalogue[slot].as_ref(),
+            None => self.others.get(name),
+        }
+    }
+
+    /// The catalogue stream of `slot` (its index in [`STREAMS`]).
+    ///
+    /// # Panics
+    /// When `slot >= STREAMS.len()`.
+    pub fn slot(&self, slot: usize) -> Option<&HitStream> {
+        self.catalogue[slot].as_ref()
+    }
+
+    /// The streams outside the catalogue, in name order.
+    pub fn others(&self) -> impl Iterator<Item = (&str, &HitStream)> {
+        self.others.iter().map(|(name, s)| (name.as_str(), s))
+    }
+
+    /// Sets the stream called `name`, replacing any stream of that name.
+    pub fn insert(&mut self, name: &str, stream: HitStream) {
+        match stream_slot(name) {
+            Some(slot) => self.catalogue[slot] = Some(stream),
+            None => {
+                self.others.insert(name.to_string(), stream);
+            }
+        }
+    }
+
+    /// Every stream, in name order (the order of the wire's map).
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &HitStream)> {
+        let catalogue = STREAMS
+            .iter()
+            .zip(&self.catalogue)
+            .filter_map(|(name, s)| Some((*name, s.as_ref()?)));
+        let mut all: Vec<(&str, &HitStream)> = catalogue.chain(self.others()).collect();
+        all.sort_unstable_by_key(|&(name, _)| name);
+        all.into_iter()
+    }
+
+    /// Number of streams.
+    pub fn len(&self) -> usize {
+        self.catalogue.iter().flatten().count() + self.others.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+impl std::ops::Index<&str> for Streams {
+    type Output = HitStream;
+
+    /// # Panics
+    /// When there is no stream called `name`.
+    fn index(&self, name: &str) -> &HitStream {
+        self.get(name)
+            .unwrap_or_else(|| panic!("no stream called {name:?}"))
+    }
+}
+
+impl<S: AsRef<str>> FromIterator<(S, HitStream)> for Streams {
+    fn from_iter<I: IntoIterator<Item = (S, HitStream)>>(iter: I) -> Self {
+        let mut streams = Streams::default();
+        for (name, stream) in iter {
+            streams.insert(name.as_ref(), stream);
+        }
+        streams
+    }
+}
+
+impl<S: AsRef<str>, const N: usize> From<[(S, HitStream); N]> for Streams {
+    fn from(streams: [(S, HitStream); N]) -> Self {
+        streams.into_iter().collect()
+    }
+}
+
+impl Serialize for Streams {
+    fn serialize<Ser: Serializer>(&self, serializer: Ser) -> Result<Ser::Ok, Ser::Error> {
+        let mut map = serializer.serialize_map(Some(self.len()))?;
+        for (name, stream) in self.iter() {
+            map.serialize_entry(name, stream)?;
+        }
+        map.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Streams {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(StreamsVisitor)
+    }
+}
+
+struct StreamsVisitor;
+
+impl<'de> Visitor<'de> for StreamsVisitor {
+    type Value = Streams;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a map")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Streams, A::Error> {
+        let mut streams = Streams::default();
+        while let Some(name) = map.next_key::<StreamName>()? {
+            let stream = map.next_value::<HitStream>()?;
+            match name {
+                StreamName::Catalogue(slot) => streams.catalogue[slot] = Some(stream),
+                StreamName::Other(name) => {
+                    streams.others.insert(name, stream);
+                }
+            }
+        }
+        Ok(streams)
+    }
+}
+
+/// A stream's name as decoded: a catalogue slot (no allocation) or another name.
+enum StreamName {
+    Catalogue(usize),
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for StreamName {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_str(StreamNameVisitor)
+    }
+}
+
+struct StreamNameVisitor;
+
+impl Visitor<'_> for StreamNameVisitor {
+    type Value = StreamName;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a string")
+    }
+
+    fn visit_str<E: serde::de::Error>(self, name: &str) -> Result<StreamName, E> {
+        Ok(match stream_slot(name) {
+            Some(slot) => StreamName::Catalogue(slot),
+            None => StreamName::Other(name.to_string()),
+        })
+    }
+
+    fn visit_string<E: serde::de::Error>(self, name: String) -> Result<StreamName, E> {
+        Ok(match stream_slot(&name) {
+            Some(slot) => StreamName::Catalogue(slot),
+            None => StreamName::Other(name),
+        })
+    }
 }
 
 /// One stream of a document: its length in tokens and the query-term hits, phrase by phrase.
@@ -42,7 +215,151 @@ pub struct HitStream {
     pub length: u32,
     /// Per phrase, its hits as `[term index, position]` in position order.
     #[serde(default)]
-    pub phrases: Vec<Vec<[u32; 2]>>,
+    pub phrases: Phrases,
+}
+
+impl HitStream {
+    /// A stream of `length` tokens with these phrases' hits.
+    pub fn new<P: AsRef<[[u32; 2]]>>(length: u32, phrases: impl IntoIterator<Item = P>) -> Self {
+        HitStream {
+            length,
+            phrases: phrases.into_iter().collect(),
+        }
+    }
+}
+
+/// A stream's phrases. On the wire a list of phrases, each a list of `[term, position]` hits;
+/// in memory every hit of the stream in one vector and where each phrase ends in it, so that
+/// decoding a stream makes two allocations however many phrases it has.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Phrases {
+    /// Every hit, phrase after phrase.
+    hits: Vec<[u32; 2]>,
+    /// Per phrase, the end (exclusive) of its hits in `hits`; empty phrases repeat the end.
+    ends: Vec<usize>,
+}
+
+impl Phrases {
+    /// No phrases.
+    pub const fn new() -> Self {
+        Phrases {
+            hits: Vec::new(),
+            ends: Vec::new(),
+        }
+    }
+
+    /// Number of phrases (empty ones included).
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Whether there are no phrases.
+    pub fn is_empty(&self) -> bool {
+        self.ends.is_empty()
+    }
+
+    /// Every hit of the stream, phrase after phrase.
+    pub fn hits(&self) -> &[[u32; 2]] {
+        &self.hits
+    }
+
+    /// Each phrase's hits, in order.
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &[[u32; 2]]> {
+        (0..self.ends.len()).map(|phrase| &self[phrase])
+    }
+
+    /// Appends a phrase.
+    pub fn push(&mut self, phrase: &[[u32; 2]]) {
+        self.hits.extend_from_slice(phrase);
+        self.ends.push(self.hits.len());
+    }
+}
+
+impl std::ops::Index<usize> for Phrases {
+    type Output = [[u32; 2]];
+
+    /// # Panics
+    /// When there is no phrase `phrase`.
+    fn index(&self, phrase: usize) -> &[[u32; 2]] {
+        let start = phrase.checked_sub(1).map_or(0, |p| self.ends[p]);
+        &self.hits[start..self.ends[phrase]]
+    }
+}
+
+impl<P: AsRef<[[u32; 2]]>> FromIterator<P> for Phrases {
+    fn from_iter<I: IntoIterator<Item = P>>(iter: I) -> Self {
+        let mut phrases = Phrases::default();
+        for phrase in iter {
+            phrases.push(phrase.as_ref());
+        }
+        phrases
+    }
+}
+
+impl Serialize for Phrases {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut seq = serializer.serialize_seq(Some(self.len()))?;
+        for phrase in self.iter() {
+            seq.serialize_element(phrase)?;
+        }
+        seq.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for Phrases {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_seq(PhrasesVisitor)
+    }
+}
+
+/// Visits the list of phrases, appending each phrase's hits to one vector.
+struct PhrasesVisitor;
+
+impl<'de> Visitor<'de> for PhrasesVisitor {
+    type Value = Phrases;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Phrases, A::Error> {
+        let mut phrases = Phrases::default();
+        phrases.ends.reserve(seq.size_hint().unwrap_or(0).min(4096));
+        while seq
+            .next_element_seed(PhraseSeed(&mut phrases.hits))?
+            .is_some()
+        {
+            phrases.ends.push(phrases.hits.len());
+        }
+        Ok(phrases)
+    }
+}
+
+/// Decodes one phrase (a list of hits) onto the end of the stream's hits.
+struct PhraseSeed<'a>(&'a mut Vec<[u32; 2]>);
+
+impl<'de> DeserializeSeed<'de> for PhraseSeed<'_> {
+    type Value = ();
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<(), D::Error> {
+        deserializer.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for PhraseSeed<'_> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a sequence")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.0.reserve(seq.size_hint().unwrap_or(0).min(4096));
+        while let Some(hit) = seq.next_element::<[u32; 2]>()? {
+            self.0.push(hit);
+        }
+        Ok(())
+    }
 }
 
 /// The query side of a hit request.
@@ -276,14 +593,11 @@ pub fn validate_stream(
 /// # Errors
 /// As [`validate_stream`], for the first bad hit; the error has no batch index.
 pub fn validate_document(doc: &HitDocument, terms: u32) -> Result<(), HitError> {
-    let catalogue = super::catalogue::STREAMS;
-    for (name, stream) in &doc.streams {
-        if !catalogue.contains(&name.as_str()) {
-            validate_stream(doc, name, stream, terms)?;
-        }
+    for (name, stream) in doc.streams.others() {
+        validate_stream(doc, name, stream, terms)?;
     }
-    for name in catalogue {
-        if let Some(stream) = doc.streams.get(name) {
+    for (slot, name) in STREAMS.iter().enumerate() {
+        if let Some(stream) = doc.streams.slot(slot) {
             validate_stream(doc, name, stream, terms)?;
         }
     }
@@ -353,7 +667,7 @@ mod tests {
     fn one_stream(name: &str, length: u32, phrases: Vec<Vec<[u32; 2]>>) -> HitDocument {
         HitDocument {
             id: Some("d42".into()),
-            streams: [(name.to_string(), HitStream { length, phrases })].into(),
+            streams: [(name, HitStream::new(length, phrases))].into(),
             static_features: BTreeMap::new(),
         }
     }
@@ -390,6 +704,103 @@ mod tests {
         let bytes = rmp_serde::to_vec_named(&doc).expect("serializable");
         let back: HitDocument = rmp_serde::from_slice(&bytes).expect("round trip");
         assert_eq!(back, doc);
+    }
+
+    #[test]
+    fn flat_form_keeps_the_wire_form() {
+        let wire = serde_json::json!({"id": "d42",
+            "streams": {"title": {"length": 9, "phrases": [[[0, 1], [1, 2]]]},
+                        "headings": {"length": 4, "phrases": [[], [[1, 3]]]},
+                        "body": {"length": 312, "phrases": [[[0, 10], [0, 12], [1, 13]], [[1, 40]]]}},
+            "static": {"static_rank": 0.7}});
+        let doc: HitDocument = serde_json::from_value(wire.clone()).expect("valid");
+        assert_eq!(doc.streams["body"].phrases[1], [[1, 40]]);
+        assert_eq!(doc.streams["headings"].phrases.len(), 2);
+        assert_eq!(serde_json::to_value(&doc).expect("serializable"), wire);
+        let bytes = rmp_serde::to_vec_named(&wire).expect("serializable");
+        let back: HitDocument = rmp_serde::from_slice(&bytes).expect("valid");
+        assert_eq!(back, doc);
+        let names: Vec<&str> = doc.streams.iter().map(|(name, _)| name).collect();
+        assert_eq!(names, ["body", "headings", "title"]);
+    }
+
+    #[test]
+    fn malformed_phrases_are_rejected_as_the_nested_form_was() {
+        /// The wire types as plain derives over nested vectors and maps (the form before
+        /// `Phrases` and `Streams`), named alike so that messages compare equal.
+        #[allow(dead_code)]
+        mod nested {
+            use serde::Deserialize;
+            use std::collections::BTreeMap;
+
+            #[derive(Debug, Deserialize)]
+            #[serde(deny_unknown_fields)]
+            pub struct HitStream {
+                length: u32,
+                #[serde(default)]
+                phrases: Vec<Vec<[u32; 2]>>,
+            }
+
+            #[derive(Debug, Deserialize)]
+            pub struct HitDocument {
+                streams: BTreeMap<String, HitStream>,
+            }
+        }
+        #[derive(Debug, Deserialize)]
+        #[allow(dead_code)]
+        struct HitDocument {
+            streams: Streams,
+        }
+        let msgpack = |json: &str| {
+            rmp_serde::to_vec_named(&serde_json::from_str::<serde_json::Value>(json).unwrap())
+                .unwrap()
+        };
+        for json in [
+            r#"{"streams": 5}"#,
+            r#"{"streams": {"body": 5}}"#,
+            r#"{"streams": {"x": {"length": -1}}}"#,
+        ] {
+            let flat = serde_json::from_str::<HitDocument>(json).unwrap_err();
+            let nested = serde_json::from_str::<nested::HitDocument>(json).unwrap_err();
+            assert_eq!(flat.to_string(), nested.to_string(), "{json}");
+            let flat = rmp_serde::from_slice::<HitDocument>(&msgpack(json)).unwrap_err();
+            let nested = rmp_serde::from_slice::<nested::HitDocument>(&msgpack(json)).unwrap_err();
+            assert_eq!(flat.to_string(), nested.to_string(), "{json}");
+        }
+        // A MessagePack map key that is not a string.
+        let bytes = [
+            0x81, 0xa7, b's', b't', b'r', b'e', b'a', b'm', b's', 0x81, 0x01, 0x80,
+        ];
+        let flat = rmp_serde::from_slice::<HitDocument>(&bytes).unwrap_err();
+        let nested = rmp_serde::from_slice::<nested::HitDocument>(&bytes).unwrap_err();
+        assert_eq!(flat.to_string(), nested.to_string());
+        for json in [
+            r#"{"length": 3, "phrases": [5]}"#,
+            r#"{"length": 3, "phrases": 5}"#,
+            r#"{"length": 3, "phrases": [[[0]]]}"#,
+            r#"{"length": 3, "phrases": [[[0, 1, 2]]]}"#,
+            r#"{"length": 3, "phrases": [[[0, -1]]]}"#,
+            r#"{"length": 3, "phrases": [], "x": 1}"#,
+        ] {
+            let flat = serde_json::from_str::<HitStream>(json).unwrap_err();
+            let nested = serde_json::from_str::<nested::HitStream>(json).unwrap_err();
+            assert_eq!(flat.to_string(), nested.to_string(), "{json}");
+            let flat = rmp_serde::from_slice::<HitStream>(&msgpack(json)).unwrap_err();
+            let nested = rmp_serde::from_slice::<nested::HitStream>(&msgpack(json)).unwrap_err();
+            assert_eq!(flat.to_string(), nested.to_string(), "{json}");
+        }
+    }
+
+    #[test]
+    fn a_stream_named_twice_keeps_the_last() {
+        let doc: HitDocument = serde_json::from_str(
+            r#"{"streams": {"body": {"length": 1}, "x": {"length": 1},
+                            "body": {"length": 2}, "x": {"length": 3}}}"#,
+        )
+        .expect("valid");
+        assert_eq!(doc.streams["body"].length, 2);
+        assert_eq!(doc.streams["x"].length, 3);
+        assert_eq!(doc.streams.len(), 2);
     }
 
     #[test]

@@ -19,7 +19,8 @@ pub use catalogue::{feature_names, STATIC_PREFIX, STREAMS};
 pub(crate) use fsm::Prepared;
 pub use fsm::{BM25F_B, BM25F_K1, BM25F_WEIGHTS, BM25_B, BM25_K1};
 pub use hits::{
-    validate_document, CorpusStats, DocRef, HitDocument, HitError, HitRef, HitStream, QueryInfo,
+    validate_document, CorpusStats, DocRef, HitDocument, HitError, HitRef, HitStream, Phrases,
+    QueryInfo, Streams,
 };
 pub use resolver::{FeError, FeatureResolver};
 pub use synth::{synth_corpus_stats, synth_hit_documents, synth_query};

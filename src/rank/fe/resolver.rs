@@ -240,14 +240,7 @@ mod tests {
     fn small_doc() -> HitDocument {
         HitDocument {
             id: Some("d1".into()),
-            streams: [(
-                "body".to_string(),
-                HitStream {
-                    length: 20,
-                    phrases: vec![vec![[0, 3], [1, 4]]],
-                },
-            )]
-            .into(),
+            streams: [("body".to_string(), HitStream::new(20, [[[0, 3], [1, 4]]]))].into(),
             static_features: [("static_rank".to_string(), 0.7)].into(),
         }
     }
@@ -383,10 +376,7 @@ mod tests {
             terms: 1,
             idf: vec![1.0],
         };
-        let bad_url = HitStream {
-            length: 1,
-            phrases: vec![vec![[0, 1]]],
-        };
+        let bad_url = HitStream::new(1, [[[0, 1]]]);
         let mut docs: Vec<HitDocument> = (0..10)
             .map(|i| HitDocument {
                 id: Some(format!("d{i}")),
@@ -394,8 +384,8 @@ mod tests {
             })
             .collect();
         // Documents 3 and 8 are bad, in different chunks when threads = 4.
-        docs[3].streams.insert("url".into(), bad_url.clone());
-        docs[8].streams.insert("url".into(), bad_url);
+        docs[3].streams.insert("url", bad_url.clone());
+        docs[8].streams.insert("url", bad_url);
         for threads in [1, 4] {
             let mut out = vec![0.0; docs.len()];
             let err = resolver
@@ -449,13 +439,7 @@ mod tests {
         assert!((200.0..600.0).contains(&mean("body")), "{}", mean("body"));
         let hits: usize = a
             .iter()
-            .map(|d| {
-                d.streams["body"]
-                    .phrases
-                    .iter()
-                    .map(Vec::len)
-                    .sum::<usize>()
-            })
+            .map(|d| d.streams["body"].phrases.hits().len())
             .sum();
         assert!(hits > 200, "body hits {hits}");
         let statics: BTreeMap<_, _> = a[0].static_features.clone();
@@ -508,8 +492,8 @@ mod tests {
             let docs = synth_hit_documents(DOCS, q, 42);
             let hits: usize = docs
                 .iter()
-                .flat_map(|d| d.streams.values())
-                .map(|s| s.phrases.iter().map(Vec::len).sum::<usize>())
+                .flat_map(|d| d.streams.iter())
+                .map(|(_, s)| s.phrases.hits().len())
                 .sum();
             let per_doc = hits as f64 / DOCS as f64;
             for (name, resolver) in [("catalogue (119)", &all), ("ranker20", &ranker20)] {

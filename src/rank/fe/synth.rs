@@ -9,14 +9,12 @@
 //! likely, as in real pages). Sometimes the whole query appears as an exact phrase. Three static
 //! features: `static_rank`, `spam_score`, `url_depth`.
 
-use std::collections::BTreeMap;
-
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rand_distr::{Distribution, LogNormal, Zipf};
 use rayon::prelude::*;
 
-use super::hits::{CorpusStats, HitDocument, HitStream, QueryInfo};
+use super::hits::{CorpusStats, HitDocument, HitStream, QueryInfo, Streams};
 
 /// `n` synthetic hit documents for a query of `q_terms` terms (ids `d0`, `d1`, …). The same
 /// `(n, q_terms, seed)` always gives the same documents, however many threads run.
@@ -60,28 +58,16 @@ fn synth_document(rng: &mut ChaCha8Rng, i: usize, q_terms: u32) -> HitDocument {
         .expect("constant parameters are valid")
         .sample(rng)
         .clamp(40.0, 4000.0) as u32;
-    let mut streams = BTreeMap::new();
+    let mut streams = Streams::default();
     let title_len = rng.random_range(4..=16);
-    streams.insert(
-        "title".to_string(),
-        synth_stream(rng, title_len, 8, q_terms, 0.6),
-    );
-    streams.insert(
-        "body".to_string(),
-        synth_stream(rng, body_len, 15, q_terms, 0.9),
-    );
+    streams.insert("title", synth_stream(rng, title_len, 8, q_terms, 0.6));
+    streams.insert("body", synth_stream(rng, body_len, 15, q_terms, 0.9));
     if rng.random_bool(0.7) {
         let anchor_len = rng.random_range(2..=60);
-        streams.insert(
-            "anchor".to_string(),
-            synth_stream(rng, anchor_len, 6, q_terms, 0.5),
-        );
+        streams.insert("anchor", synth_stream(rng, anchor_len, 6, q_terms, 0.5));
     }
     let url_len = rng.random_range(3..=12);
-    streams.insert(
-        "url".to_string(),
-        synth_stream(rng, url_len, 12, q_terms, 0.3),
-    );
+    streams.insert("url", synth_stream(rng, url_len, 12, q_terms, 0.3));
     let static_features = [
         ("static_rank", rng.random_range(0.0..1.0)),
         ("spam_score", rng.random_range(0.0f64..1.0).powi(4)),
@@ -141,5 +127,5 @@ fn synth_stream(
             .expect("pushed above")
             .push([term, position]);
     }
-    HitStream { length, phrases }
+    HitStream::new(length, phrases)
 }

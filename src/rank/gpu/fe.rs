@@ -116,7 +116,7 @@ impl Part {
                 let stream = doc.streams.get(name);
                 part.stream_lengths.push(stream.map_or(0, |s| s.length));
                 // Empty phrases count nowhere on the CPU: they are left out.
-                for phrase in stream.into_iter().flat_map(|s| &s.phrases) {
+                for phrase in stream.into_iter().flat_map(|s| s.phrases.iter()) {
                     if !phrase.is_empty() {
                         part.hits.extend_from_slice(phrase.as_flattened());
                         let end = index32(part.hits.len() / 2, "hits per batch")?;
@@ -448,10 +448,7 @@ mod tests {
     use crate::rank::fe::{feature_names, HitStream};
 
     fn stream(length: u32, phrases: &[&[[u32; 2]]]) -> HitStream {
-        HitStream {
-            length,
-            phrases: phrases.iter().map(|p| p.to_vec()).collect(),
-        }
+        HitStream::new(length, phrases)
     }
 
     fn doc(streams: &[(&str, HitStream)]) -> HitDocument {

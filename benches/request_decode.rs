@@ -1,0 +1,61 @@
+//! What a `/v1/rank` request costs before scoring, on one thread: decoding the body exactly as
+//! the handler does (`Format::decode` into `RankRequest`), and decoding it then building the
+//! feature matrix (`routes::feature_matrix`, FE from the hits). The request is one
+//! production-like request of `rankserve requests synth` for the bundled medium ranker: 1 000
+//! hit documents, in MessagePack and in JSON.
+//!
+//! Run: `cargo bench --bench request_decode`. Results: `docs/benchmarks.md`, "Request decoding
+//! (dev machine)".
+
+use std::path::Path;
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use rankserve::bench::replay::synth_requests;
+use rankserve::server::api::RankRequest;
+use rankserve::server::codec::Format;
+use rankserve::server::routes::feature_matrix;
+use rankserve::server::store::RankerStore;
+
+/// The allocator of the `rankserve` binary, so that the bench measures what the server runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+const DOCS: usize = 1000;
+const RANKER: &str = "medium";
+
+fn bench(c: &mut Criterion) {
+    let store = RankerStore::open(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers"),
+        1 << 30,
+    )
+    .expect("the bundled rankers open");
+    let loaded = store.get(RANKER).expect("the medium ranker loads");
+    let request = synth_requests(RANKER, &loaded.ranker, DOCS, 1, None, 1)
+        .pop()
+        .expect("one request");
+    assert!(
+        request.documents.iter().all(|d| d.hits.is_some()),
+        "the medium ranker takes hit documents"
+    );
+
+    let mut group = c.benchmark_group("request_decode");
+    for format in [Format::Msgpack, Format::Json] {
+        let body = format.encode(&request).expect("the request encodes");
+        let label = format!("{format:?}").to_lowercase();
+        eprintln!("{label}: {} bytes, {DOCS} documents", body.len());
+        group.throughput(Throughput::Bytes(body.len() as u64));
+        group.bench_with_input(BenchmarkId::new("decode", &label), &body, |b, body| {
+            b.iter(|| format.decode::<RankRequest>(body).expect("decodes"))
+        });
+        group.bench_with_input(BenchmarkId::new("decode_fe", &label), &body, |b, body| {
+            b.iter(|| {
+                let request = format.decode::<RankRequest>(body).expect("decodes");
+                feature_matrix(&request, &loaded).expect("valid hits")
+            })
+        });
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -10,6 +10,12 @@
 //! a block's visiting frequency is its term's query frequency, and whole lists are admitted
 //! (the seed's maximum admission ratio λ is 1).
 //!
+//! Without a log ([`PostingCache::longest_first`], what the server uses: it has no log at start),
+//! the longest lists are admitted first until the budget is full. Those are the lists whose copy
+//! per query would cost most, and the ones the scheduler sends to the GPU (a query over short
+//! lists runs on the CPU); the choice is made once per index, so serving never re-uploads lists
+//! or takes a lock to count visits.
+//!
 //! Device memory is one word array: the resident lists, then a staging region into which each
 //! query copies everything it needs (its lists' slots and lengths, the caller's per-query words
 //! such as BM25 parameters, its block table and the lists that are not resident) in one copy from
@@ -121,12 +127,19 @@ pub struct QueryPostings<'a> {
     pub acc: &'a mut CudaSlice<f64>,
 }
 
+/// How lists are chosen to be resident.
+enum Admission {
+    /// By query frequency of each term in an admission log.
+    Visits(HashMap<String, u64>),
+    /// Longest lists first.
+    LongestFirst,
+}
+
 /// The GPU posting cache of one index at a time (see the module docs).
 pub struct PostingCache {
     device: std::sync::Arc<GpuDevice>,
     config: PostingCacheConfig,
-    /// Query frequency of each term in the admission log.
-    visits: HashMap<String, u64>,
+    admission: Admission,
     staging: PinnedHostSlice<u32>,
     topk: TopKBuffers,
     loaded: Option<Loaded>,
@@ -150,6 +163,26 @@ impl PostingCache {
                 *visits.entry(t.to_string()).or_insert(0u64) += 1;
             }
         }
+        PostingCache::with_admission(device, config, Admission::Visits(visits))
+    }
+
+    /// A cache that admits the longest lists first (no log; `min_visits` is not used); it
+    /// loads an index on first use or [`PostingCache::prepare`].
+    ///
+    /// # Errors
+    /// A driver error when the pinned staging buffer cannot be allocated.
+    pub fn longest_first(
+        device: std::sync::Arc<GpuDevice>,
+        config: PostingCacheConfig,
+    ) -> Result<PostingCache, GpuError> {
+        PostingCache::with_admission(device, config, Admission::LongestFirst)
+    }
+
+    fn with_admission(
+        device: std::sync::Arc<GpuDevice>,
+        config: PostingCacheConfig,
+        admission: Admission,
+    ) -> Result<PostingCache, GpuError> {
         let staging_words = (config.staging_bytes as usize / 4).max(DESC_WORDS);
         // SAFETY: the buffer is only written through `as_mut_slice` (which waits for earlier
         // copies from it) before each query's copy; write-combined suits host writes that the
@@ -160,7 +193,7 @@ impl PostingCache {
         Ok(PostingCache {
             device,
             config,
-            visits,
+            admission,
             staging,
             topk,
             loaded: None,
@@ -241,19 +274,23 @@ impl PostingCache {
         Ok(())
     }
 
-    /// The lists to keep resident: by visits (most first; ties by more postings, then term id,
-    /// so the choice is deterministic), at least `min_visits`, while they fit the budget.
+    /// The lists to keep resident: by visits (most first, at least `min_visits`; without a log
+    /// every list counts 0 visits), ties by more postings, then term id (so the choice is
+    /// deterministic), while they fit the budget.
     fn admit<'a>(&self, index: &'a Index) -> Vec<(TermId, PostingList<'a>)> {
-        let mut candidates: Vec<(u64, TermId, PostingList<'a>)> = self
-            .visits
-            .iter()
-            .filter(|&(_, &v)| v >= self.config.min_visits)
-            .filter_map(|(term, &v)| {
-                let id = index.term_id(term)?;
-                let list = index.postings(id);
-                (list.df > 0).then_some((v, id, list))
-            })
-            .collect();
+        let mut candidates: Vec<(u64, TermId, PostingList<'a>)> = match &self.admission {
+            Admission::Visits(visits) => visits
+                .iter()
+                .filter(|&(_, &v)| v >= self.config.min_visits)
+                .filter_map(|(term, &v)| Some((v, index.term_id(term)?)))
+                .map(|(v, id)| (v, id, index.postings(id)))
+                .collect(),
+            Admission::LongestFirst => (0..index.num_terms() as usize)
+                .map(|i| index.term_at(i).1)
+                .map(|id| (0, id, index.postings(id)))
+                .collect(),
+        };
+        candidates.retain(|&(_, _, list)| list.df > 0);
         candidates.sort_by_key(|&(v, id, list)| (std::cmp::Reverse((v, list.df)), id));
         let mut left = self.config.budget_bytes;
         let mut admitted = Vec::new();

@@ -4,7 +4,7 @@
 //! in one batched launch), and OR and AND queries give the same documents in the same order with
 //! bit-identical scores, through posting caches that hold none, about half, or all of the lists;
 //! a cache given another (or a reopened) index reloads, and a query too large for the staging
-//! buffer is refused with `TooLarge`.
+//! buffer is refused with `TooLarge`, and through the scheduler runs on the CPU instead.
 //!
 //! Without a GPU each test prints why and passes, unless `RANKSERVE_REQUIRE_GPU=1`.
 
@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rankserve::config::Backend;
 use rankserve::gpu::device::device_for_tests;
 use rankserve::gpu::{GpuDevice, GpuError};
 use rankserve::index::codecs::{encode_list, BlockDecoder, Codec, BLOCK_LEN};
@@ -22,6 +23,7 @@ use rankserve::select::gpu::{
     search_and, search_or, DecodedBlocks, GpuSelectError, PackedLists, PostingCache,
     PostingCacheConfig,
 };
+use rankserve::select::schedule::{self, Scheduler, Side};
 use rankserve::select::{search, Bm25Params, Mode, Query, SelectError};
 
 use crate::selection::{fixture, pick_terms, query_strategy, synthetic};
@@ -375,4 +377,19 @@ fn a_query_larger_than_the_staging_buffer_is_refused_gpu() {
         search_and(&mut cache, index, &q),
         Err(GpuSelectError::Gpu(GpuError::TooLarge { .. }))
     ));
+    // Through the scheduler the same query falls back to the CPU: same answer, error reported.
+    for mode in [Mode::And, Mode::Or] {
+        let q = Query { mode, ..q.clone() };
+        let ran = schedule::search(
+            index,
+            &q,
+            Backend::Gpu,
+            Some(&mut cache),
+            &Scheduler::default(),
+        )
+        .unwrap();
+        assert_eq!(ran.side, Side::Cpu);
+        assert!(matches!(ran.fallback, Some(GpuError::TooLarge { .. })));
+        assert_eq!(ran.result.hits, search(index, &q).unwrap().hits);
+    }
 }

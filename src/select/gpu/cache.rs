@@ -31,7 +31,8 @@
 
 use std::collections::HashMap;
 
-use cudarc::driver::{CudaSlice, CudaView, PinnedHostSlice};
+use cudarc::driver::result::memcpy_htod_async;
+use cudarc::driver::{CudaSlice, CudaView, DevicePtrMut, PinnedHostSlice};
 
 use super::decode::{
     decode_blocks, describe_list, push_words, DecodedBlocks, PackedLists, DESC_WORDS,
@@ -184,9 +185,9 @@ impl PostingCache {
         admission: Admission,
     ) -> Result<PostingCache, GpuError> {
         let staging_words = (config.staging_bytes as usize / 4).max(DESC_WORDS);
-        // SAFETY: the buffer is only written through `as_mut_slice` (which waits for earlier
-        // copies from it) before each query's copy; write-combined suits host writes that the
-        // device then reads.
+        // SAFETY: the buffer is written only once the stream is idle (`decode_query` waits for
+        // it), so never while a copy reads it; write-combined suits host writes that the device
+        // then reads.
         let staging = unsafe { device.context().alloc_pinned::<u32>(staging_words) }
             .during("pinned staging allocation")?;
         let topk = TopKBuffers::alloc(&device, INITIAL_TOPK_SLOTS)?;
@@ -370,6 +371,10 @@ impl PostingCache {
             loaded.decoded = DecodedBlocks::alloc(&self.device, n_blocks.next_power_of_two())?;
         }
         let stream = self.device.stream();
+        // Every query ends by waiting for the stream (its top-k download), but one that failed
+        // midway may have left its copy in flight: wait before rewriting the pinned buffer
+        // (a few µs when the stream is idle, as it is after a successful query).
+        self.device.synchronize()?;
         let host = self
             .staging
             .as_mut_slice()
@@ -382,12 +387,15 @@ impl PostingCache {
         host[table_at..lists_at].copy_from_slice(&table);
         host[lists_at..copy_words].copy_from_slice(&staged);
         let at = loaded.staging_at;
-        stream
-            .memcpy_htod(
-                &host[..copy_words],
-                &mut loaded.words.slice_mut(at..at + copy_words),
-            )
-            .during("query staging copy")?;
+        {
+            let mut target = loaded.words.slice_mut(at..at + copy_words);
+            let (target_ptr, _record) = target.device_ptr_mut(stream);
+            // SAFETY: `host[..copy_words]` is pinned memory, written again only once the stream
+            // is idle (above); the target holds copy_words words. (cudarc's `memcpy_htod` of a
+            // host slice waits for the copy at once; its pinned-buffer copy takes no prefix.)
+            unsafe { memcpy_htod_async(target_ptr, &host[..copy_words], stream.cu_stream()) }
+                .during("query staging copy")?;
+        }
         self.stats.queries += 1;
         self.stats.hits += hits;
         self.stats.misses += misses;

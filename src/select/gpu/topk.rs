@@ -3,8 +3,8 @@
 //!
 //! The candidate buffers (device and pinned host) live in [`TopKBuffers`], kept by the posting
 //! cache and grown only when a query needs more slots than any before it: a query allocates
-//! nothing, launches once, and downloads both candidate arrays asynchronously into pinned memory
-//! before its one wait on the stream.
+//! nothing, launches once, and queues both candidate downloads into pinned memory before its one
+//! wait on the stream.
 
 use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PinnedHostSlice, PushKernelArg};
 
@@ -116,7 +116,9 @@ pub(super) fn top_k(
     stream
         .memcpy_dtoh(&buffers.docs.slice(..slots), &mut buffers.docs_host)
         .during("top-k candidates download")?;
-    // Both copies were queued on one stream: waiting for the second waits for the first.
+    // The query's one wait. (cudarc records the pinned buffers' events only when the context
+    // has several streams, so their `as_slice` does not wait here: the stream is waited for.)
+    device.synchronize()?;
     let docs = &buffers
         .docs_host
         .as_slice()

@@ -5,8 +5,8 @@
 //! (`docs/benchmarks.md`, issue 6: where each constant came from is written beside it), and
 //! applies Griffin's rule to AND first: when the second shortest list is more than
 //! `griffin_ratio` times the shortest (default 128, one posting per 128-posting block), the CPU's
-//! skipping intersection decodes one block per candidate and per other list while the GPU path
-//! decodes whole lists, so the CPU wins whatever the estimates say.
+//! skipping intersection decodes at most one block per candidate and per other list while the GPU
+//! path decodes whole lists, so the CPU wins whatever the estimates say.
 //!
 //! [`search`] runs a query on the backend asked for (`auto`: the scheduler's choice); any GPU
 //! error, [`GpuError::TooLarge`] from the posting cache's staging included, runs the same query on
@@ -18,7 +18,6 @@
 
 use crate::config::Backend;
 use crate::gpu::GpuError;
-use crate::index::codecs::BLOCK_LEN;
 use crate::index::Index;
 use crate::select::gpu::{search_and, search_or, GpuSelectError, PostingCache};
 use crate::select::{check_params, SelectError};
@@ -79,33 +78,38 @@ impl QueryShape {
         }
     }
 
-    /// Blocks the CPU's skipping AND decodes at most: the shortest list's, and per other list
-    /// one block per candidate, or the whole list when it has fewer blocks.
-    pub fn cpu_and_blocks(&self) -> u64 {
-        let blocks = |df: u32| (df as usize).div_ceil(BLOCK_LEN) as u64;
-        match self.dfs.split_first() {
-            Some((&shortest, rest)) => {
-                blocks(shortest)
-                    + rest
-                        .iter()
-                        .map(|&df| blocks(df).min(shortest as u64))
-                        .sum::<u64>()
-            }
-            None => 0,
-        }
+    /// The CPU AND's probes: each posting of the shortest list sought in every other list
+    /// (the shortest list's length for a one-term query).
+    pub fn cpu_and_probes(&self) -> u64 {
+        let shortest = self.dfs.first().map_or(0, |&d| d as u64);
+        shortest * (self.dfs.len().max(2) as u64 - 1)
     }
 }
 
 /// Microseconds per unit of work on each processor: `fixed + per_unit × units`.
+///
+/// The defaults come from `rankserve bench selection --gpu --gpu-out` on the H100 host
+/// (2026-11-23, commit 135ef6a, 500 000 documents, 500 synthetic queries, k = 10, both codecs;
+/// `docs/benchmarks.md`, issue 6, scheduler), by least squares over each query's measured time:
+/// - GPU: 106 µs + 0.00005 µs per posting for AND (both codecs), 130 µs + 0.00009 for OR; the
+///   OR excess over AND is charged to the index's documents (clearing and ranking the dense
+///   accumulator), 24 µs over 500 000.
+/// - CPU AND: 0.047 µs (EF) and 0.030 µs (PFor) per probe of [`QueryShape::cpu_and_probes`]
+///   (R² 0.62 and 0.87); 0.04 between them, since replaying the queries' measured times with
+///   any slope from 0.03 to 0.07 gives the same mean within 1 %.
+/// - CPU OR: a line in the postings explains only 17 % of its variance (MaxScore's pruning
+///   depends on the scores, not the lengths), so the slope is the crossover: 0.01 µs a posting
+///   sends queries of more than ≈ 13 000 postings to the GPU, the slope that minimised the mean
+///   over the same queries replayed from their measured times (in-sample).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CostModel {
     /// Any CPU query (term lookups, top-k heap).
     pub cpu_fixed_us: f64,
-    /// CPU AND, per block of [`QueryShape::cpu_and_blocks`].
-    pub cpu_and_block_us: f64,
-    /// CPU OR, per posting of every list (MaxScore skips some, so this is an average).
+    /// CPU AND, per probe of [`QueryShape::cpu_and_probes`].
+    pub cpu_and_probe_us: f64,
+    /// CPU OR, per posting of every list (see above: a crossover more than a cost).
     pub cpu_or_posting_us: f64,
-    /// Any GPU query: the staging copy, the launches and the one wait for the top-k.
+    /// Any GPU query: the staging copy, the launches, the kernels' latency and the one wait.
     pub gpu_fixed_us: f64,
     /// GPU, per posting of every list (decode and scoring).
     pub gpu_posting_us: f64,
@@ -114,19 +118,13 @@ pub struct CostModel {
 }
 
 impl Default for CostModel {
-    /// Preliminary constants from the figures measured on the H100 host before this scheduler
-    /// (`docs/benchmarks.md`, issue 6, commit cef3760): CPU decode 0.53 G ints/s on one core
-    /// (0.48 µs for a block's 256 integers, 0.6 with scoring); CPU OR 552 µs mean over queries
-    /// of ≈ 90 000 postings (≈ 6 ns a posting); GPU decode ≥ 104 G ints/s (0.02 ns a posting,
-    /// 0.2 with scoring and the AND binary searches). The GPU's fixed cost is this commit's
-    /// (one copy and one wait per query): ≈ 30 µs expected, to be replaced by the measured one.
     fn default() -> Self {
         CostModel {
             cpu_fixed_us: 2.0,
-            cpu_and_block_us: 0.6,
-            cpu_or_posting_us: 0.006,
-            gpu_fixed_us: 30.0,
-            gpu_posting_us: 0.0002,
+            cpu_and_probe_us: 0.04,
+            cpu_or_posting_us: 0.01,
+            gpu_fixed_us: 106.0,
+            gpu_posting_us: 0.00005,
             gpu_or_doc_us: 0.00005,
         }
     }
@@ -171,7 +169,7 @@ impl Scheduler {
             };
         let cpu_us = m.cpu_fixed_us
             + match mode {
-                Mode::And => m.cpu_and_block_us * shape.cpu_and_blocks() as f64,
+                Mode::And => m.cpu_and_probe_us * shape.cpu_and_probes() as f64,
                 _ => m.cpu_or_posting_us * sum_df,
             };
         let gpu_wins = match mode {
@@ -263,7 +261,7 @@ mod tests {
     fn griffin_sends_a_short_list_against_long_ones_to_the_cpu() {
         let s = Scheduler {
             model: CostModel {
-                cpu_and_block_us: 1e3,
+                cpu_and_probe_us: 1e3,
                 ..CostModel::default()
             },
             ..Scheduler::default()
@@ -308,9 +306,10 @@ mod tests {
     }
 
     #[test]
-    fn cpu_and_blocks_count_one_block_per_candidate_at_most() {
-        assert_eq!(shape(&[3, 200, 1_000_000]).cpu_and_blocks(), 1 + 2 + 3);
-        assert_eq!(shape(&[]).cpu_and_blocks(), 0);
+    fn cpu_and_probes_seek_the_shortest_list_in_every_other() {
+        assert_eq!(shape(&[3, 200, 1_000_000]).cpu_and_probes(), 6);
+        assert_eq!(shape(&[7]).cpu_and_probes(), 7);
+        assert_eq!(shape(&[]).cpu_and_probes(), 0);
         assert_eq!(shape(&[5]).length_ratio(), 1.0);
     }
 }

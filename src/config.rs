@@ -533,6 +533,35 @@ mod tests {
     }
 
     #[test]
+    fn selection_keys_parse_and_griffin_ratio_is_at_least_one() {
+        let c = Config::resolve(
+            None,
+            env(&[
+                ("RANKSERVE_GPU_POSTING_CACHE_BYTES", "0"),
+                ("RANKSERVE_GRIFFIN_RATIO", "32.5"),
+            ]),
+            Layer::default(),
+        )
+        .unwrap();
+        assert_eq!((c.gpu_posting_cache_bytes, c.griffin_ratio), (0, 32.5));
+        let defaults = Config::default();
+        assert_eq!(
+            (defaults.gpu_posting_cache_bytes, defaults.griffin_ratio),
+            (1 << 30, 128.0)
+        );
+        let err = Config::resolve(
+            None,
+            env(&[("RANKSERVE_GRIFFIN_RATIO", "0.5")]),
+            Layer::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "griffin_ratio (from environment variable RANKSERVE_GRIFFIN_RATIO): expected a finite number ≥ 1, got \"0.5\""
+        );
+    }
+
+    #[test]
     fn unknown_toml_key_is_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("c.toml");

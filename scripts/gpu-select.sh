@@ -2,14 +2,19 @@
 # On the GPU machine, from the repository root, after `bash scripts/gpu-suite.sh` here (device
 # run, carry ["carry"], command "bash scripts/gpu-select.sh"): the selection parity tests with
 # the GPU required, then `rankserve bench selection --gpu` (decode speed per codec, GPU in one
-# launch vs one CPU core; AND and OR latency CPU vs GPU on the same queries, cache warm) on a
-# synthetic index of $DOCS documents built in the call. CARRY names the folder holding the
-# binaries (default carry); logs go to $OUT when it is set.
+# launch vs one CPU core; AND and OR latency CPU-only vs GPU-only vs hybrid on the same queries,
+# cache warm) on a synthetic index of $DOCS documents built in the call. CARRY names the folder
+# holding the binaries (default carry), TESTS the test executable (default $CARRY/tests/main);
+# logs go to $OUT when it is set (bench.log, and per codec and mode a JSON line per query with
+# its dfs and CPU, GPU and hybrid times: the scheduler's constants are fitted from these).
 set -uo pipefail
 carry=${CARRY:-carry}
 out=${OUT:-$(mktemp -d)}
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-RANKSERVE_REQUIRE_GPU=1 "$carry/tests/main" selection --test-threads 4 2>&1 | tee "$out/parity.log" | tail -20
+tests=${TESTS:-$carry/tests/main}
+RANKSERVE_REQUIRE_GPU=1 "$tests" selection search --test-threads 4 2>&1 | tee "$out/parity.log" | tail -20
+RANKSERVE_REQUIRE_GPU=1 RANKSERVE_FAULT_GPU=1 "$tests" gpu_search_selects gpu_fault \
+  --test-threads 1 2>&1 | tee -a "$out/parity.log" | tail -4
 # 1 000 000 documents did not finish corpus + one index build within 155 s on the H100 machine
 # (2026-11-23); 500 000 took 147 s for corpus, both indexes and the queries there.
 DOCS=${DOCS:-500000}
@@ -26,7 +31,8 @@ echo "corpus, index builds, queries: $(($(date +%s) - start)) s"
 for codec in ef pfor; do
   for mode in and or; do
     "$carry/rankserve" bench selection --index "$work/$codec" --queries "$work/queries.txt" \
-      --mode "$mode" --reps 5 --gpu 2>&1 | tee "$out/bench-$codec-$mode.log"
+      --mode "$mode" --reps 5 --gpu --gpu-out "$out/queries-$codec-$mode.jsonl" 2>&1 \
+      | tee -a "$out/bench.log"
   done
 done
 echo "total: $(($(date +%s) - start)) s"

@@ -16,6 +16,8 @@
 //! | `cpu_cache_bytes` | `RANKSERVE_CPU_CACHE_BYTES` | 1 GiB |
 //! | `cpu_threads` | `RANKSERVE_CPU_THREADS` | the machine's parallelism |
 //! | `gpu_cache_bytes` | `RANKSERVE_GPU_CACHE_BYTES` | 4 GiB (device copies of rankers) |
+//! | `gpu_posting_cache_bytes` | `RANKSERVE_GPU_POSTING_CACHE_BYTES` | 1 GiB (posting lists resident on the device; 0: every list copied per query) |
+//! | `griffin_ratio` | `RANKSERVE_GRIFFIN_RATIO` | 128 (AND runs on the CPU when the second shortest list is more than this many times the shortest) |
 //! | `queue_capacity` | `RANKSERVE_QUEUE_CAPACITY` | 256 requests per ranker |
 //! | `batch_window_us` | `RANKSERVE_BATCH_WINDOW_US` | 200 (0 turns batching off) |
 //! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 4096 |
@@ -151,6 +153,10 @@ pub struct Config {
     pub cpu_threads: usize,
     /// Budget of the GPU ranker cache (device memory).
     pub gpu_cache_bytes: u64,
+    /// Budget of the GPU posting cache (device memory) of the served index.
+    pub gpu_posting_cache_bytes: u64,
+    /// Griffin's threshold of the selection scheduler (`select::schedule`).
+    pub griffin_ratio: f64,
     pub queue_capacity: usize,
     /// 0: batching off.
     pub batch_window_us: u64,
@@ -174,6 +180,8 @@ impl Default for Config {
             cpu_cache_bytes: 1 << 30,
             cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
             gpu_cache_bytes: 4 << 30,
+            gpu_posting_cache_bytes: 1 << 30,
+            griffin_ratio: crate::select::schedule::DEFAULT_GRIFFIN_RATIO,
             queue_capacity: 256,
             batch_window_us: 200,
             max_batch_docs: 4096,
@@ -199,6 +207,8 @@ pub struct Layer {
     pub cpu_cache_bytes: Option<String>,
     pub cpu_threads: Option<String>,
     pub gpu_cache_bytes: Option<String>,
+    pub gpu_posting_cache_bytes: Option<String>,
+    pub griffin_ratio: Option<String>,
     pub queue_capacity: Option<String>,
     pub batch_window_us: Option<String>,
     pub max_batch_docs: Option<String>,
@@ -242,6 +252,8 @@ impl Layer {
             cpu_cache_bytes: lookup("RANKSERVE_CPU_CACHE_BYTES"),
             cpu_threads: lookup("RANKSERVE_CPU_THREADS"),
             gpu_cache_bytes: lookup("RANKSERVE_GPU_CACHE_BYTES"),
+            gpu_posting_cache_bytes: lookup("RANKSERVE_GPU_POSTING_CACHE_BYTES"),
+            griffin_ratio: lookup("RANKSERVE_GRIFFIN_RATIO"),
             queue_capacity: lookup("RANKSERVE_QUEUE_CAPACITY"),
             batch_window_us: lookup("RANKSERVE_BATCH_WINDOW_US"),
             max_batch_docs: lookup("RANKSERVE_MAX_BATCH_DOCS"),
@@ -339,6 +351,24 @@ impl Resolver {
             c.gpu_cache_bytes = parse("gpu_cache_bytes", &v, "a byte count ≥ 1", source, |n| {
                 *n >= 1
             })?;
+        }
+        if let Some(v) = layer.gpu_posting_cache_bytes {
+            c.gpu_posting_cache_bytes = parse(
+                "gpu_posting_cache_bytes",
+                &v,
+                "a byte count ≥ 0",
+                source,
+                |_| true,
+            )?;
+        }
+        if let Some(v) = layer.griffin_ratio {
+            c.griffin_ratio = parse(
+                "griffin_ratio",
+                &v,
+                "a finite number ≥ 1",
+                source,
+                |r: &f64| r.is_finite() && *r >= 1.0,
+            )?;
         }
         if let Some(v) = layer.queue_capacity {
             c.queue_capacity = parse("queue_capacity", &v, "an integer ≥ 1", source, |n| {
@@ -499,6 +529,35 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "sample_rate (from command line): expected a fraction in (0, 1], got \"1.5\""
+        );
+    }
+
+    #[test]
+    fn selection_keys_parse_and_griffin_ratio_is_at_least_one() {
+        let c = Config::resolve(
+            None,
+            env(&[
+                ("RANKSERVE_GPU_POSTING_CACHE_BYTES", "0"),
+                ("RANKSERVE_GRIFFIN_RATIO", "32.5"),
+            ]),
+            Layer::default(),
+        )
+        .unwrap();
+        assert_eq!((c.gpu_posting_cache_bytes, c.griffin_ratio), (0, 32.5));
+        let defaults = Config::default();
+        assert_eq!(
+            (defaults.gpu_posting_cache_bytes, defaults.griffin_ratio),
+            (1 << 30, 128.0)
+        );
+        let err = Config::resolve(
+            None,
+            env(&[("RANKSERVE_GRIFFIN_RATIO", "0.5")]),
+            Layer::default(),
+        )
+        .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "griffin_ratio (from environment variable RANKSERVE_GRIFFIN_RATIO): expected a finite number ≥ 1, got \"0.5\""
         );
     }
 

@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the HTTP API.
-    Serve(cmd::serve::Args),
+    Serve(Box<cmd::serve::Args>),
     /// Synthesize a corpus.
     #[command(subcommand)]
     Corpus(cmd::corpus::Command),
@@ -55,7 +55,7 @@ enum Command {
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Serve(args) => cmd::serve::run(args),
+        Command::Serve(args) => cmd::serve::run(*args),
         Command::Corpus(c) => cmd::corpus::run(c),
         Command::Queries(c) => cmd::corpus::run_queries(c),
         Command::Index(c) => cmd::index::run(c),

@@ -13,6 +13,7 @@ use http_body_util::BodyExt;
 use crate::cli::{rankserve, root};
 use crate::http::{client, expect_error, json, live, post, send, server_with, TestServer, TOKEN};
 use crate::selection::{built, fixture_corpus};
+use rankserve::config::Backend;
 use rankserve::index::builder::{build, BuildOptions};
 use rankserve::index::codecs::Codec;
 use rankserve::index::tokenize::Tokenizer;
@@ -31,9 +32,17 @@ fn bundled_rankers() -> PathBuf {
 /// A server over the fixture index (EF codec) with the bundled small and medium rankers copied
 /// in as `prod-small` and `prod-medium`, plus the test's own handle on the same index.
 fn search_server() -> (TestServer, tempfile::TempDir, Index) {
+    search_server_on(Backend::Cpu)
+}
+
+/// [`search_server`] with `backend` as the server's default (`auto` and `gpu` probe the GPU).
+fn search_server_on(backend: Backend) -> (TestServer, tempfile::TempDir, Index) {
     let (dir, index) = built(&fixture_corpus(), "fixture", Codec::Ef);
     let at = index.dir().to_path_buf();
-    let server = server_with(|c| c.index = Some(at));
+    let server = server_with(|c| {
+        c.index = Some(at);
+        c.backend = backend;
+    });
     for name in ["small", "medium"] {
         std::fs::copy(
             bundled_rankers().join(format!("{name}.json")),
@@ -864,4 +873,140 @@ async fn searches_racing_reloads_each_see_one_whole_index() {
     assert_eq!(seen[0] + seen[1], 160);
     let _ = live.shutdown.send(());
     live.task.await.unwrap().unwrap();
+}
+
+/// `POST /v1/search` with `backend` set, and the status and reply.
+async fn search_on(
+    s: &TestServer,
+    text: &str,
+    mode: Mode,
+    k: usize,
+    backend: Backend,
+) -> (StatusCode, Vec<u8>) {
+    let req = SearchRequest {
+        backend: Some(backend),
+        ..request(text, mode, k)
+    };
+    let (status, _, body) = send(&s.app, post("/v1/search", "application/json", json(&req))).await;
+    (status, body)
+}
+
+/// Selection backends: `cpu` selects on the CPU, `auto` gives the CPU's hits wherever it runs
+/// (on the CPU without a GPU), `gpu` is 503 `gpu_unavailable` without a GPU.
+#[tokio::test]
+async fn search_backend_selects_cpu_or_auto_and_gpu_needs_a_gpu() {
+    let (s, _dir, index) = search_server_on(Backend::Auto);
+    for text in QUERIES {
+        for mode in [Mode::And, Mode::Or, Mode::AndOr] {
+            let want = search(&index, &Query::from_text(text, 7, mode))
+                .unwrap()
+                .hits;
+            for backend in [Backend::Cpu, Backend::Auto] {
+                let (status, body) = search_on(&s, text, mode, 7, backend).await;
+                assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+                let got: SearchResponse = serde_json::from_slice(&body).unwrap();
+                assert_eq!(doc_scores(&got), want, "{text:?} {mode:?} {backend}");
+                let expected_sides: &[&str] = match (backend, s.state.has_gpu()) {
+                    (Backend::Auto, true) => &["cpu", "gpu"],
+                    _ => &["cpu"],
+                };
+                assert!(
+                    expected_sides.contains(&got.backends.select.as_str()),
+                    "{backend}: selected on {}",
+                    got.backends.select
+                );
+            }
+        }
+    }
+    if !s.state.has_gpu() {
+        let (status, body) = search_on(&s, "kitchen", Mode::And, 7, Backend::Gpu).await;
+        let error: rankserve::server::error::ErrorBody = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            (status, error.error.code.as_str()),
+            (StatusCode::SERVICE_UNAVAILABLE, "gpu_unavailable")
+        );
+    }
+}
+
+/// On a GPU (skipped without one, failing under `RANKSERVE_REQUIRE_GPU=1`): `backend=gpu`
+/// selects on the GPU exactly the CPU's hits (documents, order, score bits) for AND and OR, also
+/// after a reload to another index (the posting cache never serves the old lists); AND_OR has no
+/// GPU path and selects on the CPU. Under `RANKSERVE_FAULT_GPU=1` every query falls back to the
+/// CPU with the same hits, counted in `rankserve_gpu_fallback_total{stage="select"}`.
+#[tokio::test]
+async fn gpu_search_selects_exactly_the_cpus_hits() {
+    if rankserve::gpu::device::device_for_tests("gpu_search_selects_exactly_the_cpus_hits")
+        .is_none()
+    {
+        return;
+    }
+    let faulty = std::env::var("RANKSERVE_FAULT_GPU").is_ok_and(|v| v == "1");
+    let (s, dir, index) = search_server_on(Backend::Auto);
+    assert!(s.state.has_gpu());
+    let check = |index: &Index, text: &str, mode: Mode, k: usize, got: &SearchResponse| {
+        let want = search(index, &Query::from_text(text, k, mode))
+            .unwrap()
+            .hits;
+        assert_eq!(doc_scores(got), want, "{text:?} {mode:?} k={k}");
+        let side = if faulty || mode == Mode::AndOr {
+            "cpu"
+        } else {
+            "gpu"
+        };
+        assert_eq!(got.backends.select, side, "{text:?} {mode:?}");
+    };
+    for text in QUERIES {
+        for mode in [Mode::And, Mode::Or, Mode::AndOr] {
+            for k in [1, 7, 1000] {
+                let (status, body) = search_on(&s, text, mode, k, Backend::Gpu).await;
+                assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+                check(
+                    &index,
+                    text,
+                    mode,
+                    k,
+                    &serde_json::from_slice(&body).unwrap(),
+                );
+            }
+        }
+    }
+    let corpus = small_corpus(dir.path(), "zebra");
+    let next = dir.path().join("next");
+    build(&corpus, &next, &BuildOptions::default(), &|_| {}).unwrap();
+    let (status, _, _) = send(&s.app, reload(Some(&next), Some(TOKEN))).await;
+    assert_eq!(status, StatusCode::OK);
+    let reloaded = Index::open(&next).unwrap();
+    for text in ["kitchen", "zebra kitchen", "kitchen 1"] {
+        for mode in [Mode::And, Mode::Or] {
+            let (status, body) = search_on(&s, text, mode, 10, Backend::Gpu).await;
+            assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+            check(
+                &reloaded,
+                text,
+                mode,
+                10,
+                &serde_json::from_slice(&body).unwrap(),
+            );
+        }
+    }
+    let (_, _, body) = send(
+        &s.app,
+        Request::get("/metrics").body(Body::empty()).unwrap(),
+    )
+    .await;
+    let metrics = String::from_utf8(body).unwrap();
+    let mut expected = vec![
+        "rankserve_posting_cache_hits_total",
+        "rankserve_posting_cache_copied_bytes_total",
+        "rankserve_posting_cache_bytes",
+        "rankserve_select_backend_total{backend=\"cpu\"}",
+    ];
+    if faulty {
+        expected.push("rankserve_gpu_fallback_total{stage=\"select\",reason=\"gpu_error\"}");
+    } else {
+        expected.push("rankserve_select_backend_total{backend=\"gpu\"}");
+    }
+    for name in expected {
+        assert!(metrics.contains(name), "{name} missing from /metrics");
+    }
 }

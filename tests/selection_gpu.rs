@@ -4,7 +4,7 @@
 //! in one batched launch), and OR and AND queries give the same documents in the same order with
 //! bit-identical scores, through posting caches that hold none, about half, or all of the lists;
 //! a cache given another (or a reopened) index reloads, and a query too large for the staging
-//! buffer is refused with `TooLarge`.
+//! buffer is refused with `TooLarge`, and through the scheduler runs on the CPU instead.
 //!
 //! Without a GPU each test prints why and passes, unless `RANKSERVE_REQUIRE_GPU=1`.
 
@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rankserve::config::Backend;
 use rankserve::gpu::device::device_for_tests;
 use rankserve::gpu::{GpuDevice, GpuError};
 use rankserve::index::codecs::{encode_list, BlockDecoder, Codec, BLOCK_LEN};
@@ -22,6 +23,7 @@ use rankserve::select::gpu::{
     search_and, search_or, DecodedBlocks, GpuSelectError, PackedLists, PostingCache,
     PostingCacheConfig,
 };
+use rankserve::select::schedule::{self, Scheduler, Side};
 use rankserve::select::{search, Bm25Params, Mode, Query, SelectError};
 
 use crate::selection::{fixture, pick_terms, query_strategy, synthetic};
@@ -341,9 +343,12 @@ fn posting_cache_counts_and_reloads_for_another_index_gpu() {
         * (q.terms.iter())
             .map(|t| a.postings(a.term_id(t).unwrap()).n_blocks() as u64)
             .sum::<u64>();
+    // One copy: the three lists' slots and dfs (OR passes no other words), padded to a
+    // 16-byte descriptor, the block table and the staged list.
+    let meta_bytes = 4 * (2 * 3usize).next_multiple_of(4) as u64;
     assert_eq!(
         stats.last_query_bytes_copied,
-        table_bytes + third.bytes().len() as u64
+        meta_bytes + table_bytes + third.bytes().len() as u64
     );
     // Another index, then the same directory reopened: each is loaded afresh, never served
     // from the lists of the one before.
@@ -375,4 +380,19 @@ fn a_query_larger_than_the_staging_buffer_is_refused_gpu() {
         search_and(&mut cache, index, &q),
         Err(GpuSelectError::Gpu(GpuError::TooLarge { .. }))
     ));
+    // Through the scheduler the same query falls back to the CPU: same answer, error reported.
+    for mode in [Mode::And, Mode::Or] {
+        let q = Query { mode, ..q.clone() };
+        let ran = schedule::search(
+            index,
+            &q,
+            Backend::Gpu,
+            Some(&mut cache),
+            &Scheduler::default(),
+        )
+        .unwrap();
+        assert_eq!(ran.side, Side::Cpu);
+        assert!(matches!(ran.fallback, Some(GpuError::TooLarge { .. })));
+        assert_eq!(ran.result.hits, search(index, &q).unwrap().hits);
+    }
 }

@@ -2,18 +2,21 @@
 //! single-thread latency that peers such as Tantivy and PISA report), with its top-k, so that a
 //! peer's results on the same queries can be compared document by document
 //! (`scripts/tantivy_compare.py` does). With a GPU, the same query stream runs on the GPU too
-//! (through a warm posting cache) and decode speed is compared per codec: GPU (every list in one
-//! launch) against one CPU core.
+//! (through a warm posting cache) and through the scheduler (each query on the processor
+//! [`crate::select::schedule`] picks), and decode speed is compared per codec: GPU (every list in
+//! one launch) against one CPU core.
 
 use std::time::Instant;
 
 use serde::Serialize;
 
+use crate::config::Backend;
 use crate::gpu::GpuError;
 use crate::index::codecs::BlockDecoder;
 use crate::index::{Index, PostingList};
-use crate::select::gpu::{decode::time_decode, search_and, search_or, DecodeTiming, PostingCache};
-use crate::select::{search, Bm25Params, Mode, Query, SearchResult, SelectError};
+use crate::select::gpu::{decode::time_decode, DecodeTiming, PostingCache};
+use crate::select::schedule::{self, QueryShape, Scheduler, Side};
+use crate::select::{Bm25Params, Mode, Query, SelectError};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -36,6 +39,10 @@ pub struct QueryRun {
     pub scores: Vec<f64>,
     pub blocks_decoded: u64,
     pub docs_scored: u64,
+    /// The processor that answered.
+    pub side: Side,
+    /// The dfs of the query's terms found in the index, ascending (the scheduler's input).
+    pub dfs: Vec<u32>,
 }
 
 /// Latency percentiles over queries, microseconds.
@@ -47,7 +54,10 @@ pub struct LatencySummary {
     pub p90: f64,
     pub p95: f64,
     pub p99: f64,
+    pub p999: f64,
     pub max: f64,
+    /// Queries answered on the GPU.
+    pub on_gpu: usize,
 }
 
 impl LatencySummary {
@@ -67,64 +77,65 @@ impl LatencySummary {
             p90: at(0.9),
             p95: at(0.95),
             p99: at(0.99),
+            p999: at(0.999),
             max: us.last().copied().unwrap_or(0.0),
+            on_gpu: runs.iter().filter(|r| r.side == Side::Gpu).count(),
         }
     }
 }
 
-/// Runs every query of `queries` (text, tokenized like the documents) on the calling thread, on
-/// the CPU.
+/// Why a benchmark run stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum BenchSelectError {
+    #[error(transparent)]
+    Query(#[from] SelectError),
+    /// A benchmark measures the backend asked for, so a fallback to the CPU is an error here.
+    #[error("query {query:?} fell back to the CPU: {source}")]
+    Fallback {
+        query: String,
+        source: crate::gpu::GpuError,
+    },
+}
+
+/// Runs every query of `queries` (text, tokenized like the documents) on the calling thread on
+/// `backend` ([`schedule::search`]: `cpu`, `gpu` through `gpu`'s posting cache, or `auto`, the
+/// scheduler's choice per query); each once to warm up, then `config.reps` times, keeping the
+/// median wall time, the scheduler's estimate included.
 ///
 /// # Errors
-/// [`SelectError::InvalidParameter`] for BM25 parameters out of range.
+/// The first query's error: invalid BM25 parameters, or a GPU failure (which would otherwise
+/// have fallen back to the CPU).
 pub fn run(
     index: &Index,
     queries: &[String],
     config: &SelectionConfig,
-) -> Result<Vec<QueryRun>, SelectError> {
-    run_with(index, queries, config, |q| search(index, q))
-}
-
-/// Runs every query of `queries` on the GPU through `cache`, in `config.mode` (OR or AND).
-///
-/// # Errors
-/// The first query's error: invalid BM25 parameters, or a device failure (this measures the
-/// GPU, so nothing falls back to the CPU); AND_OR has no GPU path yet.
-pub fn run_gpu(
-    cache: &mut PostingCache,
-    index: &Index,
-    queries: &[String],
-    config: &SelectionConfig,
-) -> Result<Vec<QueryRun>, crate::select::gpu::GpuSelectError> {
-    run_with(index, queries, config, |q| match q.mode {
-        Mode::Or => search_or(cache, index, q),
-        Mode::And => search_and(cache, index, q),
-        Mode::AndOr => Err(GpuError::Unavailable {
-            reason: "AND_OR has no GPU path yet".into(),
-        }
-        .into()),
-    })
-}
-
-/// Runs each query once to warm up, then `config.reps` times, keeping the median wall time.
-fn run_with<E>(
-    index: &Index,
-    queries: &[String],
-    config: &SelectionConfig,
-    mut search: impl FnMut(&Query) -> Result<SearchResult, E>,
-) -> Result<Vec<QueryRun>, E> {
+    backend: Backend,
+    mut gpu: Option<&mut PostingCache>,
+    scheduler: &Scheduler,
+) -> Result<Vec<QueryRun>, BenchSelectError> {
     let mut runs = Vec::with_capacity(queries.len());
     for text in queries {
         let mut query = Query::from_text(text, config.k, config.mode);
         query.params = config.params;
-        let mut result = search(&query)?;
+        let mut search = || {
+            let ran = schedule::search(index, &query, backend, gpu.as_deref_mut(), scheduler)?;
+            match ran.fallback {
+                Some(source) => Err(BenchSelectError::Fallback {
+                    query: text.clone(),
+                    source,
+                }),
+                None => Ok(ran),
+            }
+        };
+        let mut ran = search()?;
         let mut times = Vec::with_capacity(config.reps);
         for _ in 0..config.reps.max(1) {
             let started = Instant::now();
-            result = search(&query)?;
+            ran = search()?;
             times.push(started.elapsed().as_secs_f64() * 1e6);
         }
         times.sort_by(f64::total_cmp);
+        let result = ran.result;
         runs.push(QueryRun {
             query: text.clone(),
             us: times[times.len() / 2],
@@ -136,6 +147,8 @@ fn run_with<E>(
             scores: result.hits.iter().map(|&(_, score)| score).collect(),
             blocks_decoded: result.stats.blocks_decoded,
             docs_scored: result.stats.docs_scored,
+            side: ran.side,
+            dfs: QueryShape::of(index, &query).dfs,
         });
     }
     Ok(runs)
@@ -208,18 +221,20 @@ mod tests {
             scores: Vec::new(),
             blocks_decoded: 0,
             docs_scored: 0,
+            side: Side::Cpu,
+            dfs: Vec::new(),
         }
     }
 
     #[test]
     fn percentiles_are_nearest_rank() {
-        let runs: Vec<QueryRun> = (1..=100).map(|i| run_of(f64::from(i))).collect();
+        let runs: Vec<QueryRun> = (1..=1000).map(|i| run_of(f64::from(i))).collect();
         let s = LatencySummary::of(&runs);
         assert_eq!(
-            (s.p50, s.p90, s.p95, s.p99, s.max),
-            (50.0, 90.0, 95.0, 99.0, 100.0)
+            (s.p50, s.p90, s.p95, s.p99, s.p999, s.max),
+            (500.0, 900.0, 950.0, 990.0, 999.0, 1000.0)
         );
-        assert_eq!(s.mean, 50.5);
+        assert_eq!(s.mean, 500.5);
         assert_eq!(LatencySummary::of(&[]).queries, 0);
     }
 }

@@ -7,10 +7,12 @@ use std::time::Duration;
 use anyhow::Context;
 use rankserve::bench::ranking::{self, BenchConfig, BenchRanker, PowerConfig};
 use rankserve::bench::selection::{self, LatencySummary, SelectionConfig};
+use rankserve::config::Backend;
 use rankserve::gpu::GpuDevice;
 use rankserve::index::Index;
 use rankserve::rank::import::load_any;
 use rankserve::select::gpu::{PostingCache, PostingCacheConfig};
+use rankserve::select::schedule::Scheduler;
 use rankserve::select::{Bm25Params, Mode, Query};
 
 use super::{BadInputExt, CmdResult};
@@ -314,6 +316,13 @@ pub struct SelectionArgs {
     /// Decode speed is measured over the lists of at least this many postings (and over all).
     #[arg(long, default_value_t = 4096)]
     decode_min_df: u32,
+    /// The hybrid's Griffin threshold: AND runs on the CPU when the second shortest list is
+    /// more than this many times the shortest.
+    #[arg(long, default_value_t = rankserve::select::schedule::DEFAULT_GRIFFIN_RATIO)]
+    griffin_ratio: f64,
+    /// With --gpu, one JSON line per query here: its dfs and its CPU, GPU and hybrid times.
+    #[arg(long, value_name = "FILE.jsonl")]
+    gpu_out: Option<PathBuf>,
 }
 
 fn run_selection(args: SelectionArgs) -> CmdResult {
@@ -336,7 +345,12 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         },
         reps: args.reps,
     };
-    let runs = selection::run(&index, &queries, &config).bad_input()?;
+    let scheduler = Scheduler {
+        griffin_ratio: args.griffin_ratio,
+        ..Scheduler::default()
+    };
+    let runs =
+        selection::run(&index, &queries, &config, Backend::Cpu, None, &scheduler).bad_input()?;
     if let Some(out) = &args.out {
         let mut lines = String::new();
         for run in &runs {
@@ -359,8 +373,8 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         let s = LatencySummary::of(&runs);
         println!("{header}: µs per query, one thread");
         println!(
-            "mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  max {:.1}",
-            s.mean, s.p50, s.p90, s.p99, s.max
+            "mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
+            s.mean, s.p50, s.p90, s.p99, s.p999, s.max
         );
         return Ok(());
     }
@@ -380,8 +394,36 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         .iter()
         .map(|&min_df| Ok((min_df, selection::decode_speed(&cache, &index, min_df, 20)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let gpu_runs = selection::run_gpu(&mut cache, &index, &queries, &config)
-        .context("running the queries on the GPU")?;
+    let gpu_runs = selection::run(
+        &index,
+        &queries,
+        &config,
+        Backend::Gpu,
+        Some(&mut cache),
+        &scheduler,
+    )
+    .context("running the queries on the GPU")?;
+    let hybrid_runs = selection::run(
+        &index,
+        &queries,
+        &config,
+        Backend::Auto,
+        Some(&mut cache),
+        &scheduler,
+    )
+    .context("running the queries through the scheduler")?;
+    if let Some(out) = &args.gpu_out {
+        let mut lines = String::new();
+        for ((cpu, gpu), hybrid) in runs.iter().zip(&gpu_runs).zip(&hybrid_runs) {
+            let line = serde_json::json!({
+                "query": cpu.query, "dfs": cpu.dfs, "cpu_us": cpu.us, "gpu_us": gpu.us,
+                "hybrid_us": hybrid.us, "hybrid_side": hybrid.side,
+            });
+            lines += &line.to_string();
+            lines.push('\n');
+        }
+        std::fs::write(out, lines).with_context(|| format!("writing {}", out.display()))?;
+    }
     let stats = cache.stats();
     println!("{header}; GPU {} ({})", device.name(), device.arch());
     println!(
@@ -412,25 +454,34 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         "latency, mode {:?}, µs per query (median of {} runs each after a warm-up), one thread:",
         args.mode, args.reps
     );
-    println!("| backend | mean | p50 | p95 | p99 | max |");
-    println!("|---|---:|---:|---:|---:|---:|");
-    for (name, r) in [("CPU", &runs), ("GPU", &gpu_runs)] {
+    println!("| backend | mean | p50 | p95 | p99 | p99.9 | max | on CPU | on GPU |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, r) in [("CPU", &runs), ("GPU", &gpu_runs), ("hybrid", &hybrid_runs)] {
         let s = LatencySummary::of(r);
         println!(
-            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            s.mean, s.p50, s.p95, s.p99, s.max
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {} | {} |",
+            s.mean,
+            s.p50,
+            s.p95,
+            s.p99,
+            s.p999,
+            s.max,
+            s.queries - s.on_gpu,
+            s.on_gpu
         );
     }
     let staged = stats.queries.max(1);
     println!(
         "GPU posting cache: {} lists, {} bytes resident; {} hits, {} misses, {:.0} bytes copied \
-         per query; GPU top-k identical to the CPU's on {}/{} queries",
+         per query; GPU top-k identical to the CPU's on {}/{} queries, hybrid's on {}/{}",
         stats.resident_lists,
         stats.resident_bytes,
         stats.hits,
         stats.misses,
         stats.bytes_copied as f64 / staged as f64,
         runs.len() - selection::mismatches(&runs, &gpu_runs),
+        runs.len(),
+        runs.len() - selection::mismatches(&runs, &hybrid_runs),
         runs.len()
     );
     Ok(())

@@ -54,6 +54,14 @@ pub struct Args {
     /// Memory budget of the GPU ranker cache [default: 4294967296].
     #[arg(long)]
     gpu_cache_bytes: Option<String>,
+    /// Memory budget of the GPU posting cache of the served index; 0: lists copied per query
+    /// [default: 1073741824].
+    #[arg(long)]
+    gpu_posting_cache_bytes: Option<String>,
+    /// Selection scheduler: AND runs on the CPU when the second shortest list is more than this
+    /// many times the shortest [default: 128].
+    #[arg(long)]
+    griffin_ratio: Option<String>,
     /// Requests admitted per ranker before 503 overloaded [default: 256].
     #[arg(long)]
     queue_capacity: Option<String>,
@@ -91,6 +99,8 @@ impl Args {
             cpu_cache_bytes: self.cpu_cache_bytes,
             cpu_threads: self.cpu_threads,
             gpu_cache_bytes: self.gpu_cache_bytes,
+            gpu_posting_cache_bytes: self.gpu_posting_cache_bytes,
+            griffin_ratio: self.griffin_ratio,
             queue_capacity: self.queue_capacity,
             batch_window_us: self.batch_window_us,
             max_batch_docs: self.max_batch_docs,

@@ -20,6 +20,7 @@
 pub mod bm25;
 pub mod cpu;
 pub mod gpu;
+pub mod schedule;
 pub mod topk;
 
 use serde::{Deserialize, Serialize};

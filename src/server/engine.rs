@@ -113,7 +113,7 @@ impl Engines {
             });
             match scored {
                 Ok(scored) => return (scored.scores, Ran::Gpu),
-                Err(err) => fell_back(&loaded.name, &err),
+                Err(err) => fell_back("rank", &loaded.name, &err),
             }
         }
         (self.cpu(loaded, features), Ran::Cpu)
@@ -145,7 +145,7 @@ impl Engines {
                     found
                 }
                 Err(err) => {
-                    fell_back(&loaded.name, &err);
+                    fell_back("rank", &loaded.name, &err);
                     Crossover {
                         docs: None,
                         points: Vec::new(),
@@ -156,12 +156,14 @@ impl Engines {
     }
 }
 
-fn fell_back(ranker: &str, err: &GpuError) {
+/// Logs and counts a GPU failure of `stage` (`rank` or `select`) whose work moved to the CPU;
+/// `subject` names the ranker or the query.
+pub(super) fn fell_back(stage: &'static str, subject: &str, err: &GpuError) {
     let reason = match err {
         GpuError::TooLarge { .. } => "too_large",
         _ => "gpu_error",
     };
-    tracing::warn!(ranker, error = %err, "GPU failed: ranking on the CPU");
-    metrics::counter!("rankserve_gpu_fallback_total", "stage" => "rank", "reason" => reason)
+    tracing::warn!(stage, subject, error = %err, "GPU failed: running on the CPU");
+    metrics::counter!("rankserve_gpu_fallback_total", "stage" => stage, "reason" => reason)
         .increment(1);
 }

@@ -13,7 +13,11 @@
 //! | `rankserve_batch_documents`, `rankserve_batch_requests` | histogram | |
 //! | `rankserve_ranker_cache_{hits,misses,evictions}_total` | counter | `cache` (`cpu`, `gpu`) |
 //! | `rankserve_ranker_cache_bytes`, `rankserve_ranker_cache_budget_bytes` | gauge | `cache` |
-//! | `rankserve_gpu_fallback_total` | counter | `stage`, `reason` |
+//! | `rankserve_gpu_fallback_total` | counter | `stage` (`rank`, `select`), `reason` (`too_large`, `gpu_error`) |
+//! | `rankserve_select_backend_total` | counter | `backend` (the processor that selected: `cpu`, `gpu`) |
+//! | `rankserve_posting_cache_{hits,misses}_total` | counter | none (with a GPU: query lists found resident, copied per query) |
+//! | `rankserve_posting_cache_copied_bytes_total` | counter | none (bytes queries copied to the device) |
+//! | `rankserve_posting_cache_bytes`, `rankserve_posting_cache_lists` | gauge | none (resident on the device) |
 //! | `rankserve_gpu_power_watts` | gauge | none (with a GPU: NVML's board power when scraped) |
 //! | `rankserve_gpu_energy_joules` | gauge | none (with a GPU: NVML's total-energy counter) |
 
@@ -85,6 +89,14 @@ pub fn render(state: &State) -> String {
     record_cache("cpu", state.store.cache_stats());
     if let Some(gpu) = state.scorer.engines().gpu() {
         record_cache("gpu", gpu.stats());
+    }
+    if let Some(stats) = state.posting_cache_stats() {
+        metrics::counter!("rankserve_posting_cache_hits_total").absolute(stats.hits);
+        metrics::counter!("rankserve_posting_cache_misses_total").absolute(stats.misses);
+        metrics::counter!("rankserve_posting_cache_copied_bytes_total")
+            .absolute(stats.bytes_copied);
+        metrics::gauge!("rankserve_posting_cache_bytes").set(stats.resident_bytes as f64);
+        metrics::gauge!("rankserve_posting_cache_lists").set(stats.resident_lists as f64);
     }
     if let Some(meter) = state.power() {
         match (meter.power_w(), meter.energy_j()) {

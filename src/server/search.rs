@@ -8,6 +8,13 @@
 //! top-k, ties by smaller docID. Without a ranker, or on an index without a forward index (a
 //! CIFF import), the hits are the BM25 top-k and `backends.rank` is `none`.
 //!
+//! The request's `backend` drives both stages. Selection runs through
+//! [`schedule::search`](crate::select::schedule::search) with the served index's GPU posting
+//! cache: `cpu` never touches the GPU, `gpu` waits for the device, `auto` asks the scheduler and
+//! runs on the CPU when another query holds the device. A GPU failure runs the query on the
+//! CPU (same answer), counted in `rankserve_gpu_fallback_total{stage="select"}`;
+//! `backends.select` says which ran.
+//!
 //! Inputs that select nothing are not errors (`docs/api.md` lists them): an empty query, a query
 //! of unknown terms, `k = 0` answer no hits; `k` and `candidates` above the collection's size
 //! are clamped to it.
@@ -24,15 +31,17 @@ use super::api::{
     SearchTimings,
 };
 use super::codec::{read_body, Coded, Format, Negotiated, Reply};
+use super::engine::fell_back;
 use super::error::ApiError;
 use super::routes::{authorize, before_deadline, explain, micros, ranker, top_k};
-use super::state::AppState;
+use super::state::{AppState, State};
 use super::store::LoadedRanker;
 use crate::config::Backend;
 use crate::index::tokenize::Tokenizer;
 use crate::index::{DocId, Index};
 use crate::rank::fe::{CorpusStats, FeatureResolver, HitDocument, HitStream, QueryInfo};
-use crate::select::{self, bm25, dedup_terms, Query};
+use crate::select::schedule::{self, Side};
+use crate::select::{bm25, dedup_terms, Query};
 
 /// Most terms a query may have (before duplicates are removed). Removing duplicates and FE both
 /// grow with the term count, and a body of 64 MiB holds millions of terms: a bound keeps one
@@ -77,6 +86,8 @@ struct Candidates {
     features: Option<Vec<f64>>,
     select_us: u64,
     fe_us: u64,
+    /// The processor that selected them.
+    select_side: Side,
 }
 
 /// Selects the candidates of `terms` and, with `ranker`, extracts their features (blocking).
@@ -85,11 +96,11 @@ struct Candidates {
 /// [`ApiError::InvalidRequest`] when the ranker's features cannot be extracted from hits;
 /// [`ApiError::Internal`] when the forward index does not decode.
 fn select_candidates(
+    state: &State,
     index: &Index,
     terms: Vec<String>,
     request: &SearchRequest,
     ranker: Option<&LoadedRanker>,
-    threads: usize,
 ) -> Result<Candidates, ApiError> {
     let n_docs = index.num_docs() as usize;
     let wanted = match ranker {
@@ -97,13 +108,27 @@ fn select_candidates(
         None => request.k,
     };
     let query = Query::new(terms, wanted.min(n_docs), request.mode);
-    let result = select::search(index, &query).map_err(ApiError::internal)?;
+    let backend = request.backend.unwrap_or(state.config.backend);
+    let ran = match backend {
+        Backend::Cpu => schedule::search(index, &query, backend, None, &state.scheduler),
+        _ => state.with_posting_cache(backend == Backend::Gpu, |cache| {
+            schedule::search(index, &query, backend, cache, &state.scheduler)
+        }),
+    }
+    .map_err(ApiError::internal)?;
+    if let Some(err) = &ran.fallback {
+        fell_back("select", &query.terms.join(" "), err);
+    }
+    metrics::counter!("rankserve_select_backend_total", "backend" => ran.side.as_str())
+        .increment(1);
+    let (result, select_side) = (ran.result, ran.side);
     let Some(ranker) = ranker else {
         return Ok(Candidates {
             selected: result.hits,
             features: None,
             select_us: result.select_us,
             fe_us: 0,
+            select_side,
         });
     };
     let fe_started = Instant::now();
@@ -118,13 +143,20 @@ fn select_candidates(
     let (query_info, stats, documents) = hit_requests(index, &query.terms, &selected)?;
     let mut features = vec![f64::NAN; selected.len() * resolver.len()];
     resolver
-        .extract_batch(&query_info, &stats, &documents, &mut features, threads)
+        .extract_batch(
+            &query_info,
+            &stats,
+            &documents,
+            &mut features,
+            state.config.cpu_threads,
+        )
         .map_err(ApiError::internal)?;
     Ok(Candidates {
         selected,
         features: Some(features),
         select_us: result.select_us,
         fe_us: micros(fe_started.elapsed()),
+        select_side,
     })
 }
 
@@ -322,11 +354,10 @@ pub(super) async fn search(
     deadline.check()?;
 
     let (request, candidates) = {
-        let (index, loaded) = (Arc::clone(&index), loaded.clone());
-        let threads = state.config.cpu_threads;
+        let (state, index, loaded) = (Arc::clone(&state), Arc::clone(&index), loaded.clone());
         tokio::task::spawn_blocking(move || {
             let _stage = tracing::info_span!("search", terms = terms.len()).entered();
-            let candidates = select_candidates(&index, terms, &request, loaded.as_deref(), threads);
+            let candidates = select_candidates(&state, &index, terms, &request, loaded.as_deref());
             (request, candidates)
         })
         .await
@@ -337,6 +368,7 @@ pub(super) async fn search(
         features,
         select_us,
         fe_us,
+        select_side,
     } = candidates?;
     deadline.check()?;
 
@@ -367,7 +399,7 @@ pub(super) async fn search(
                 total_us: micros(arrived.elapsed()),
             },
             backends: SearchBackends {
-                select: "cpu".into(),
+                select: select_side.as_str().into(),
                 rank: ranked.backend.into(),
             },
         },
@@ -411,7 +443,15 @@ pub(super) async fn reload_index(
         reason: err.to_string(),
     })?);
     let description = describe(&index);
-    let old = state.swap_index(index);
+    let old = state.swap_index(Arc::clone(&index));
+    // The posting cache loads the new index now rather than on the first GPU query (it would
+    // reload then anyway: it keys by the index's generation, so it never serves the old lists).
+    {
+        let state = Arc::clone(&state);
+        tokio::task::spawn_blocking(move || state.prepare_posting_cache(&index))
+            .await
+            .map_err(ApiError::internal)?;
+    }
     tracing::info!(
         dir = %dir.display(),
         docs = description.docs,

@@ -20,6 +20,8 @@ use crate::config::{Backend, Config, Sampling};
 use crate::gpu::power::PowerMeter;
 use crate::gpu::GpuDevice;
 use crate::index::{Index, IndexError};
+use crate::select::gpu::{PostingCache, PostingCacheConfig, PostingCacheStats};
+use crate::select::schedule::{CostModel, Scheduler};
 
 /// What handlers share.
 pub type AppState = Arc<State>;
@@ -32,6 +34,11 @@ pub struct State {
     /// The index `/v1/search` reads. A request clones the `Arc` and keeps its index to the end,
     /// so a reload swaps it without waiting for (or disturbing) the searches in flight.
     index: RwLock<Option<Arc<Index>>>,
+    /// The GPU posting cache of the served index, once the probe found a GPU (one query on the
+    /// device at a time: the cache holds the query's buffers).
+    posting_cache: Mutex<Option<PostingCache>>,
+    /// The selection stage's CPU/GPU choice.
+    pub scheduler: Scheduler,
     admission: Mutex<HashMap<String, Arc<Semaphore>>>,
     ready: AtomicBool,
     gpu_probe: Mutex<Option<String>>,
@@ -61,11 +68,17 @@ impl State {
             .map(Index::open)
             .transpose()?
             .map(Arc::new);
+        let scheduler = Scheduler {
+            model: CostModel::default(),
+            griffin_ratio: config.griffin_ratio,
+        };
         Ok(Arc::new(State {
             config,
             store,
             scorer,
             index: RwLock::new(index),
+            posting_cache: Mutex::new(None),
+            scheduler,
             admission: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
             gpu_probe: Mutex::new(None),
@@ -115,7 +128,22 @@ impl State {
                 let found = format!("{} ({})", device.name(), device.arch());
                 self.scorer
                     .engines()
-                    .install_gpu(device, self.config.gpu_cache_bytes);
+                    .install_gpu(device.clone(), self.config.gpu_cache_bytes);
+                let posting_config = PostingCacheConfig {
+                    budget_bytes: self.config.gpu_posting_cache_bytes,
+                    ..PostingCacheConfig::default()
+                };
+                match PostingCache::longest_first(device, posting_config) {
+                    Ok(cache) => {
+                        *self.posting_cache.lock() = Some(cache);
+                        if let Some(index) = self.index() {
+                            self.prepare_posting_cache(&index);
+                        }
+                    }
+                    Err(err) => {
+                        tracing::warn!(error = %err, "no GPU posting cache: selection on the CPU")
+                    }
+                }
                 // NVML numbers GPUs as CUDA does by default; the device is GPU 0.
                 match PowerMeter::open(0) {
                     Ok(meter) => {
@@ -133,6 +161,45 @@ impl State {
     }
 
     /// The GPU's power meter, when there is one.
+    /// Loads `index`'s resident lists into the GPU posting cache (when there is one), so that
+    /// no query pays for it. A failure is logged; the cache then loads on the next GPU query,
+    /// which runs on the CPU if that fails too.
+    pub fn prepare_posting_cache(&self, index: &Index) {
+        if let Some(cache) = self.posting_cache.lock().as_mut() {
+            match cache.prepare(index) {
+                Ok(()) => {
+                    let stats = cache.stats();
+                    tracing::info!(
+                        lists = stats.resident_lists,
+                        bytes = stats.resident_bytes,
+                        "GPU posting cache loaded"
+                    )
+                }
+                Err(err) => tracing::warn!(error = %err, "GPU posting cache not loaded"),
+            }
+        }
+    }
+
+    /// Runs `select` with the GPU posting cache: `None` without a GPU, and, when `wait` is false,
+    /// when another query holds it (the device is busy: the caller's CPU is free).
+    pub fn with_posting_cache<T>(
+        &self,
+        wait: bool,
+        select: impl FnOnce(Option<&mut PostingCache>) -> T,
+    ) -> T {
+        let mut held = if wait {
+            Some(self.posting_cache.lock())
+        } else {
+            self.posting_cache.try_lock()
+        };
+        select(held.as_mut().and_then(|cache| cache.as_mut()))
+    }
+
+    /// The GPU posting cache's counters, when there is one.
+    pub fn posting_cache_stats(&self) -> Option<PostingCacheStats> {
+        self.posting_cache.lock().as_ref().map(PostingCache::stats)
+    }
+
     pub fn power(&self) -> Option<&PowerMeter> {
         self.power.get()
     }

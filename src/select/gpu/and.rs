@@ -63,43 +63,46 @@ fn and_topk(
     for &(_, list) in &lists {
         stats.blocks_decoded += list.n_blocks() as u64;
         dfs.push(list.df);
-        params.extend(TermScorer::new(query.params, n, list.df as u64, avgdl).kernel_params());
+        params.extend(
+            TermScorer::new(query.params, n, list.df as u64, avgdl)
+                .kernel_params()
+                .map(f32::to_bits),
+        );
     }
-    let postings = cache.decode_query(index, &lists)?;
+    // The BM25 parameters travel in the query's one staging copy.
+    let postings = cache.decode_query(index, &lists, &params)?;
     // The candidates: the shortest list (ties by query position, as the CPU orders terms).
     let shortest = (0..lists.len()).min_by_key(|&t| (dfs[t], t)).unwrap_or(0);
     let m = dfs[shortest];
-    let stream = device.stream();
-    let starts_dev = stream
-        .clone_htod(&postings.slot)
-        .during("AND list offsets upload")?;
-    let dfs_dev = stream.clone_htod(&dfs).during("AND list lengths upload")?;
-    let params_dev = stream
-        .clone_htod(&params)
-        .during("AND BM25 parameters upload")?;
-    let mut scores = stream
-        .alloc_zeros::<f64>(m as usize)
-        .during("AND scores allocation")?;
     let n_terms = lists.len() as u32;
+    let starts = postings.slots_and_dfs.slice(..lists.len());
+    let dfs_dev = postings.slots_and_dfs.slice(lists.len()..);
+    // SAFETY: the words are the f32 parameters' bit patterns, 6 per term.
+    let Some(params_dev) = (unsafe { postings.extra.transmute::<f32>(params.len()) }) else {
+        unreachable!("the extra words are the parameters")
+    };
+    // The accumulator holds one f64 per document, at least m: AND's scores need no allocation.
+    let scores = postings.acc;
     let shortest_u32 = shortest as u32;
     let function = device.function(KernelModule::Score, "score_and")?;
+    let stream = device.stream();
     let mut launch = stream.launch_builder(function);
     launch
         .arg(postings.docs)
         .arg(postings.tfs)
-        .arg(&starts_dev)
+        .arg(&starts)
         .arg(&dfs_dev)
         .arg(&params_dev)
         .arg(&n_terms)
         .arg(&shortest_u32)
         .arg(postings.doc_len)
-        .arg(&mut scores);
+        .arg(&mut *scores);
     // SAFETY: `score_and(const u32*, const u32*, const u32*, const u32*, const float*, u32, u32,
     // const u32*, double*)` in this order; term t's postings lie at starts[t]..starts[t]+dfs[t]
     // of docs and tfs (decoded above, docIDs increasing and below num_docs), params holds 6 f32
-    // per term, doc_len num_docs entries, scores m = dfs[shortest]; any 1-D grid.
+    // per term, doc_len num_docs entries, scores num_docs ≥ m = dfs[shortest]; any 1-D grid.
     unsafe { launch.launch(LaunchConfig::for_num_elems(m)) }.during("score_and")?;
     let start = postings.slot[shortest] as usize;
     let ids = postings.docs.slice(start..start + m as usize);
-    top_k(&device, &scores, Some(&ids), m, query.k)
+    top_k(&device, postings.topk, scores, Some(&ids), m, query.k)
 }

@@ -10,9 +10,18 @@
 //! a block's visiting frequency is its term's query frequency, and whole lists are admitted
 //! (the seed's maximum admission ratio λ is 1).
 //!
+//! Without a log ([`PostingCache::longest_first`], what the server uses: it has no log at start),
+//! the longest lists are admitted first until the budget is full. Those are the lists whose copy
+//! per query would cost most, and the ones the scheduler sends to the GPU (a query over short
+//! lists runs on the CPU); the choice is made once per index, so serving never re-uploads lists
+//! or takes a lock to count visits.
+//!
 //! Device memory is one word array: the resident lists, then a staging region into which each
-//! query copies its block table and the lists that are not resident, in one copy from a pinned
-//! host buffer; one decode launch then covers every list of the query. A query whose table and
+//! query copies everything it needs (its lists' slots and lengths, the caller's per-query words
+//! such as BM25 parameters, its block table and the lists that are not resident) in one copy from
+//! a pinned host buffer; one decode launch then covers every list of the query. Every other
+//! buffer a query touches (decode output, accumulator, top-k candidates) is kept here and reused,
+//! so the query path allocates nothing once the cache has seen a query as large. A query whose table and
 //! staged lists exceed the staging region fails with [`GpuError::TooLarge`] (the caller runs it
 //! on the CPU); the device never needs to hold the whole index.
 //!
@@ -22,11 +31,13 @@
 
 use std::collections::HashMap;
 
-use cudarc::driver::{CudaSlice, PinnedHostSlice};
+use cudarc::driver::result::memcpy_htod_async;
+use cudarc::driver::{CudaSlice, CudaView, DevicePtrMut, PinnedHostSlice};
 
 use super::decode::{
     decode_blocks, describe_list, push_words, DecodedBlocks, PackedLists, DESC_WORDS,
 };
+use super::topk::TopKBuffers;
 use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError};
 use crate::index::codecs::BLOCK_LEN;
@@ -95,25 +106,43 @@ struct Loaded {
     decoded: DecodedBlocks,
 }
 
+/// Top-k candidate slots a cache starts with (enough for k = 256 over 500 000 documents); a
+/// larger query grows them once.
+const INITIAL_TOPK_SLOTS: usize = 1 << 16;
+
 /// A query's lists decoded on the device, and what scoring them needs.
 pub struct QueryPostings<'a> {
     /// Decoded postings: list `t` of the query at slots `slot[t] .. slot[t] + df[t]`.
     pub docs: &'a CudaSlice<u32>,
     pub tfs: &'a CudaSlice<u32>,
     pub slot: Vec<u32>,
+    /// On the device: `slot` then every list's df (2 × lists words).
+    pub slots_and_dfs: CudaView<'a, u32>,
+    /// On the device: the words the caller passed to [`PostingCache::decode_query`].
+    pub extra: CudaView<'a, u32>,
+    /// Reusable top-k candidate buffers.
+    pub topk: &'a mut TopKBuffers,
     /// Every document's scoring length (BM25's dl).
     pub doc_len: &'a CudaSlice<u32>,
     /// One f64 per document, for OR's term-at-a-time accumulation (contents undefined).
     pub acc: &'a mut CudaSlice<f64>,
 }
 
+/// How lists are chosen to be resident.
+enum Admission {
+    /// By query frequency of each term in an admission log.
+    Visits(HashMap<String, u64>),
+    /// Longest lists first.
+    LongestFirst,
+}
+
 /// The GPU posting cache of one index at a time (see the module docs).
 pub struct PostingCache {
     device: std::sync::Arc<GpuDevice>,
     config: PostingCacheConfig,
-    /// Query frequency of each term in the admission log.
-    visits: HashMap<String, u64>,
+    admission: Admission,
     staging: PinnedHostSlice<u32>,
+    topk: TopKBuffers,
     loaded: Option<Loaded>,
     stats: PostingCacheStats,
 }
@@ -135,17 +164,39 @@ impl PostingCache {
                 *visits.entry(t.to_string()).or_insert(0u64) += 1;
             }
         }
+        PostingCache::with_admission(device, config, Admission::Visits(visits))
+    }
+
+    /// A cache that admits the longest lists first (no log; `min_visits` is not used); it
+    /// loads an index on first use or [`PostingCache::prepare`].
+    ///
+    /// # Errors
+    /// A driver error when the pinned staging buffer cannot be allocated.
+    pub fn longest_first(
+        device: std::sync::Arc<GpuDevice>,
+        config: PostingCacheConfig,
+    ) -> Result<PostingCache, GpuError> {
+        PostingCache::with_admission(device, config, Admission::LongestFirst)
+    }
+
+    fn with_admission(
+        device: std::sync::Arc<GpuDevice>,
+        config: PostingCacheConfig,
+        admission: Admission,
+    ) -> Result<PostingCache, GpuError> {
         let staging_words = (config.staging_bytes as usize / 4).max(DESC_WORDS);
-        // SAFETY: the buffer is only written through `as_mut_slice` (which waits for earlier
-        // copies from it) before each query's copy; write-combined suits host writes that the
-        // device then reads.
+        // SAFETY: the buffer is written only once the stream is idle (`decode_query` waits for
+        // it), so never while a copy reads it; write-combined suits host writes that the device
+        // then reads.
         let staging = unsafe { device.context().alloc_pinned::<u32>(staging_words) }
             .during("pinned staging allocation")?;
+        let topk = TopKBuffers::alloc(&device, INITIAL_TOPK_SLOTS)?;
         Ok(PostingCache {
             device,
             config,
-            visits,
+            admission,
             staging,
+            topk,
             loaded: None,
             stats: PostingCacheStats::default(),
         })
@@ -224,19 +275,23 @@ impl PostingCache {
         Ok(())
     }
 
-    /// The lists to keep resident: by visits (most first; ties by more postings, then term id,
-    /// so the choice is deterministic), at least `min_visits`, while they fit the budget.
+    /// The lists to keep resident: by visits (most first, at least `min_visits`; without a log
+    /// every list counts 0 visits), ties by more postings, then term id (so the choice is
+    /// deterministic), while they fit the budget.
     fn admit<'a>(&self, index: &'a Index) -> Vec<(TermId, PostingList<'a>)> {
-        let mut candidates: Vec<(u64, TermId, PostingList<'a>)> = self
-            .visits
-            .iter()
-            .filter(|&(_, &v)| v >= self.config.min_visits)
-            .filter_map(|(term, &v)| {
-                let id = index.term_id(term)?;
-                let list = index.postings(id);
-                (list.df > 0).then_some((v, id, list))
-            })
-            .collect();
+        let mut candidates: Vec<(u64, TermId, PostingList<'a>)> = match &self.admission {
+            Admission::Visits(visits) => visits
+                .iter()
+                .filter(|&(_, &v)| v >= self.config.min_visits)
+                .filter_map(|(term, &v)| Some((v, index.term_id(term)?)))
+                .map(|(v, id)| (v, id, index.postings(id)))
+                .collect(),
+            Admission::LongestFirst => (0..index.num_terms() as usize)
+                .map(|i| index.term_at(i).1)
+                .map(|id| (0, id, index.postings(id)))
+                .collect(),
+        };
+        candidates.retain(|&(_, _, list)| list.df > 0);
         candidates.sort_by_key(|&(v, id, list)| (std::cmp::Reverse((v, list.df)), id));
         let mut left = self.config.budget_bytes;
         let mut admitted = Vec::new();
@@ -252,22 +307,29 @@ impl PostingCache {
 
     /// Decodes `lists` (a query's, in order) into the decode output with one launch: resident
     /// lists from device memory, the others (and the block table) copied through the staging
-    /// buffer first.
+    /// buffer first, in the same copy as the lists' slots and dfs and the caller's `extra` words
+    /// (per-query parameters of its kernels).
     ///
     /// # Errors
-    /// [`GpuError::TooLarge`] when the table and the non-resident lists exceed the staging
-    /// region; a device error when a copy, allocation or the launch fails.
+    /// [`GpuError::TooLarge`] when what the query stages exceeds the staging region; a device
+    /// error when a copy, allocation or the launch fails.
     pub fn decode_query(
         &mut self,
         index: &Index,
         lists: &[(TermId, PostingList<'_>)],
+        extra: &[u32],
     ) -> Result<QueryPostings<'_>, GpuError> {
         self.prepare(index)?;
         let Some(loaded) = self.loaded.as_mut() else {
             unreachable!("prepare loads the index or fails")
         };
+        // Staging layout: slots, dfs, extra, padded to a descriptor (the kernels read the table
+        // as uint4), then the block table, then the non-resident lists.
+        let meta_words = 2 * lists.len() + extra.len();
+        let table_at = meta_words.next_multiple_of(DESC_WORDS);
         let n_blocks: usize = lists.iter().map(|(_, l)| l.n_blocks()).sum();
         let table_words = n_blocks * DESC_WORDS;
+        let lists_at = table_at + table_words;
         let mut slot = Vec::with_capacity(lists.len());
         let mut table = Vec::with_capacity(table_words);
         let mut staged = Vec::new();
@@ -291,13 +353,13 @@ impl PostingCache {
                 }
                 None => {
                     misses += 1;
-                    let word_at = loaded.staging_at + table_words + staged.len();
+                    let word_at = loaded.staging_at + lists_at + staged.len();
                     describe_list(list, word_at, &mut table)?;
                     push_words(list.bytes(), &mut staged);
                 }
             }
         }
-        let copy_words = table.len() + staged.len();
+        let copy_words = lists_at + staged.len();
         if copy_words > self.staging.len() {
             return Err(GpuError::TooLarge {
                 what: "bytes a query stages (block table and non-resident lists)",
@@ -309,19 +371,29 @@ impl PostingCache {
             loaded.decoded = DecodedBlocks::alloc(&self.device, n_blocks.next_power_of_two())?;
         }
         let stream = self.device.stream();
+        // Every query ends by waiting for the stream (its top-k download), but one that failed
+        // midway may have left its copy in flight: wait before rewriting the pinned buffer
+        // (a few µs when the stream is idle, as it is after a successful query).
+        self.device.synchronize()?;
         let host = self
             .staging
             .as_mut_slice()
             .during("pinned staging buffer")?;
-        host[..table.len()].copy_from_slice(&table);
-        host[table.len()..copy_words].copy_from_slice(&staged);
+        let dfs = lists.iter().map(|(_, l)| l.df);
+        for (word, value) in host.iter_mut().zip(slot.iter().copied().chain(dfs)) {
+            *word = value;
+        }
+        host[2 * lists.len()..meta_words].copy_from_slice(extra);
+        host[table_at..lists_at].copy_from_slice(&table);
+        host[lists_at..copy_words].copy_from_slice(&staged);
         let at = loaded.staging_at;
-        if copy_words > 0 {
-            stream
-                .memcpy_htod(
-                    &host[..copy_words],
-                    &mut loaded.words.slice_mut(at..at + copy_words),
-                )
+        {
+            let mut target = loaded.words.slice_mut(at..at + copy_words);
+            let (target_ptr, _record) = target.device_ptr_mut(stream);
+            // SAFETY: `host[..copy_words]` is pinned memory, written again only once the stream
+            // is idle (above); the target holds copy_words words. (cudarc's `memcpy_htod` of a
+            // host slice waits for the copy at once; its pinned-buffer copy takes no prefix.)
+            unsafe { memcpy_htod_async(target_ptr, &host[..copy_words], stream.cu_stream()) }
                 .during("query staging copy")?;
         }
         self.stats.queries += 1;
@@ -330,7 +402,7 @@ impl PostingCache {
         self.stats.last_query_bytes_copied = 4 * copy_words as u64;
         self.stats.bytes_copied += 4 * copy_words as u64;
         let codec = index.codec();
-        let table_view = loaded.words.slice(at..at + table_words);
+        let table_view = loaded.words.slice(at + table_at..at + lists_at);
         decode_blocks(
             &self.device,
             codec,
@@ -342,6 +414,9 @@ impl PostingCache {
             docs: &loaded.decoded.docs,
             tfs: &loaded.decoded.tfs,
             slot,
+            slots_and_dfs: loaded.words.slice(at..at + 2 * lists.len()),
+            extra: loaded.words.slice(at + 2 * lists.len()..at + meta_words),
+            topk: &mut self.topk,
             doc_len: &loaded.doc_len,
             acc: &mut loaded.acc,
         })

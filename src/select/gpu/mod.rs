@@ -6,8 +6,8 @@
 //!
 //! The CPU ([`crate::select::cpu`]) is the reference: GPU results are the same documents in the
 //! same order with bit-identical scores (DESIGN §5), which `tests/selection_gpu.rs` checks.
-//! Not built yet: merge-path intersection, AND_OR, the scheduler; the server does not call it
-//! yet.
+//! [`crate::select::schedule`] chooses between this path and the CPU per query. Not built yet:
+//! merge-path intersection, AND_OR.
 
 pub mod and;
 pub mod cache;

@@ -53,7 +53,7 @@ fn or_topk(
     }
     let device = cache.device().clone();
     let n_docs = index.num_docs();
-    let postings = cache.decode_query(index, &lists)?;
+    let postings = cache.decode_query(index, &lists, &[])?;
     let stream = device.stream();
     let fill = device.function(KernelModule::Score, "score_fill")?;
     let mut launch = stream.launch_builder(fill);
@@ -90,5 +90,12 @@ fn or_topk(
         // (checked at open), doc_len and acc hold n_docs entries; any 1-D grid.
         unsafe { launch.launch(LaunchConfig::for_num_elems(list.df)) }.during("score_term")?;
     }
-    top_k(&device, &*postings.acc, None, n_docs, query.k)
+    top_k(
+        &device,
+        postings.topk,
+        &*postings.acc,
+        None,
+        n_docs,
+        query.k,
+    )
 }

@@ -1,0 +1,315 @@
+//! The CPU/GPU choice per query, and the one place where a GPU selection falls back to the CPU.
+//!
+//! [`Scheduler::choose`] estimates each processor's time from the query's list lengths
+//! ([`QueryShape`]) with the constants of [`CostModel`], measured on the H100 host
+//! (`docs/benchmarks.md`, issue 6: where each constant came from is written beside it), and
+//! applies Griffin's rule to AND first: when the second shortest list is more than
+//! `griffin_ratio` times the shortest (default 128, one posting per 128-posting block), the CPU's
+//! skipping intersection decodes at most one block per candidate and per other list while the GPU
+//! path decodes whole lists, so the CPU wins whatever the estimates say.
+//!
+//! [`search`] runs a query on the backend asked for (`auto`: the scheduler's choice); any GPU
+//! error, [`GpuError::TooLarge`] from the posting cache's staging included, runs the same query on
+//! the CPU, which gives the same answer, and is returned beside the result so that the caller
+//! counts and logs it. AND_OR has no GPU path yet and always runs on the CPU.
+//!
+//! Not built yet (issue 6): a choice per intersection step, the processors' queues, work
+//! stealing and deadlines.
+
+use crate::config::Backend;
+use crate::gpu::GpuError;
+use crate::index::Index;
+use crate::select::gpu::{search_and, search_or, GpuSelectError, PostingCache};
+use crate::select::{check_params, SelectError};
+use crate::select::{dedup_terms, search as cpu_search, term_list, Mode, Query, SearchResult};
+
+/// Griffin's threshold for 128-posting blocks (DESIGN §1).
+pub const DEFAULT_GRIFFIN_RATIO: f64 = 128.0;
+
+/// The processor that answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    Cpu,
+    Gpu,
+}
+
+impl Side {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Side::Cpu => "cpu",
+            Side::Gpu => "gpu",
+        }
+    }
+}
+
+/// What the cost model reads of a query: the dfs of its distinct terms found in the index,
+/// ascending, and whether a term is missing (which empties an AND).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct QueryShape {
+    pub dfs: Vec<u32>,
+    pub missing_term: bool,
+}
+
+impl QueryShape {
+    /// The shape of `query` over `index`.
+    pub fn of(index: &Index, query: &Query) -> QueryShape {
+        let mut shape = QueryShape::default();
+        for term in dedup_terms(&query.terms) {
+            match term_list(index, term) {
+                Some(list) => shape.dfs.push(list.df),
+                None => shape.missing_term = true,
+            }
+        }
+        shape.dfs.sort_unstable();
+        shape
+    }
+
+    /// Postings of every list.
+    pub fn sum_df(&self) -> u64 {
+        self.dfs.iter().map(|&d| d as u64).sum()
+    }
+
+    /// The second shortest list over the shortest (1 for fewer than two lists).
+    pub fn length_ratio(&self) -> f64 {
+        match self.dfs[..] {
+            [shortest, second, ..] => second as f64 / shortest.max(1) as f64,
+            _ => 1.0,
+        }
+    }
+
+    /// The CPU AND's probes: each posting of the shortest list sought in every other list
+    /// (the shortest list's length for a one-term query).
+    pub fn cpu_and_probes(&self) -> u64 {
+        let shortest = self.dfs.first().map_or(0, |&d| d as u64);
+        shortest * (self.dfs.len().max(2) as u64 - 1)
+    }
+}
+
+/// Microseconds per unit of work on each processor: `fixed + per_unit × units`.
+///
+/// The defaults come from `rankserve bench selection --gpu --gpu-out` on the H100 host
+/// (2026-11-23, commit 135ef6a, 500 000 documents, 500 synthetic queries, k = 10, both codecs;
+/// `docs/benchmarks.md`, issue 6, scheduler), by least squares over each query's measured time:
+/// - GPU: 106 µs + 0.00005 µs per posting for AND (both codecs), 130 µs + 0.00009 for OR; the
+///   OR excess over AND is charged to the index's documents (clearing and ranking the dense
+///   accumulator), 24 µs over 500 000.
+/// - CPU AND: 0.047 µs (EF) and 0.030 µs (PFor) per probe of [`QueryShape::cpu_and_probes`]
+///   (R² 0.62 and 0.87); 0.04 between them, since replaying the queries' measured times with
+///   any slope from 0.03 to 0.07 gives the same mean within 1 %.
+/// - CPU OR: a line in the postings explains only 17 % of its variance (MaxScore's pruning
+///   depends on the scores, not the lengths), so the slope is the crossover: 0.01 µs a posting
+///   sends queries of more than ≈ 13 000 postings to the GPU, the slope that minimised the mean
+///   over the same queries replayed from their measured times (in-sample).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct CostModel {
+    /// Any CPU query (term lookups, top-k heap).
+    pub cpu_fixed_us: f64,
+    /// CPU AND, per probe of [`QueryShape::cpu_and_probes`].
+    pub cpu_and_probe_us: f64,
+    /// CPU OR, per posting of every list (see above: a crossover more than a cost).
+    pub cpu_or_posting_us: f64,
+    /// Any GPU query: the staging copy, the launches, the kernels' latency and the one wait.
+    pub gpu_fixed_us: f64,
+    /// GPU, per posting of every list (decode and scoring).
+    pub gpu_posting_us: f64,
+    /// GPU OR, per document of the index (clearing the accumulator, top-k over all of it).
+    pub gpu_or_doc_us: f64,
+}
+
+impl Default for CostModel {
+    fn default() -> Self {
+        CostModel {
+            cpu_fixed_us: 2.0,
+            cpu_and_probe_us: 0.04,
+            cpu_or_posting_us: 0.01,
+            gpu_fixed_us: 106.0,
+            gpu_posting_us: 0.00005,
+            gpu_or_doc_us: 0.00005,
+        }
+    }
+}
+
+/// The per-query choice of a processor.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Scheduler {
+    pub model: CostModel,
+    /// Griffin's rule: AND runs on the CPU when the second shortest list is more than this many
+    /// times the shortest.
+    pub griffin_ratio: f64,
+}
+
+impl Default for Scheduler {
+    fn default() -> Self {
+        Scheduler {
+            model: CostModel::default(),
+            griffin_ratio: DEFAULT_GRIFFIN_RATIO,
+        }
+    }
+}
+
+/// A choice and why.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Choice {
+    pub side: Side,
+    pub cpu_us: f64,
+    pub gpu_us: f64,
+}
+
+impl Scheduler {
+    /// The processor expected to finish `mode` over `shape` first, on an index of `n_docs`.
+    pub fn choose(&self, shape: &QueryShape, mode: Mode, n_docs: u32) -> Choice {
+        let m = &self.model;
+        let sum_df = shape.sum_df() as f64;
+        let gpu_us = m.gpu_fixed_us
+            + m.gpu_posting_us * sum_df
+            + match mode {
+                Mode::Or => m.gpu_or_doc_us * n_docs as f64,
+                _ => 0.0,
+            };
+        let cpu_us = m.cpu_fixed_us
+            + match mode {
+                Mode::And => m.cpu_and_probe_us * shape.cpu_and_probes() as f64,
+                _ => m.cpu_or_posting_us * sum_df,
+            };
+        let gpu_wins = match mode {
+            // An AND with a missing term is empty: nothing to send anywhere.
+            Mode::And => {
+                !shape.missing_term && shape.length_ratio() <= self.griffin_ratio && gpu_us < cpu_us
+            }
+            Mode::Or => !shape.dfs.is_empty() && gpu_us < cpu_us,
+            Mode::AndOr => false,
+        };
+        Choice {
+            side: if gpu_wins { Side::Gpu } else { Side::Cpu },
+            cpu_us,
+            gpu_us,
+        }
+    }
+}
+
+/// A query's answer and where it came from.
+#[derive(Debug)]
+pub struct Scheduled {
+    pub result: SearchResult,
+    pub side: Side,
+    /// The GPU error that sent the query back to the CPU.
+    pub fallback: Option<GpuError>,
+}
+
+/// Runs `query` on the backend `backend` asks for (see the module docs); `gpu` is the posting
+/// cache of the device, `None` without one (every query then runs on the CPU).
+///
+/// # Errors
+/// [`SelectError::InvalidParameter`] for BM25 parameters out of range, on any backend.
+pub fn search(
+    index: &Index,
+    query: &Query,
+    backend: Backend,
+    gpu: Option<&mut PostingCache>,
+    scheduler: &Scheduler,
+) -> Result<Scheduled, SelectError> {
+    check_params(query.params)?;
+    let on_gpu = match backend {
+        Backend::Cpu => false,
+        Backend::Gpu => query.mode != Mode::AndOr,
+        Backend::Auto => {
+            gpu.is_some()
+                && scheduler
+                    .choose(&QueryShape::of(index, query), query.mode, index.num_docs())
+                    .side
+                    == Side::Gpu
+        }
+    };
+    let mut fallback = None;
+    if let (true, Some(cache)) = (on_gpu, gpu) {
+        let ran = match query.mode {
+            Mode::Or => search_or(cache, index, query),
+            _ => search_and(cache, index, query),
+        };
+        match ran {
+            Ok(result) => {
+                return Ok(Scheduled {
+                    result,
+                    side: Side::Gpu,
+                    fallback: None,
+                })
+            }
+            Err(GpuSelectError::Query(err)) => return Err(err),
+            Err(GpuSelectError::Gpu(err)) => fallback = Some(err),
+        }
+    }
+    Ok(Scheduled {
+        result: cpu_search(index, query)?,
+        side: Side::Cpu,
+        fallback,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape(dfs: &[u32]) -> QueryShape {
+        QueryShape {
+            dfs: dfs.to_vec(),
+            missing_term: false,
+        }
+    }
+
+    #[test]
+    fn griffin_sends_a_short_list_against_long_ones_to_the_cpu() {
+        let s = Scheduler {
+            model: CostModel {
+                cpu_and_probe_us: 1e3,
+                ..CostModel::default()
+            },
+            ..Scheduler::default()
+        };
+        // The estimates prefer the GPU; the ratio decides.
+        assert_eq!(
+            s.choose(&shape(&[100, 12_800]), Mode::And, 1 << 20).side,
+            Side::Gpu
+        );
+        assert_eq!(
+            s.choose(&shape(&[100, 12_801]), Mode::And, 1 << 20).side,
+            Side::Cpu
+        );
+        let strict = Scheduler {
+            griffin_ratio: 2.0,
+            ..s
+        };
+        assert_eq!(
+            strict.choose(&shape(&[100, 201]), Mode::And, 1 << 20).side,
+            Side::Cpu
+        );
+    }
+
+    #[test]
+    fn estimates_grow_with_the_lists() {
+        let s = Scheduler::default();
+        let small = s.choose(&shape(&[10, 20]), Mode::Or, 500_000);
+        let large = s.choose(&shape(&[200_000, 300_000]), Mode::Or, 500_000);
+        assert_eq!(small.side, Side::Cpu);
+        assert_eq!(large.side, Side::Gpu);
+        assert!(large.cpu_us > small.cpu_us && large.gpu_us > small.gpu_us);
+        assert_eq!(s.choose(&shape(&[]), Mode::Or, 500_000).side, Side::Cpu);
+        let missing = QueryShape {
+            missing_term: true,
+            ..shape(&[200_000, 300_000])
+        };
+        assert_eq!(s.choose(&missing, Mode::And, 500_000).side, Side::Cpu);
+        assert_eq!(
+            s.choose(&shape(&[200_000]), Mode::AndOr, 500_000).side,
+            Side::Cpu
+        );
+    }
+
+    #[test]
+    fn cpu_and_probes_seek_the_shortest_list_in_every_other() {
+        assert_eq!(shape(&[3, 200, 1_000_000]).cpu_and_probes(), 6);
+        assert_eq!(shape(&[7]).cpu_and_probes(), 7);
+        assert_eq!(shape(&[]).cpu_and_probes(), 0);
+        assert_eq!(shape(&[5]).length_ratio(), 1.0);
+    }
+}

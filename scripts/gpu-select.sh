@@ -10,6 +10,7 @@
 set -uo pipefail
 carry=${CARRY:-carry}
 out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 tests=${TESTS:-$carry/tests/main}
 RANKSERVE_REQUIRE_GPU=1 "$tests" selection search --test-threads 4 2>&1 | tee "$out/parity.log" | tail -20

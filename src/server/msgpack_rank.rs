@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 
 use crate::config::Backend;
-use crate::rank::fe::{CorpusStats, HitDocument, HitStream, Phrases, QueryInfo, Streams};
+use crate::rank::fe::{CorpusStats, HitDocument, HitStream, Phrases, QueryInfo, Streams, STREAMS};
 use crate::server::api::{FeatureValues, RankDocument, RankRequest};
 
 /// The body is one the fast reader leaves to rmp-serde.
@@ -104,8 +104,10 @@ impl<'a> Reader<'a> {
         }
     }
 
-    /// A `str` (not `bin`, which serde also takes for a `String`: left to it).
-    fn str(&mut self) -> Read<&'a str> {
+    /// The bytes of a `str` (not `bin`, which serde also takes for a `String`: left to it),
+    /// unchecked. Struct field names are matched as bytes against ASCII names: bytes equal to
+    /// one are valid UTF-8 and any other is unhandled, so they need no UTF-8 check.
+    fn str_bytes(&mut self) -> Read<&'a [u8]> {
         let len = match self.byte()? {
             marker @ 0xa0..=0xbf => usize::from(marker & 0x1f),
             0xd9 => usize::from(self.byte()?),
@@ -113,13 +115,18 @@ impl<'a> Reader<'a> {
             0xdb => u32::from_be_bytes(self.be()?) as usize,
             _ => return Err(Unhandled),
         };
-        std::str::from_utf8(self.take(len)?).map_err(|_| Unhandled)
+        self.take(len)
+    }
+
+    fn str(&mut self) -> Read<&'a str> {
+        std::str::from_utf8(self.str_bytes()?).map_err(|_| Unhandled)
     }
 
     fn string(&mut self) -> Read<String> {
         self.str().map(str::to_string)
     }
 
+    #[inline]
     fn number(&mut self) -> Read<Number> {
         Ok(match self.byte()? {
             marker @ 0x00..=0x7f => Number::Unsigned(u64::from(marker)),
@@ -161,6 +168,11 @@ impl<'a> Reader<'a> {
     }
 
     fn u32(&mut self) -> Read<u32> {
+        // Most hit terms and positions are positive fixints: read them without the dispatch.
+        if let Some(&fixint @ 0x00..=0x7f) = self.bytes.get(self.pos) {
+            self.pos += 1;
+            return Ok(u32::from(fixint));
+        }
         Ok(self.unsigned(u64::from(u32::MAX))? as u32)
     }
 
@@ -197,18 +209,18 @@ impl<'a> Reader<'a> {
         let (mut ranker, mut documents, mut query, mut stats) = (None, None, None, None);
         let (mut k, mut backend, mut explain, mut timeout_ms) = (None, None, None, None);
         for _ in 0..self.map_len()? {
-            match self.str()? {
-                "ranker" => set_once(&mut ranker, self.string()?)?,
-                "documents" => set_once(&mut documents, self.documents()?)?,
-                "query" => set_once(&mut query, self.optional(Self::query_info)?)?,
-                "stats" => set_once(&mut stats, self.optional(Self::corpus_stats)?)?,
-                "k" => set_once(
+            match self.str_bytes()? {
+                b"ranker" => set_once(&mut ranker, self.string()?)?,
+                b"documents" => set_once(&mut documents, self.documents()?)?,
+                b"query" => set_once(&mut query, self.optional(Self::query_info)?)?,
+                b"stats" => set_once(&mut stats, self.optional(Self::corpus_stats)?)?,
+                b"k" => set_once(
                     &mut k,
                     self.optional(|r| r.unsigned(usize::MAX as u64).map(|v| v as usize))?,
                 )?,
-                "backend" => set_once(&mut backend, self.optional(Self::backend)?)?,
-                "explain" => set_once(&mut explain, self.bool()?)?,
-                "timeout_ms" => {
+                b"backend" => set_once(&mut backend, self.optional(Self::backend)?)?,
+                b"explain" => set_once(&mut explain, self.bool()?)?,
+                b"timeout_ms" => {
                     set_once(&mut timeout_ms, self.optional(|r| r.unsigned(u64::MAX))?)?
                 }
                 _ => return Err(Unhandled),
@@ -228,10 +240,10 @@ impl<'a> Reader<'a> {
 
     /// `Backend` is `rename_all = "lowercase"` unit variants, written as their names.
     fn backend(&mut self) -> Read<Backend> {
-        match self.str()? {
-            "auto" => Ok(Backend::Auto),
-            "cpu" => Ok(Backend::Cpu),
-            "gpu" => Ok(Backend::Gpu),
+        match self.str_bytes()? {
+            b"auto" => Ok(Backend::Auto),
+            b"cpu" => Ok(Backend::Cpu),
+            b"gpu" => Ok(Backend::Gpu),
             _ => Err(Unhandled),
         }
     }
@@ -248,10 +260,10 @@ impl<'a> Reader<'a> {
     fn rank_document(&mut self) -> Read<RankDocument> {
         let (mut id, mut features, mut hits) = (None, None, None);
         for _ in 0..self.map_len()? {
-            match self.str()? {
-                "id" => set_once(&mut id, self.optional(Self::string)?)?,
-                "features" => set_once(&mut features, self.optional(Self::feature_values)?)?,
-                "hits" => set_once(&mut hits, self.optional(Self::hit_document)?)?,
+            match self.str_bytes()? {
+                b"id" => set_once(&mut id, self.optional(Self::string)?)?,
+                b"features" => set_once(&mut features, self.optional(Self::feature_values)?)?,
+                b"hits" => set_once(&mut hits, self.optional(Self::hit_document)?)?,
                 _ => return Err(Unhandled),
             }
         }
@@ -281,10 +293,10 @@ impl<'a> Reader<'a> {
     fn hit_document(&mut self) -> Read<HitDocument> {
         let (mut id, mut streams, mut static_features) = (None, None, None);
         for _ in 0..self.map_len()? {
-            match self.str()? {
-                "id" => set_once(&mut id, self.optional(Self::string)?)?,
-                "streams" => set_once(&mut streams, self.streams()?)?,
-                "static" => set_once(&mut static_features, self.str_map(Self::f64)?)?,
+            match self.str_bytes()? {
+                b"id" => set_once(&mut id, self.optional(Self::string)?)?,
+                b"streams" => set_once(&mut streams, self.streams()?)?,
+                b"static" => set_once(&mut static_features, self.str_map(Self::f64)?)?,
                 _ => return Err(Unhandled),
             }
         }
@@ -299,7 +311,12 @@ impl<'a> Reader<'a> {
     fn streams(&mut self) -> Read<Streams> {
         let mut streams = Streams::default();
         for _ in 0..self.map_len()? {
-            let name = self.str()?;
+            let name = self.str_bytes()?;
+            // Catalogue names (most streams) are matched as bytes, saving the UTF-8 check.
+            let name = match STREAMS.iter().find(|stream| stream.as_bytes() == name) {
+                Some(stream) => stream,
+                None => std::str::from_utf8(name).map_err(|_| Unhandled)?,
+            };
             streams.insert(name, self.hit_stream()?);
         }
         Ok(streams)
@@ -308,9 +325,9 @@ impl<'a> Reader<'a> {
     fn hit_stream(&mut self) -> Read<HitStream> {
         let (mut length, mut phrases) = (None, None);
         for _ in 0..self.map_len()? {
-            match self.str()? {
-                "length" => set_once(&mut length, self.u32()?)?,
-                "phrases" => set_once(&mut phrases, self.phrases()?)?,
+            match self.str_bytes()? {
+                b"length" => set_once(&mut length, self.u32()?)?,
+                b"phrases" => set_once(&mut phrases, self.phrases()?)?,
                 _ => return Err(Unhandled),
             }
         }
@@ -343,9 +360,9 @@ impl<'a> Reader<'a> {
     fn query_info(&mut self) -> Read<QueryInfo> {
         let (mut terms, mut idf) = (None, None);
         for _ in 0..self.map_len()? {
-            match self.str()? {
-                "terms" => set_once(&mut terms, self.u32()?)?,
-                "idf" => {
+            match self.str_bytes()? {
+                b"terms" => set_once(&mut terms, self.u32()?)?,
+                b"idf" => {
                     let len = self.array_len()?;
                     let mut values = Vec::with_capacity(self.capacity(len));
                     for _ in 0..len {
@@ -365,8 +382,8 @@ impl<'a> Reader<'a> {
     fn corpus_stats(&mut self) -> Read<CorpusStats> {
         let mut avg_length = None;
         for _ in 0..self.map_len()? {
-            match self.str()? {
-                "avg_length" => set_once(&mut avg_length, self.str_map(Self::f64)?)?,
+            match self.str_bytes()? {
+                b"avg_length" => set_once(&mut avg_length, self.str_map(Self::f64)?)?,
                 _ => return Err(Unhandled),
             }
         }

@@ -278,7 +278,7 @@ impl Phrases {
     /// a decoder that fills both in one pass (`server::msgpack_rank`).
     pub(crate) fn from_parts(hits: Vec<[u32; 2]>, ends: Vec<usize>) -> Self {
         debug_assert!(ends.windows(2).all(|w| w[0] <= w[1]));
-        debug_assert!(ends.last().map_or(true, |&end| end == hits.len()));
+        debug_assert_eq!(ends.last().copied().unwrap_or(0), hits.len());
         Phrases { hits, ends }
     }
 }

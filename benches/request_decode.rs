@@ -1,5 +1,5 @@
 //! What a `/v1/rank` request costs before scoring, on one thread: decoding the body exactly as
-//! the handler does (`Format::decode` into `RankRequest`), and decoding it then building the
+//! the handler does (`Format::decode_rank_request`), and decoding it then building the
 //! feature matrix (`routes::feature_matrix`, FE from the hits). The request is one
 //! production-like request of `rankserve requests synth` for the bundled medium ranker: 1 000
 //! hit documents, in MessagePack and in JSON.
@@ -11,7 +11,6 @@ use std::path::Path;
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rankserve::bench::replay::synth_requests;
-use rankserve::server::api::RankRequest;
 use rankserve::server::codec::Format;
 use rankserve::server::routes::feature_matrix;
 use rankserve::server::store::RankerStore;
@@ -45,11 +44,11 @@ fn bench(c: &mut Criterion) {
         eprintln!("{label}: {} bytes, {DOCS} documents", body.len());
         group.throughput(Throughput::Bytes(body.len() as u64));
         group.bench_with_input(BenchmarkId::new("decode", &label), &body, |b, body| {
-            b.iter(|| format.decode::<RankRequest>(body).expect("decodes"))
+            b.iter(|| format.decode_rank_request(body).expect("decodes"))
         });
         group.bench_with_input(BenchmarkId::new("decode_fe", &label), &body, |b, body| {
             b.iter(|| {
-                let request = format.decode::<RankRequest>(body).expect("decodes");
+                let request = format.decode_rank_request(body).expect("decodes");
                 feature_matrix(&request, &loaded).expect("valid hits")
             })
         });

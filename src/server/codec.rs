@@ -20,6 +20,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 
+use super::api::{RankRequest, SearchRequest};
 use super::error::{ApiError, ErrorLog};
 use super::state::AppState;
 
@@ -102,6 +103,22 @@ impl Format {
         }
     }
 
+    /// Decodes a `/v1/rank` request: MessagePack through [`super::msgpack_rank`]'s reader,
+    /// falling back to [`Format::decode`] on any body that reader leaves to rmp-serde (so
+    /// errors are exactly those of [`Format::decode`]); JSON through [`Format::decode`].
+    ///
+    /// # Errors
+    /// As [`Format::decode`].
+    pub fn decode_rank_request(self, bytes: &[u8]) -> Result<RankRequest, ApiError> {
+        match self {
+            Format::Msgpack => match super::msgpack_rank::decode(bytes) {
+                Some(request) => Ok(request),
+                None => self.decode(bytes),
+            },
+            Format::Json => self.decode(bytes),
+        }
+    }
+
     /// The format of a request body, by its Content-Type.
     ///
     /// # Errors
@@ -169,6 +186,26 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
     }
 }
 
+/// A request body type and how the [`Coded`] extractor decodes it: [`Format::decode`] unless
+/// the type has a faster decoder.
+pub trait RequestBody: DeserializeOwned {
+    /// Decodes one value from `bytes`, which must hold nothing else.
+    ///
+    /// # Errors
+    /// As [`Format::decode`].
+    fn decode_body(format: Format, bytes: &[u8]) -> Result<Self, ApiError> {
+        format.decode(bytes)
+    }
+}
+
+impl RequestBody for RankRequest {
+    fn decode_body(format: Format, bytes: &[u8]) -> Result<Self, ApiError> {
+        format.decode_rank_request(bytes)
+    }
+}
+
+impl RequestBody for SearchRequest {}
+
 /// A request body decoded by its Content-Type.
 pub struct Coded<T> {
     pub value: T,
@@ -179,7 +216,7 @@ pub struct Coded<T> {
     pub decode_us: u64,
 }
 
-impl<T: DeserializeOwned> FromRequest<AppState> for Coded<T> {
+impl<T: RequestBody> FromRequest<AppState> for Coded<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
@@ -188,7 +225,7 @@ impl<T: DeserializeOwned> FromRequest<AppState> for Coded<T> {
         let (parts, body) = req.into_parts();
         let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
         let decoding = Instant::now();
-        let value = format.decode(&bytes)?;
+        let value = T::decode_body(format, &bytes)?;
         Ok(Coded {
             value,
             format,

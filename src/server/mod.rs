@@ -18,6 +18,7 @@ pub mod codec;
 pub mod engine;
 pub mod error;
 pub mod metrics;
+pub mod msgpack_rank;
 pub mod routes;
 pub mod search;
 pub mod state;

@@ -273,6 +273,14 @@ impl Phrases {
         self.hits.extend_from_slice(phrase);
         self.ends.push(self.hits.len());
     }
+
+    /// Phrases from every hit and, per phrase, the end (exclusive) of its hits in `hits`: for
+    /// a decoder that fills both in one pass (`server::msgpack_rank`).
+    pub(crate) fn from_parts(hits: Vec<[u32; 2]>, ends: Vec<usize>) -> Self {
+        debug_assert!(ends.windows(2).all(|w| w[0] <= w[1]));
+        debug_assert_eq!(ends.last().copied().unwrap_or(0), hits.len());
+        Phrases { hits, ends }
+    }
 }
 
 impl std::ops::Index<usize> for Phrases {

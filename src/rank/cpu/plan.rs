@@ -24,9 +24,9 @@ use super::{category, transform_arg, ZERO_THRESHOLD};
 use crate::rank::freeform;
 use crate::rank::model::{Activation, Decision, Expr, Input, Layer, Missing, Node, Ranker, Tree};
 
-/// Documents walked together through one tree: 8 walks in flight hide the node loads' latency;
-/// 16 or 32 spilled the block's state out of registers (development machine, 10 000 rows of the
-/// LightGBM peer model, one thread: 8 → 357–385 ms, 16 → 461–581, 32 → 536–750, 4 → 553–620).
+/// Documents walked together through one tree: several independent walks keep node loads in
+/// flight; 8 measured fastest (development machine, 10 000 rows of the LightGBM peer model, one
+/// thread: 8 → 357–385 ms, 16 → 461–581, 32 → 536–750, 4 → 553–620).
 pub const BLOCK: usize = 8;
 /// Most documents per rayon task.
 const TASK_DOCS: usize = 256;

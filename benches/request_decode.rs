@@ -37,6 +37,8 @@ fn bench(c: &mut Criterion) {
         "the medium ranker takes hit documents"
     );
 
+    // The server's default `cpu_threads`: FE spreads a request's documents over them.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
     let mut group = c.benchmark_group("request_decode");
     for format in [Format::Msgpack, Format::Json] {
         let body = format.encode(&request).expect("the request encodes");
@@ -49,7 +51,7 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("decode_fe", &label), &body, |b, body| {
             b.iter(|| {
                 let request = format.decode_rank_request(body).expect("decodes");
-                feature_matrix(&request, &loaded).expect("valid hits")
+                feature_matrix(&request, &loaded, threads).expect("valid hits")
             })
         });
     }

@@ -11,7 +11,6 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
-use rayon::prelude::*;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -29,7 +28,7 @@ use super::state::AppState;
 use super::store::{LoadedRanker, StoreError};
 use crate::config::Backend;
 use crate::rank::cpu::model_inputs;
-use crate::rank::fe::FeatureResolver;
+use crate::rank::fe::{fill_rows_in_chunks, FeatureResolver};
 use crate::rank::model::{Activation, Input};
 
 /// How long a client may take to send its body.
@@ -167,10 +166,10 @@ async fn rank(
 
     let fe_started = Instant::now();
     let (request, features) = {
-        let loaded = Arc::clone(&loaded);
+        let (loaded, threads) = (Arc::clone(&loaded), state.config.cpu_threads);
         tokio::task::spawn_blocking(move || {
             let _stage = tracing::info_span!("fe", ranker = %loaded.name, documents = request.documents.len()).entered();
-            let features = feature_matrix(&request, &loaded);
+            let features = feature_matrix(&request, &loaded, threads);
             (request, features)
         })
         .await
@@ -259,29 +258,23 @@ pub(super) async fn before_deadline(
 ///
 /// # Errors
 /// [`ApiError::InvalidRequest`] naming the document index and field.
-pub fn feature_matrix(request: &RankRequest, loaded: &LoadedRanker) -> Result<Vec<f64>, ApiError> {
+pub fn feature_matrix(
+    request: &RankRequest,
+    loaded: &LoadedRanker,
+    threads: usize,
+) -> Result<Vec<f64>, ApiError> {
     let width = loaded.ranker.features.len();
-    let docs = &request.documents;
-    let mut matrix = vec![f64::NAN; docs.len() * width];
-    // Feature extraction is ~1-2 µs a hit document: a thousand of them are spread over rayon's
-    // pool in chunks of at least MIN_CHUNK (the hand-off costs a few µs). Each chunk stops at its
-    // first error and the chunks are checked in order, so the error is the lowest document's.
-    const MIN_CHUNK: usize = 64;
-    let chunk = docs
-        .len()
-        .div_ceil(rayon::current_num_threads())
-        .max(MIN_CHUNK);
-    if width == 0 || docs.len() <= chunk {
-        fill_rows(request, loaded, 0, docs, &mut matrix)?;
-        return Ok(matrix);
-    }
-    let results: Vec<Result<(), ApiError>> = docs
-        .par_chunks(chunk)
-        .zip(matrix.par_chunks_mut(chunk * width))
-        .enumerate()
-        .map(|(c, (docs, rows))| fill_rows(request, loaded, c * chunk, docs, rows))
-        .collect();
-    results.into_iter().collect::<Result<(), ApiError>>()?;
+    let mut matrix = vec![f64::NAN; request.documents.len() * width];
+    // Feature extraction is ~1-2 µs a hit document: spread a request's documents over rayon's
+    // pool, in chunks of at least 64 (the hand-off costs a few µs).
+    fill_rows_in_chunks(
+        &request.documents,
+        &mut matrix,
+        width,
+        threads,
+        64,
+        |first, docs, rows| fill_rows(request, loaded, first, docs, rows),
+    )?;
     Ok(matrix)
 }
 
@@ -650,7 +643,7 @@ mod tests {
     fn feature_matrix_in_chunks_equals_one_pass_and_names_the_lowest_bad_document() {
         let (loaded, mut request) = medium_request(1000);
         let width = loaded.ranker.features.len();
-        let matrix = feature_matrix(&request, &loaded).unwrap();
+        let matrix = feature_matrix(&request, &loaded, 4).unwrap();
         let mut one_pass = vec![f64::NAN; matrix.len()];
         fill_rows(&request, &loaded, 0, &request.documents, &mut one_pass).unwrap();
         assert_eq!(matrix.len(), 1000 * width);
@@ -662,7 +655,9 @@ mod tests {
         for bad in [900, 300] {
             request.documents[bad].features = Some(FeatureValues::Vector(vec![]));
         }
-        let err = feature_matrix(&request, &loaded).unwrap_err().to_string();
+        let err = feature_matrix(&request, &loaded, 4)
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains("documents[300]: give `features` or `hits`"),
             "{err}"

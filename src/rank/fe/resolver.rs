@@ -139,18 +139,7 @@ impl FeatureResolver {
                 Ok(())
             })
         };
-        // A zero-width map still validates every document, on one thread.
-        if threads <= 1 || docs.len() == 1 || width == 0 {
-            return run_chunk(0, docs, out);
-        }
-        let per_chunk = docs.len().div_ceil(threads);
-        let results: Vec<Result<(), HitError>> = docs
-            .par_chunks(per_chunk)
-            .zip(out.par_chunks_mut(per_chunk * width))
-            .enumerate()
-            .map(|(c, (docs, out))| run_chunk(c * per_chunk, docs, out))
-            .collect();
-        results.into_iter().collect()
+        fill_rows_in_chunks(docs, out, width, threads, 1, run_chunk)
     }
 
     /// Checks that an output buffer of `got` values fits `docs` documents × [`FeatureResolver::len`].
@@ -222,6 +211,35 @@ impl FeatureResolver {
         self.gather(&scratch.features, doc, out);
         Ok(())
     }
+}
+
+/// Fills `out` (`docs.len()` rows of `width` values) by `fill(first, docs, rows)` over
+/// contiguous chunks of `docs`: `threads` chunks of at least `min_chunk` documents on rayon's
+/// pool, or one call on the calling thread when that is all there is (always when `width` is 0:
+/// the documents are still validated). Each chunk stops at its first error and the chunks are
+/// checked in order, so the error returned is the lowest failing document's, whatever `threads`.
+///
+/// # Errors
+/// The first error of `fill`, by chunk order.
+pub fn fill_rows_in_chunks<D: Sync, E: Send>(
+    docs: &[D],
+    out: &mut [f64],
+    width: usize,
+    threads: usize,
+    min_chunk: usize,
+    fill: impl Fn(usize, &[D], &mut [f64]) -> Result<(), E> + Sync,
+) -> Result<(), E> {
+    let chunk = docs.len().div_ceil(threads.max(1)).max(min_chunk.max(1));
+    if width == 0 || docs.len() <= chunk {
+        return fill(0, docs, out);
+    }
+    let results: Vec<Result<(), E>> = docs
+        .par_chunks(chunk)
+        .zip(out.par_chunks_mut(chunk * width))
+        .enumerate()
+        .map(|(c, (docs, rows))| fill(c * chunk, docs, rows))
+        .collect();
+    results.into_iter().collect()
 }
 
 #[cfg(test)]

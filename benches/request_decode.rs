@@ -1,6 +1,7 @@
-//! What a `/v1/rank` request costs before scoring, on one thread: decoding the body exactly as
-//! the handler does (`Format::decode_rank_request`), and decoding it then building the
-//! feature matrix (`routes::feature_matrix`, FE from the hits). The request is one
+//! What a `/v1/rank` request costs before scoring: decoding the body exactly as the handler
+//! does (`Format::decode_rank_request`, which spreads a MessagePack body's documents over
+//! rayon's pool), the same MessagePack decode on one thread, building the feature matrix from
+//! the decoded request (`routes::feature_matrix`, FE from the hits), and both in a row. The request is one
 //! production-like request of `rankserve requests synth` for the bundled medium ranker: 1 000
 //! hit documents, in MessagePack and in JSON.
 //!
@@ -12,6 +13,7 @@ use std::path::Path;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rankserve::bench::replay::synth_requests;
 use rankserve::server::codec::Format;
+use rankserve::server::msgpack_rank;
 use rankserve::server::routes::feature_matrix;
 use rankserve::server::store::RankerStore;
 
@@ -48,6 +50,18 @@ fn bench(c: &mut Criterion) {
         group.bench_with_input(BenchmarkId::new("decode", &label), &body, |b, body| {
             b.iter(|| format.decode_rank_request(body).expect("decodes"))
         });
+        if format == Format::Msgpack {
+            group.bench_with_input(
+                BenchmarkId::new("decode_one_task", &label),
+                &body,
+                |b, body| {
+                    b.iter(|| msgpack_rank::decode_in_tasks(body, usize::MAX).expect("decodes"))
+                },
+            );
+            group.bench_function(BenchmarkId::new("fe", &label), |b| {
+                b.iter(|| feature_matrix(&request, &loaded, threads).expect("valid hits"))
+            });
+        }
         group.bench_with_input(BenchmarkId::new("decode_fe", &label), &body, |b, body| {
             b.iter(|| {
                 let request = format.decode_rank_request(body).expect("decodes");

@@ -39,14 +39,14 @@ for window in 200 0; do
 import json, sys
 r = json.load(open(sys.argv[1]))
 lat, total = r["latency_us"], r["server_total_us"]
-mean = {k: r["server_" + k + "_us"]["mean"] for k in ("decode", "fe", "me", "queue")}
+mean = {k: r.get("server_" + k + "_us", {"mean": 0})["mean"] for k in ("read", "decode", "fe", "me", "queue")}
 print(f"  {r['throughput_rps']:.1f} req/s, {r['documents_per_s']:.0f} docs/s, errors {r['errors'] or 'none'}")
 print(f"  client latency p50 {lat['p50']} µs, p99 {lat['p99']} µs, mean {lat['mean']:.0f} µs; server total mean {total['mean']:.0f} µs")
 print("  server means: " + ", ".join(f"{k} {v:.0f} µs" for k, v in mean.items()))
 overhead = lat["mean"] - mean["fe"] - mean["me"]
 outside = lat["mean"] - total["mean"]
 print(f"  service overhead (client latency - FE - scoring) mean {overhead:.0f} µs = {100 * overhead / lat['mean']:.1f} %:"
-      f" decode {mean['decode']:.0f}, batch queue {mean['queue']:.0f}, outside the handler (HTTP, body transfer, reply) {outside:.0f} µs")
+      f" body read {mean['read']:.0f}, decode {mean['decode']:.0f}, batch queue {mean['queue']:.0f}, outside the handler (HTTP, headers, reply) {outside:.0f} µs")
 EOF
   done
   kill "$server"

@@ -218,6 +218,9 @@ pub struct ReplayReport {
     pub latency_us: Percentiles,
     /// The server's `timings.total_us` (parsed request to reply), microseconds.
     pub server_total_us: Percentiles,
+    /// The server's `timings.read_us` (receiving the request body), microseconds.
+    #[serde(default)]
+    pub server_read_us: Percentiles,
     /// The server's `timings.decode_us` (decoding the request body), microseconds.
     pub server_decode_us: Percentiles,
     /// The server's `timings.fe_us` (feature extraction or reading the vectors), microseconds.
@@ -277,6 +280,7 @@ impl ReplayReport {
         for (name, p) in [
             ("client latency", &self.latency_us),
             ("server total", &self.server_total_us),
+            ("server body read", &self.server_read_us),
             ("server decode", &self.server_decode_us),
             ("server FE", &self.server_fe_us),
             ("server scoring (me)", &self.server_me_us),
@@ -302,6 +306,7 @@ impl ReplayReport {
 struct Tally {
     latency: Option<hdrhistogram::Histogram<u64>>,
     total: Option<hdrhistogram::Histogram<u64>>,
+    read: Option<hdrhistogram::Histogram<u64>>,
     decode: Option<hdrhistogram::Histogram<u64>>,
     fe: Option<hdrhistogram::Histogram<u64>>,
     me: Option<hdrhistogram::Histogram<u64>>,
@@ -447,6 +452,7 @@ pub async fn replay(
         documents_per_s: tally.documents as f64 / elapsed,
         latency_us: of(&tally.latency),
         server_total_us: of(&tally.total),
+        server_read_us: of(&tally.read),
         server_decode_us: of(&tally.decode),
         server_fe_us: of(&tally.fe),
         server_me_us: of(&tally.me),
@@ -486,6 +492,7 @@ async fn send_one(
             if let Ok(reply) = log.format.decode::<RankResponse>(&body) {
                 tally.documents += reply.scores.len() as u64;
                 Tally::record(&mut tally.total, reply.timings.total_us);
+                Tally::record(&mut tally.read, reply.timings.read_us);
                 Tally::record(&mut tally.decode, reply.timings.decode_us);
                 Tally::record(&mut tally.fe, reply.timings.fe_us);
                 Tally::record(&mut tally.me, reply.timings.me_us);

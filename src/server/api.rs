@@ -35,7 +35,7 @@ pub struct RankRequest {
 }
 
 /// One document of a rank request: its feature vector, or its hits for feature extraction.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct RankDocument {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -73,6 +73,9 @@ pub struct RankResponse {
 /// Where the time of a rank request went, in microseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Timings {
+    /// Receiving the request body, from the headers' arrival to its last byte.
+    #[serde(default)]
+    pub read_us: u64,
     /// Decoding the request body (JSON or MessagePack), once it was read.
     #[serde(default)]
     pub decode_us: u64,

@@ -22,6 +22,7 @@ use serde::Serialize;
 
 use super::api::{RankRequest, SearchRequest};
 use super::error::{ApiError, ErrorLog};
+use super::routes::micros;
 use super::state::AppState;
 
 /// A body format.
@@ -212,6 +213,8 @@ pub struct Coded<T> {
     pub format: Format,
     /// When the extractor began: the request's headers had arrived, its body not yet.
     pub started: Instant,
+    /// Time spent receiving the body, after the headers.
+    pub read_us: u64,
     /// Time spent decoding the body (after it was read).
     pub decode_us: u64,
 }
@@ -230,11 +233,8 @@ impl<T: RequestBody> FromRequest<AppState> for Coded<T> {
             value,
             format,
             started,
-            decode_us: decoding
-                .elapsed()
-                .as_micros()
-                .try_into()
-                .unwrap_or(u64::MAX),
+            read_us: micros(decoding - started),
+            decode_us: micros(decoding.elapsed()),
         })
     }
 }

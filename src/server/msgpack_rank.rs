@@ -19,6 +19,9 @@
 //! `as`; into unsigned fields only integers in range).
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use rayon::prelude::*;
 
 use crate::config::Backend;
 use crate::rank::fe::{CorpusStats, HitDocument, HitStream, Phrases, QueryInfo, Streams, STREAMS};
@@ -33,7 +36,22 @@ type Read<T> = Result<T, Unhandled>;
 /// Decodes a MessagePack [`RankRequest`] that fills `bytes` exactly; `None` when the body is
 /// malformed or of a form this reader leaves to rmp-serde.
 pub fn decode(bytes: &[u8]) -> Option<RankRequest> {
-    let mut reader = Reader { bytes, pos: 0 };
+    decode_in_tasks(bytes, MIN_DOCUMENTS_PER_TASK)
+}
+
+/// Documents per parallel decoding task, at least: a hit document decodes in about 0.5–1 µs
+/// and a hand-off to rayon's pool costs a few.
+const MIN_DOCUMENTS_PER_TASK: usize = 64;
+
+/// [`decode`], spreading the documents over rayon's pool in tasks of at least `min_task`
+/// documents; `usize::MAX` decodes on the calling thread (for tests, which reach the parallel
+/// path with small requests, and `benches/request_decode.rs`).
+pub fn decode_in_tasks(bytes: &[u8], min_task: usize) -> Option<RankRequest> {
+    let mut reader = Reader {
+        bytes,
+        pos: 0,
+        min_task: min_task.max(1),
+    };
     let request = reader.rank_request().ok()?;
     (reader.pos == bytes.len()).then_some(request)
 }
@@ -57,6 +75,8 @@ fn set_once<T>(field: &mut Option<T>, value: T) -> Read<()> {
 struct Reader<'a> {
     bytes: &'a [u8],
     pos: usize,
+    /// Fewest documents worth a parallel task.
+    min_task: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -251,11 +271,80 @@ impl<'a> Reader<'a> {
 
     fn documents(&mut self) -> Read<Vec<RankDocument>> {
         let len = self.array_len()?;
-        let mut documents = Vec::with_capacity(self.capacity(len));
+        let tasks = (len / self.min_task).min(rayon::current_num_threads());
+        if tasks < 2 {
+            let mut documents = Vec::with_capacity(self.capacity(len));
+            for _ in 0..len {
+                documents.push(self.rank_document()?);
+            }
+            return Ok(documents);
+        }
+        // Decoding builds values (allocations, maps) and costs several times what finding a
+        // document's end does: find every document's start on this thread, then decode them
+        // on the pool, each reader checked to stop exactly where the next document starts.
+        let mut starts = Vec::with_capacity(self.capacity(len) + 1);
         for _ in 0..len {
-            documents.push(self.rank_document()?);
+            starts.push(self.pos);
+            self.skip_value()?;
+        }
+        starts.push(self.pos);
+        let failed = AtomicBool::new(false);
+        let mut documents = Vec::new();
+        starts
+            .par_windows(2)
+            .with_min_len(len.div_ceil(tasks))
+            .map(|span| {
+                let mut reader = Reader {
+                    pos: span[0],
+                    ..*self
+                };
+                match reader.rank_document() {
+                    Ok(document) if reader.pos == span[1] => document,
+                    _ => {
+                        failed.store(true, Ordering::Relaxed);
+                        RankDocument::default()
+                    }
+                }
+            })
+            .collect_into_vec(&mut documents);
+        if failed.into_inner() {
+            return Err(Unhandled);
         }
         Ok(documents)
+    }
+
+    /// Moves past one value of any type (ext types aside), checking only its framing.
+    fn skip_value(&mut self) -> Read<()> {
+        let mut pending: usize = 1;
+        while pending > 0 {
+            pending -= 1;
+            let marker = self.byte()?;
+            let (items, len) = match marker {
+                0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => continue,
+                0x80..=0x8f => (2 * usize::from(marker & 0x0f), 0),
+                0x90..=0x9f => (usize::from(marker & 0x0f), 0),
+                0xa0..=0xbf => (0, usize::from(marker & 0x1f)),
+                0xcc | 0xd0 => (0, 1),
+                0xcd | 0xd1 => (0, 2),
+                0xca | 0xce | 0xd2 => (0, 4),
+                0xcb | 0xcf | 0xd3 => (0, 8),
+                0xc4 | 0xd9 => (0, usize::from(self.byte()?)),
+                0xc5 | 0xda => (0, usize::from(u16::from_be_bytes(self.be()?))),
+                0xc6 | 0xdb => (0, u32::from_be_bytes(self.be()?) as usize),
+                0xdc => (usize::from(u16::from_be_bytes(self.be()?)), 0),
+                0xdd => (u32::from_be_bytes(self.be()?) as usize, 0),
+                0xde => (2 * usize::from(u16::from_be_bytes(self.be()?)), 0),
+                0xdf => (2 * u32::from_be_bytes(self.be()?) as usize, 0),
+                _ => return Err(Unhandled),
+            };
+            self.take(len)?;
+            pending += items;
+            // Each pending value takes at least a byte: a forged length stops here.
+            if pending > self.bytes.len() - self.pos {
+                return Err(Unhandled);
+            }
+        }
+        Ok(())
     }
 
     fn rank_document(&mut self) -> Read<RankDocument> {
@@ -490,7 +579,10 @@ mod tests {
             let body = msgpack(&request);
             let serde: RankRequest = rmp_serde::from_slice(&body).expect("rmp-serde decodes");
             assert_eq!(serde, request);
-            assert_eq!(decode(&body), Some(serde));
+            // In one task, and in parallel tasks of 2 and 7 documents.
+            for min_task in [usize::MAX, 2, 7] {
+                assert_eq!(decode_in_tasks(&body, min_task).as_ref(), Some(&serde));
+            }
         }
     }
 
@@ -601,10 +693,13 @@ mod tests {
         #[test]
         fn mutated_bodies_decode_as_rmp_serde_decodes_them(body in mutated_bodies()) {
             let generic = Format::Msgpack.decode::<RankRequest>(&body);
-            if let Some(fast) = decode(&body) {
-                // Compared as encoded bytes: a changed byte can make a NaN, unequal to itself.
-                let generic = generic.as_ref().expect("rmp-serde accepts what the fast path accepts");
-                prop_assert_eq!(msgpack(&fast), msgpack(generic));
+            // One task, and one task per document (the parallel path).
+            for min_task in [usize::MAX, 1] {
+                if let Some(fast) = decode_in_tasks(&body, min_task) {
+                    // Compared as encoded bytes: a changed byte can make a NaN, unequal to itself.
+                    let generic = generic.as_ref().expect("rmp-serde accepts what the fast path accepts");
+                    prop_assert_eq!(msgpack(&fast), msgpack(generic));
+                }
             }
             match (Format::Msgpack.decode_rank_request(&body), generic) {
                 (Ok(fast), Ok(generic)) => prop_assert_eq!(msgpack(&fast), msgpack(&generic)),

@@ -222,6 +222,14 @@ impl RankerStore {
         self.cache.lock().contains(name)
     }
 
+    /// The ranker `name` if it is in the cache (an access, as [`get`](Self::get)'s hit is):
+    /// a lookup that never touches the disk, for callers that must not block.
+    pub fn cached(&self, name: &str) -> Option<Arc<LoadedRanker>> {
+        valid_name(name)
+            .then(|| self.cache.lock().get(name))
+            .flatten()
+    }
+
     /// The ranker `name`, from the cache or (on a miss) parsed from its file and cached.
     ///
     /// # Errors
@@ -229,7 +237,7 @@ impl RankerStore {
     /// / [`StoreError::Io`].
     pub fn get(&self, name: &str) -> Result<Arc<LoadedRanker>, StoreError> {
         Self::check_name(name)?;
-        if let Some(hit) = self.cache.lock().get(name) {
+        if let Some(hit) = self.cached(name) {
             return Ok(hit);
         }
         let _writing = self.write_lock.lock();

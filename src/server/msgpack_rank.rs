@@ -36,8 +36,18 @@ type Read<T> = Result<T, Unhandled>;
 /// Decodes a MessagePack [`RankRequest`] that fills `bytes` exactly; `None` when the body is
 /// malformed or of a form this reader leaves to rmp-serde.
 pub fn decode(bytes: &[u8]) -> Option<RankRequest> {
-    decode_in_tasks(bytes, MIN_DOCUMENTS_PER_TASK)
+    // With two threads the parallel decode measured slower than one task (0.66 vs 0.47 ms for
+    // 1 000 documents on the development machine), with sixteen 40 % faster (the H100 host).
+    let min_task = if rayon::current_num_threads() >= MIN_THREADS {
+        MIN_DOCUMENTS_PER_TASK
+    } else {
+        usize::MAX
+    };
+    decode_in_tasks(bytes, min_task)
 }
+
+/// Fewest threads in rayon's pool for which documents are decoded in parallel.
+const MIN_THREADS: usize = 4;
 
 /// Documents per parallel decoding task, at least: a hit document decodes in about 0.5–1 µs
 /// and a hand-off to rayon's pool costs a few.

@@ -154,3 +154,94 @@ extern "C" __global__ void score_block_topk(const double* acc, const u32* ids, u
         out_docs[blockIdx.x * keep + r] = d[r];
     }
 }
+
+// Entries per thread in score_block_topk_warp (TOPK_CHUNK / TOPK_THREADS).
+#define TOPK_PER_THREAD 8u
+#define TOPK_WARPS (TOPK_THREADS / 32u)
+
+// The warp's best `keep` (<= 32) of the 32 x 8 entries its lanes hold in s/d (consumed as they
+// are picked), best first, into out_s/out_d by lane 0: `keep` rounds of a shuffle arg-max. A
+// matched document is in one entry, found by its docID; unmatched entries (all -infinity,
+// NO_DOC) tie, and a round may consume one in each of several lanes: every entry left is then
+// unmatched too, so the output is the same.
+__device__ __forceinline__ void warp_top(double (&s)[TOPK_PER_THREAD], u32 (&d)[TOPK_PER_THREAD],
+                                         u32 keep, double* out_s, u32* out_d) {
+    const u32 lane = threadIdx.x & 31u;
+    for (u32 r = 0; r < keep; ++r) {
+        double bs = s[0];
+        u32 bd = d[0];
+#pragma unroll
+        for (u32 i = 1; i < TOPK_PER_THREAD; ++i) {
+            if (ranks_before(s[i], d[i], bs, bd)) {
+                bs = s[i];
+                bd = d[i];
+            }
+        }
+        double ws = bs;
+        u32 wd = bd;
+#pragma unroll
+        for (u32 offset = 16; offset > 0; offset >>= 1) {
+            const double os = __shfl_xor_sync(0xffffffffu, ws, offset);
+            const u32 od = __shfl_xor_sync(0xffffffffu, wd, offset);
+            if (ranks_before(os, od, ws, wd)) {
+                ws = os;
+                wd = od;
+            }
+        }
+        if (bd == wd) {
+            bool taken = false;
+#pragma unroll
+            for (u32 i = 0; i < TOPK_PER_THREAD; ++i) {
+                if (!taken && d[i] == wd) {
+                    s[i] = -__longlong_as_double(0x7ff0000000000000ll);
+                    d[i] = NO_DOC;
+                    taken = true;
+                }
+            }
+        }
+        if (lane == 0) {
+            out_s[r] = ws;
+            out_d[r] = wd;
+        }
+    }
+}
+
+// score_block_topk_warp: score_block_topk's contract for keep <= 32, without sorting the block.
+// Launch: as score_block_topk: grid (ceil(n_docs / 2048), 1, 1), block (256, 1, 1), static shared
+// memory 8 x 32 candidates (3 KiB).
+// Reads, writes: as score_block_topk (slot r of block g is the block's r-th best, best first).
+// Each warp picks its best `keep` of its 256 entries (8 per lane, in registers), then warp 0
+// picks the block's best `keep` of those 8 x keep candidates: 2 x keep shuffle arg-max rounds
+// and one barrier, where the bitonic sort takes 66 barrier stages whatever `keep` is.
+extern "C" __global__ void score_block_topk_warp(const double* acc, const u32* ids, u32 n_docs,
+                                                 u32 keep, double* out_scores, u32* out_docs) {
+    __shared__ double cs[TOPK_WARPS * 32u];
+    __shared__ u32 cd[TOPK_WARPS * 32u];
+    const u32 warp = threadIdx.x / 32u;
+    const u32 lane = threadIdx.x & 31u;
+    const double none = -__longlong_as_double(0x7ff0000000000000ll);
+    double s[TOPK_PER_THREAD];
+    u32 d[TOPK_PER_THREAD];
+#pragma unroll
+    for (u32 i = 0; i < TOPK_PER_THREAD; ++i) {
+        // Coalesced: entry i of every lane of a warp is 32 consecutive entries.
+        const u32 doc = blockIdx.x * TOPK_CHUNK + warp * (32u * TOPK_PER_THREAD) + i * 32u + lane;
+        const double v = doc < n_docs ? acc[doc] : 0.0;
+        const bool matched = doc < n_docs && (u64)__double_as_longlong(v) != UNTOUCHED_BITS;
+        s[i] = matched ? v : none;
+        d[i] = matched ? (ids ? ids[doc] : doc) : NO_DOC;
+    }
+    warp_top(s, d, keep, cs + warp * keep, cd + warp * keep);
+    __syncthreads();
+    if (warp != 0) {
+        return;
+    }
+#pragma unroll
+    for (u32 i = 0; i < TOPK_PER_THREAD; ++i) {
+        const u32 c = lane * TOPK_PER_THREAD + i;
+        const bool have = c < TOPK_WARPS * keep;
+        s[i] = have ? cs[c] : none;
+        d[i] = have ? cd[c] : NO_DOC;
+    }
+    warp_top(s, d, keep, out_scores + blockIdx.x * keep, out_docs + blockIdx.x * keep);
+}

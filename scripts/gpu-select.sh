@@ -13,6 +13,8 @@ out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 tests=${TESTS:-$carry/tests/main}
+# The CLI tests run the binary where cargo built it (CARGO_BIN_EXE_rankserve, fixed at build time).
+mkdir -p target/release && cp "$carry/rankserve" target/release/rankserve
 RANKSERVE_REQUIRE_GPU=1 "$tests" selection search --test-threads 4 2>&1 | tee "$out/parity.log" | tail -20
 RANKSERVE_REQUIRE_GPU=1 RANKSERVE_FAULT_GPU=1 "$tests" gpu_search_selects gpu_fault \
   --test-threads 1 2>&1 | tee -a "$out/parity.log" | tail -4

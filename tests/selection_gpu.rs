@@ -278,6 +278,9 @@ fn edge_cases_match_the_cpu_gpu() {
         (repeated, 10),
         (vec![common[0].clone()], 10),
         (common.clone(), index.num_docs() as usize + 5),
+        // The warp top-k keeps up to 32 per block, the sort takes over from 33.
+        (common.clone(), 32),
+        (common.clone(), 33),
         (common.clone(), 2047),
         (common.clone(), 2048),
         (common.clone(), 2049),

@@ -14,7 +14,7 @@ use crate::config::Backend;
 use crate::gpu::GpuError;
 use crate::index::codecs::BlockDecoder;
 use crate::index::{Index, PostingList};
-use crate::select::gpu::{decode::time_decode, DecodeTiming, PostingCache};
+use crate::select::gpu::{decode::time_decode, DecodeTiming, PostingCache, SelectPhases};
 use crate::select::schedule::{self, QueryShape, Scheduler, Side};
 use crate::select::{Bm25Params, Mode, Query, SelectError};
 
@@ -152,6 +152,91 @@ pub fn run(
         });
     }
     Ok(runs)
+}
+
+/// Where GPU queries' time goes: per step, the median and the mean over the queries.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct PhaseSummary {
+    /// Queries that went through every step (those with no lists or no hits stop early).
+    pub queries: usize,
+    pub median: PhaseRow,
+    pub mean: PhaseRow,
+}
+
+/// One query's wall time split into host work (wall minus the stream's span) and the steps.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct PhaseRow {
+    pub wall_us: f64,
+    pub host_us: f64,
+    pub steps: SelectPhases,
+}
+
+/// Runs every query once on the GPU to warm up, then once with the cache timing its steps with
+/// CUDA events, and summarises the steps against the wall time of that run.
+///
+/// # Errors
+/// As [`run`].
+pub fn gpu_phases(
+    index: &Index,
+    queries: &[String],
+    config: &SelectionConfig,
+    cache: &mut PostingCache,
+    scheduler: &Scheduler,
+) -> Result<PhaseSummary, BenchSelectError> {
+    let device_error = |query: &str, source: GpuError| BenchSelectError::Fallback {
+        query: query.to_string(),
+        source,
+    };
+    cache
+        .time_phases(true)
+        .map_err(|e| device_error("(none yet)", e))?;
+    let mut rows = Vec::with_capacity(queries.len());
+    for text in queries {
+        let mut query = Query::from_text(text, config.k, config.mode);
+        query.params = config.params;
+        schedule::search(index, &query, Backend::Gpu, Some(&mut *cache), scheduler)?;
+        cache.take_phases().map_err(|e| device_error(text, e))?;
+        let started = Instant::now();
+        let ran = schedule::search(index, &query, Backend::Gpu, Some(&mut *cache), scheduler)?;
+        let wall_us = started.elapsed().as_secs_f64() * 1e6;
+        if let Some(source) = ran.fallback {
+            return Err(device_error(text, source));
+        }
+        if let Some(steps) = cache.take_phases().map_err(|e| device_error(text, e))? {
+            rows.push(PhaseRow {
+                wall_us,
+                host_us: wall_us - steps.stream_us(),
+                steps,
+            });
+        }
+    }
+    cache.time_phases(false).ok();
+    let column = |f: fn(&PhaseRow) -> f64| -> (f64, f64) {
+        let mut v: Vec<f64> = rows.iter().map(f).collect();
+        v.sort_by(f64::total_cmp);
+        let median = v.get(v.len() / 2).copied().unwrap_or(0.0);
+        (median, v.iter().sum::<f64>() / v.len().max(1) as f64)
+    };
+    let (mut median, mut mean) = (PhaseRow::default(), PhaseRow::default());
+    let columns: [(fn(&PhaseRow) -> f64, fn(&mut PhaseRow) -> &mut f64); 7] = [
+        (|r| r.wall_us, |r| &mut r.wall_us),
+        (|r| r.host_us, |r| &mut r.host_us),
+        (|r| r.steps.copy_in_us, |r| &mut r.steps.copy_in_us),
+        (|r| r.steps.decode_us, |r| &mut r.steps.decode_us),
+        (|r| r.steps.score_us, |r| &mut r.steps.score_us),
+        (|r| r.steps.topk_us, |r| &mut r.steps.topk_us),
+        (|r| r.steps.copy_out_us, |r| &mut r.steps.copy_out_us),
+    ];
+    for (get, set) in columns {
+        let (m, a) = column(get);
+        *set(&mut median) = m;
+        *set(&mut mean) = a;
+    }
+    Ok(PhaseSummary {
+        queries: rows.len(),
+        median,
+        mean,
+    })
 }
 
 /// Queries whose runs differ between `a` and `b` (other documents, order or score bits).

@@ -403,6 +403,8 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         &scheduler,
     )
     .context("running the queries on the GPU")?;
+    let phases = selection::gpu_phases(&index, &queries, &config, &mut cache, &scheduler)
+        .context("timing the GPU queries' steps")?;
     let hybrid_runs = selection::run(
         &index,
         &queries,
@@ -468,6 +470,26 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
             s.max,
             s.queries - s.on_gpu,
             s.on_gpu
+        );
+    }
+    println!(
+        "GPU steps, mode {:?}, µs (CUDA events, one run per query after a warm-up; host = wall \
+         minus the stream's span; {} queries went through every step):",
+        args.mode, phases.queries
+    );
+    println!("| | wall | host | copy in | decode | score | top-k | copy out |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    for (name, row) in [("median", &phases.median), ("mean", &phases.mean)] {
+        let s = &row.steps;
+        println!(
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            row.wall_us,
+            row.host_us,
+            s.copy_in_us,
+            s.decode_us,
+            s.score_us,
+            s.topk_us,
+            s.copy_out_us
         );
     }
     let staged = stats.queries.max(1);

@@ -88,7 +88,13 @@ impl KernelModule {
             KernelModule::Fe => &["fe_extract"],
             KernelModule::Pfor => &["pfor_decode_blocks"],
             KernelModule::Ef => &["ef_decode_blocks"],
-            KernelModule::Score => &["score_fill", "score_term", "score_and", "score_block_topk"],
+            KernelModule::Score => &[
+                "score_fill",
+                "score_term",
+                "score_and",
+                "score_block_topk",
+                "score_block_topk_warp",
+            ],
         }
     }
 }

@@ -14,6 +14,7 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::cache::PostingCache;
+use super::phases::{self, Mark};
 use super::topk::top_k;
 use super::GpuSelectError;
 use crate::gpu::error::DriverResultExt;
@@ -102,7 +103,16 @@ fn and_topk(
     // of docs and tfs (decoded above, docIDs increasing and below num_docs), params holds 6 f32
     // per term, doc_len num_docs entries, scores num_docs ≥ m = dfs[shortest]; any 1-D grid.
     unsafe { launch.launch(LaunchConfig::for_num_elems(m)) }.during("score_and")?;
+    phases::mark(postings.events, Mark::Scored, stream)?;
     let start = postings.slot[shortest] as usize;
     let ids = postings.docs.slice(start..start + m as usize);
-    top_k(&device, postings.topk, scores, Some(&ids), m, query.k)
+    top_k(
+        &device,
+        postings.topk,
+        postings.events,
+        scores,
+        Some(&ids),
+        m,
+        query.k,
+    )
 }

@@ -37,6 +37,7 @@ use cudarc::driver::{CudaSlice, CudaView, DevicePtrMut, PinnedHostSlice};
 use super::decode::{
     decode_blocks, describe_list, push_words, DecodedBlocks, PackedLists, DESC_WORDS,
 };
+use super::phases::{self, Mark, QueryEvents};
 use super::topk::TopKBuffers;
 use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError};
@@ -122,6 +123,8 @@ pub struct QueryPostings<'a> {
     pub extra: CudaView<'a, u32>,
     /// Reusable top-k candidate buffers.
     pub topk: &'a mut TopKBuffers,
+    /// The query's timing events, when the cache times queries.
+    pub events: Option<&'a QueryEvents>,
     /// Every document's scoring length (BM25's dl).
     pub doc_len: &'a CudaSlice<u32>,
     /// One f64 per document, for OR's term-at-a-time accumulation (contents undefined).
@@ -145,6 +148,7 @@ pub struct PostingCache {
     topk: TopKBuffers,
     loaded: Option<Loaded>,
     stats: PostingCacheStats,
+    events: Option<QueryEvents>,
 }
 
 impl PostingCache {
@@ -199,7 +203,30 @@ impl PostingCache {
             topk,
             loaded: None,
             stats: PostingCacheStats::default(),
+            events: None,
         })
+    }
+
+    /// Times each query's steps on the stream with CUDA events from now on (`true`) or stops
+    /// (`false`); read them with [`take_phases`](Self::take_phases).
+    ///
+    /// # Errors
+    /// A driver error when the events cannot be created.
+    pub fn time_phases(&mut self, on: bool) -> Result<(), GpuError> {
+        self.events = match on {
+            true => Some(QueryEvents::new(&self.device)?),
+            false => None,
+        };
+        Ok(())
+    }
+
+    /// The steps of the last query run since the previous call, when timing is on and that
+    /// query went through every step.
+    ///
+    /// # Errors
+    /// A driver error when an event's time cannot be read.
+    pub fn take_phases(&self) -> Result<Option<phases::SelectPhases>, GpuError> {
+        self.events.as_ref().map_or(Ok(None), QueryEvents::take)
     }
 
     /// The device the cache lives on.
@@ -387,6 +414,8 @@ impl PostingCache {
         host[table_at..lists_at].copy_from_slice(&table);
         host[lists_at..copy_words].copy_from_slice(&staged);
         let at = loaded.staging_at;
+        let events = self.events.as_ref();
+        phases::mark(events, Mark::Start, stream)?;
         {
             let mut target = loaded.words.slice_mut(at..at + copy_words);
             let (target_ptr, _record) = target.device_ptr_mut(stream);
@@ -396,6 +425,7 @@ impl PostingCache {
             unsafe { memcpy_htod_async(target_ptr, &host[..copy_words], stream.cu_stream()) }
                 .during("query staging copy")?;
         }
+        phases::mark(events, Mark::Staged, stream)?;
         self.stats.queries += 1;
         self.stats.hits += hits;
         self.stats.misses += misses;
@@ -410,6 +440,7 @@ impl PostingCache {
             &table_view,
             &mut loaded.decoded,
         )?;
+        phases::mark(events, Mark::Decoded, stream)?;
         Ok(QueryPostings {
             docs: &loaded.decoded.docs,
             tfs: &loaded.decoded.tfs,
@@ -417,6 +448,7 @@ impl PostingCache {
             slots_and_dfs: loaded.words.slice(at..at + 2 * lists.len()),
             extra: loaded.words.slice(at + 2 * lists.len()..at + meta_words),
             topk: &mut self.topk,
+            events,
             doc_len: &loaded.doc_len,
             acc: &mut loaded.acc,
         })

@@ -13,12 +13,14 @@ pub mod and;
 pub mod cache;
 pub mod decode;
 pub mod or;
+pub mod phases;
 mod topk;
 
 pub use and::search_and;
 pub use cache::{PostingCache, PostingCacheConfig, PostingCacheStats};
 pub use decode::{DecodeTiming, DecodedBlocks, PackedLists};
 pub use or::search_or;
+pub use phases::SelectPhases;
 
 use std::time::Instant;
 

@@ -14,6 +14,7 @@
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
 use super::cache::PostingCache;
+use super::phases::{self, Mark};
 use super::topk::top_k;
 use super::GpuSelectError;
 use crate::gpu::error::DriverResultExt;
@@ -90,9 +91,11 @@ fn or_topk(
         // (checked at open), doc_len and acc hold n_docs entries; any 1-D grid.
         unsafe { launch.launch(LaunchConfig::for_num_elems(list.df)) }.during("score_term")?;
     }
+    phases::mark(postings.events, Mark::Scored, stream)?;
     top_k(
         &device,
         postings.topk,
+        postings.events,
         &*postings.acc,
         None,
         n_docs,

@@ -218,14 +218,13 @@ pub fn gpu_phases(
         (median, v.iter().sum::<f64>() / v.len().max(1) as f64)
     };
     let (mut median, mut mean) = (PhaseRow::default(), PhaseRow::default());
-    let columns: [(fn(&PhaseRow) -> f64, fn(&mut PhaseRow) -> &mut f64); 7] = [
+    let columns: [(fn(&PhaseRow) -> f64, fn(&mut PhaseRow) -> &mut f64); 6] = [
         (|r| r.wall_us, |r| &mut r.wall_us),
         (|r| r.host_us, |r| &mut r.host_us),
         (|r| r.steps.copy_in_us, |r| &mut r.steps.copy_in_us),
         (|r| r.steps.decode_us, |r| &mut r.steps.decode_us),
         (|r| r.steps.score_us, |r| &mut r.steps.score_us),
         (|r| r.steps.topk_us, |r| &mut r.steps.topk_us),
-        (|r| r.steps.copy_out_us, |r| &mut r.steps.copy_out_us),
     ];
     for (get, set) in columns {
         let (m, a) = column(get);

@@ -477,19 +477,13 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
          minus the stream's span; {} queries went through every step):",
         args.mode, phases.queries
     );
-    println!("| | wall | host | copy in | decode | score | top-k | copy out |");
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|");
+    println!("| | wall | host | copy in | decode | score | top-k |");
+    println!("|---|---:|---:|---:|---:|---:|---:|");
     for (name, row) in [("median", &phases.median), ("mean", &phases.mean)] {
         let s = &row.steps;
         println!(
-            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
-            row.wall_us,
-            row.host_us,
-            s.copy_in_us,
-            s.decode_us,
-            s.score_us,
-            s.topk_us,
-            s.copy_out_us
+            "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
+            row.wall_us, row.host_us, s.copy_in_us, s.decode_us, s.score_us, s.topk_us
         );
     }
     let staged = stats.queries.max(1);

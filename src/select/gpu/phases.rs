@@ -1,6 +1,6 @@
 //! Where a GPU query's time goes on the stream: CUDA events recorded between its steps when the
 //! posting cache is asked to time queries ([`super::PostingCache::time_phases`]); off by default,
-//! since six event records cost a few microseconds of host time per query.
+//! since five event records cost a few microseconds of host time per query.
 
 use std::cell::Cell;
 
@@ -22,13 +22,11 @@ pub enum Mark {
     Decoded,
     /// After scoring (AND: `score_and`; OR: `score_fill` and one `score_term` per term).
     Scored,
-    /// After the top-k launch.
+    /// After the top-k launch, which writes its candidates into host memory.
     Selected,
-    /// After the candidates' download.
-    Downloaded,
 }
 
-const MARKS: usize = Mark::Downloaded as usize + 1;
+const MARKS: usize = Mark::Selected as usize + 1;
 
 /// Stream time between a query's marks, microseconds (CUDA events: each interval also holds
 /// whatever time the stream sat idle waiting for the host to launch its next step).
@@ -37,14 +35,14 @@ pub struct SelectPhases {
     pub copy_in_us: f64,
     pub decode_us: f64,
     pub score_us: f64,
+    /// The top-k, its candidates' writes to host memory included.
     pub topk_us: f64,
-    pub copy_out_us: f64,
 }
 
 impl SelectPhases {
     /// From the first mark to the last.
     pub fn stream_us(&self) -> f64 {
-        self.copy_in_us + self.decode_us + self.score_us + self.topk_us + self.copy_out_us
+        self.copy_in_us + self.decode_us + self.score_us + self.topk_us
     }
 }
 
@@ -65,7 +63,7 @@ impl QueryEvents {
                 .during("selection timing event")
         };
         Ok(QueryEvents {
-            events: [event()?, event()?, event()?, event()?, event()?, event()?],
+            events: [event()?, event()?, event()?, event()?, event()?],
             recorded: Cell::new(0),
         })
     }
@@ -109,7 +107,6 @@ impl QueryEvents {
             decode_us: us(Mark::Staged)?,
             score_us: us(Mark::Decoded)?,
             topk_us: us(Mark::Scored)?,
-            copy_out_us: us(Mark::Selected)?,
         }))
     }
 }

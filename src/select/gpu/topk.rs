@@ -3,15 +3,16 @@
 //!
 //! The candidate buffers (device and pinned host) live in [`TopKBuffers`], kept by the posting
 //! cache and grown only when a query needs more slots than any before it: a query allocates
-//! nothing, launches once, and queues one download of its candidates (scores, then docIDs, in
-//! one buffer) into pinned memory before its one wait on the stream.
+//! nothing, launches once, and waits on the stream once. The kernel writes its candidates
+//! (scores, then docIDs, in one buffer) straight into pinned host memory through the buffer's
+//! device mapping: no download to queue and wait for.
 //!
 //! For k ≤ 32 (`score_block_topk_warp`) each block picks its best k by shuffle arg-max rounds
 //! instead of sorting its 2 048 entries: on the H100 the sort was 52 µs of a 116 µs AND query
-//! (CUDA events, 200 000 documents, k = 10), and each of the two downloads it used to make about
-//! 11 µs.
+//! (CUDA events, 200 000 documents, k = 10). The download of the candidates that followed took
+//! about 20 µs, one copy or two, where the kernel's own writes over PCIe take a few.
 
-use cudarc::driver::{CudaSlice, CudaView, LaunchConfig, PinnedHostSlice, PushKernelArg};
+use cudarc::driver::{sys, CudaSlice, CudaView, LaunchConfig, PinnedHostSlice, PushKernelArg};
 
 use super::phases::{self, Mark, QueryEvents};
 use crate::gpu::error::DriverResultExt;
@@ -28,13 +29,14 @@ const TOPK_WARP_KEEP: usize = 32;
 /// A candidate slot without a document (`NO_DOC` in score.cu).
 const NO_DOC: u32 = u32::MAX;
 
-/// Candidate slots on the device and their pinned host copy, reused across queries: a query of
-/// `n` slots uses the first `words(n)` words, its `n` scores then its `n` docIDs packed two to
-/// a word, so that one copy brings both.
+/// Candidate slots in pinned host memory that the device writes through its mapping, reused
+/// across queries: a query of `n` slots uses the first `words(n)` words, its `n` scores then its
+/// `n` docIDs packed two to a word.
 pub struct TopKBuffers {
     slots: usize,
-    device: CudaSlice<f64>,
     host: PinnedHostSlice<f64>,
+    /// The device's address of `host`.
+    mapped: u64,
 }
 
 /// Words of `slots` candidates: a score each, then the docIDs two to a word.
@@ -49,20 +51,28 @@ impl TopKBuffers {
     /// A driver error when an allocation fails.
     pub fn alloc(device: &GpuDevice, slots: usize) -> Result<TopKBuffers, GpuError> {
         let slots = slots.max(1);
-        // SAFETY (both): the kernel writes every slot it reports before the host reads it, and
-        // the host reads only the slots a query's launch wrote. Flags 0 (not write-combined):
-        // the host reads this buffer.
-        let host = unsafe {
+        // SAFETY: the kernel writes every slot it reports before the host reads it (after the
+        // stream's wait), and the host reads only the slots a query's launch wrote. Mapped for
+        // the device; not write-combined: the host reads this buffer.
+        let mut host = unsafe {
             device
                 .context()
-                .alloc_pinned_with_flags::<f64>(words(slots), 0)
+                .alloc_pinned_with_flags::<f64>(words(slots), sys::CU_MEMHOSTALLOC_DEVICEMAP)
         }
         .during("top-k pinned candidates allocation")?;
+        let ptr = host
+            .as_mut_ptr()
+            .during("top-k pinned candidates allocation")?;
+        let mut mapped: sys::CUdeviceptr = 0;
+        // SAFETY: `ptr` starts a pinned allocation made with CU_MEMHOSTALLOC_DEVICEMAP in the
+        // context bound to this thread (by the allocation above); flags must be 0.
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut mapped, ptr.cast(), 0) }
+            .result()
+            .during("top-k pinned candidates mapping")?;
         Ok(TopKBuffers {
             slots,
-            device: unsafe { device.stream().alloc::<f64>(words(slots)) }
-                .during("top-k candidates allocation")?,
             host,
+            mapped,
         })
     }
 }
@@ -107,18 +117,15 @@ pub(super) fn top_k(
         false => "score_block_topk",
     };
     let function = device.function(KernelModule::Score, kernel)?;
-    let (mut best, mut docs) = buffers.device.split_at_mut(slots);
-    // SAFETY: the docIDs' words hold 2 × ceil(slots / 2) ≥ slots u32 (f64 alignment suits u32).
-    let Some(mut docs) = (unsafe { docs.transmute_mut::<u32>(slots) }) else {
-        unreachable!("the docIDs' words hold the slots")
-    };
+    let best = buffers.mapped;
+    let docs = buffers.mapped + 8 * slots as u64;
     let mut launch = stream.launch_builder(function);
     launch.arg(scores);
     match ids {
         Some(ids) => launch.arg(ids),
         None => launch.arg(&null),
     };
-    launch.arg(&n).arg(&keep_u32).arg(&mut best).arg(&mut docs);
+    launch.arg(&n).arg(&keep_u32).arg(&best).arg(&docs);
     let config = LaunchConfig {
         grid_dim: (groups as u32, 1, 1),
         block_dim: (TOPK_THREADS, 1, 1),
@@ -126,22 +133,15 @@ pub(super) fn top_k(
     };
     // SAFETY: `score_block_topk` and `score_block_topk_warp` are both `(const double*, const
     // u32*, u32, u32, double*, u32*)` in this order: `scores` (and `ids` when given, else a null
-    // pointer) hold n entries, the outputs groups × keep slots each (keep ≤ 2048, ≤ 32 for the
-    // warp kernel, the total checked to fit a u32); one 256-thread block per 2048 entries as
-    // their comments require.
+    // pointer) hold n entries, the outputs (device addresses of the mapped host buffer: slots
+    // f64 from `best`, slots u32 from `docs`, within its words(slots) ≤ words(buffers.slots))
+    // groups × keep slots each (keep ≤ 2048, ≤ 32 for the warp kernel, the total checked to fit
+    // a u32); one 256-thread block per 2048 entries as their comments require.
     unsafe { launch.launch(config) }.during(kernel)?;
     phases::mark(events, Mark::Selected, stream)?;
-    stream
-        .memcpy_dtoh(&buffers.device.slice(..words(slots)), &mut buffers.host)
-        .during("top-k candidates download")?;
-    phases::mark(events, Mark::Downloaded, stream)?;
-    // The query's one wait. (cudarc records the pinned buffers' events only when the context
-    // has several streams, so their `as_slice` does not wait here: the stream is waited for.)
+    // The query's one wait: once the stream is idle the kernel's writes are visible here.
     device.synchronize()?;
-    let host = buffers
-        .host
-        .as_slice()
-        .during("top-k candidates download")?;
+    let host = buffers.host.as_slice().during("top-k candidates read")?;
     let (best, doc_words) = host[..words(slots)].split_at(slots);
     // The device wrote the docIDs as u32 pairs in each word: low half first (little-endian).
     let docs = doc_words

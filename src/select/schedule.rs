@@ -88,13 +88,13 @@ impl QueryShape {
 
 /// Microseconds per unit of work on each processor: `fixed + per_unit × units`.
 ///
-/// The defaults come from `rankserve bench selection --gpu --gpu-out` on the H100 host
-/// (2026-11-23, commit 135ef6a, 500 000 documents, 500 synthetic queries, k = 10, both codecs;
-/// `docs/benchmarks.md`, issue 6, scheduler), by least squares over each query's measured time:
-/// - GPU: 106 µs + 0.00005 µs per posting for AND (both codecs), 130 µs + 0.00009 for OR; the
-///   OR excess over AND is charged to the index's documents (clearing and ranking the dense
-///   accumulator), 24 µs over 500 000.
-/// - CPU AND: 0.047 µs (EF) and 0.030 µs (PFor) per probe of [`QueryShape::cpu_and_probes`]
+/// The defaults come from `rankserve bench selection --gpu --gpu-out` on the H100 host, by least
+/// squares over each query's measured time (`docs/benchmarks.md`, issue 6):
+/// - GPU (2026-11-23, commit c3448bc: warp top-k written straight to host memory; 200 000
+///   documents, 500 synthetic queries, k = 10): AND 39 µs (EF) and 41 µs (PFor) + 0.00007 µs
+///   per posting, OR 54 and 58 µs + 0.00007; the OR excess over AND is charged to the index's
+///   documents (clearing the dense accumulator, top-k over all of it), 16 µs over 200 000.
+/// - CPU AND (commit 135ef6a, 500 000 documents, the same kind of queries): 0.047 µs (EF) and 0.030 µs (PFor) per probe of [`QueryShape::cpu_and_probes`]
 ///   (R² 0.62 and 0.87); 0.04 between them, since replaying the queries' measured times with
 ///   any slope from 0.03 to 0.07 gives the same mean within 1 %.
 /// - CPU OR: a line in the postings explains only 17 % of its variance (MaxScore's pruning
@@ -123,9 +123,9 @@ impl Default for CostModel {
             cpu_fixed_us: 2.0,
             cpu_and_probe_us: 0.04,
             cpu_or_posting_us: 0.01,
-            gpu_fixed_us: 106.0,
-            gpu_posting_us: 0.00005,
-            gpu_or_doc_us: 0.00005,
+            gpu_fixed_us: 40.0,
+            gpu_posting_us: 0.00007,
+            gpu_or_doc_us: 0.00008,
         }
     }
 }

@@ -216,21 +216,40 @@ impl Collected {
         }
     }
 
+    /// The global id of each of `vocab`'s terms already known: a read-only pass that chunks make
+    /// in parallel before [`merge`](Self::merge), which then looks up only the terms that were
+    /// new (the lookups, one per distinct term of every chunk, were most of the sequential part
+    /// of a build).
+    fn known_ids(&self, vocab: &[String]) -> Vec<Option<u32>> {
+        vocab
+            .iter()
+            .map(|t| self.vocab.get(t.as_str()).copied())
+            .collect()
+    }
+
     /// Registers a chunk's names and per-document columns; returns its local → global term map
-    /// and, per document, its streams' global indices.
-    fn merge(&mut self, chunk: &mut ParsedChunk) -> (Vec<u32>, Vec<Vec<u32>>) {
+    /// and, per document, its streams' global indices. `known` is [`known_ids`](Self::known_ids)
+    /// of the chunk's vocabulary, taken since the last merge of an earlier chunk or before.
+    fn merge(
+        &mut self,
+        chunk: &mut ParsedChunk,
+        known: Vec<Option<u32>>,
+    ) -> (Vec<u32>, Vec<Vec<u32>>) {
         let map = chunk
             .vocab
             .drain(..)
-            .map(|t| match self.vocab.get(t.as_str()) {
-                Some(&id) => id,
-                None => {
-                    let id = self.terms.len() as u32;
-                    self.vocab.insert(t.clone(), id);
-                    self.terms.push(t);
-                    id
-                }
-            })
+            .zip(known)
+            .map(
+                |(t, known)| match known.or_else(|| self.vocab.get(t.as_str()).copied()) {
+                    Some(id) => id,
+                    None => {
+                        let id = self.terms.len() as u32;
+                        self.vocab.insert(t.clone(), id);
+                        self.terms.push(t);
+                        id
+                    }
+                },
+            )
             .collect();
         let mut stream_ids = Vec::with_capacity(chunk.docs.len());
         for doc in &chunk.docs {
@@ -528,8 +547,12 @@ fn build_in_pool(
             .par_chunks(CHUNK_DOCS)
             .map(|c| parse_chunk(&path, c))
             .collect::<Result<Vec<_>, _>>()?;
+        let known: Vec<_> = parsed
+            .par_iter()
+            .map(|chunk| collected.known_ids(&chunk.vocab))
+            .collect();
         let mut jobs = Vec::with_capacity(parsed.len());
-        for chunk in &mut parsed {
+        for (chunk, known) in parsed.iter_mut().zip(known) {
             let first = collected.docs;
             if first + chunk.docs.len() as u64 >= u32::MAX as u64 {
                 return Err(IndexError::InvalidOption(format!(
@@ -537,7 +560,7 @@ fn build_in_pool(
                     u32::MAX - 1
                 )));
             }
-            let (map, sids) = collected.merge(chunk);
+            let (map, sids) = collected.merge(chunk, known);
             jobs.push((map, sids, first as u32));
         }
         let encoded: Vec<_> = parsed

@@ -104,20 +104,6 @@ __device__ __forceinline__ bool ranks_before(double sa, u32 da, double sb, u32 d
     return sa > sb || (sa == sb && da < db);
 }
 
-// Top-k input entry e as (score, docID), or (-infinity, NO_DOC) when no document reached it or
-// e >= n_docs; with `clean`, a reached entry is reset to untouched once read, so that the
-// accumulator needs no fill before the next query.
-__device__ __forceinline__ void topk_entry(double* acc, const u32* ids, u32 n_docs, u32 clean,
-                                           u32 e, double* s, u32* d) {
-    const double v = e < n_docs ? acc[e] : 0.0;
-    const bool matched = e < n_docs && (u64)__double_as_longlong(v) != UNTOUCHED_BITS;
-    *s = matched ? v : -__longlong_as_double(0x7ff0000000000000ll);
-    *d = matched ? (ids ? ids[e] : e) : NO_DOC;
-    if (clean && matched) {
-        acc[e] = __longlong_as_double((long long)UNTOUCHED_BITS);
-    }
-}
-
 // score_block_topk: per-block candidates for top-k.
 // Launch: grid (ceil(n_docs / 2048), 1, 1), block (256, 1, 1), no dynamic shared memory (static:
 // 2048 f64 + 2048 u32 = 24 KiB); block g takes entries g*2048 .. g*2048+2048, sorts them best
@@ -126,16 +112,20 @@ __device__ __forceinline__ void topk_entry(double* acc, const u32* ids, u32 n_do
 //         ids             NULL: entry e is document e; else entry e is document ids[e], and ids
 //                         increase with e (so ties still break by smaller docID)
 // Writes: out_scores[g*keep + r], out_docs[g*keep + r] for r < keep (keep <= 2048); a slot
-//         without a matched document holds NO_DOC and -infinity;
-//         acc[0..n_docs) = -0.0 (untouched) when clean != 0.
+//         without a matched document holds NO_DOC and -infinity.
 // The host merges the candidates: every document of the top-k is among its block's best k.
-extern "C" __global__ void score_block_topk(double* acc, const u32* ids, u32 n_docs, u32 keep,
-                                            double* out_scores, u32* out_docs, u32 clean) {
+extern "C" __global__ void score_block_topk(const double* acc, const u32* ids, u32 n_docs,
+                                            u32 keep, double* out_scores, u32* out_docs) {
     __shared__ double s[TOPK_CHUNK];
     __shared__ u32 d[TOPK_CHUNK];
     const u32 start = blockIdx.x * TOPK_CHUNK;
     for (u32 t = threadIdx.x; t < TOPK_CHUNK; t += blockDim.x) {
-        topk_entry(acc, ids, n_docs, clean, start + t, &s[t], &d[t]);
+        const u32 doc = start + t;
+        const double v = doc < n_docs ? acc[doc] : 0.0;
+        const bool matched =
+            doc < n_docs && (u64)__double_as_longlong(v) != UNTOUCHED_BITS;
+        s[t] = matched ? v : -__longlong_as_double(0x7ff0000000000000ll);
+        d[t] = matched ? (ids ? ids[doc] : doc) : NO_DOC;
     }
     __syncthreads();
     for (u32 size = 2; size <= TOPK_CHUNK; size <<= 1) {
@@ -223,9 +213,8 @@ __device__ __forceinline__ void warp_top(double (&s)[TOPK_PER_THREAD], u32 (&d)[
 // Each warp picks its best `keep` of its 256 entries (8 per lane, in registers), then warp 0
 // picks the block's best `keep` of those 8 x keep candidates: 2 x keep shuffle arg-max rounds
 // and one barrier, where the bitonic sort takes 66 barrier stages whatever `keep` is.
-extern "C" __global__ void score_block_topk_warp(double* acc, const u32* ids, u32 n_docs,
-                                                 u32 keep, double* out_scores, u32* out_docs,
-                                                 u32 clean) {
+extern "C" __global__ void score_block_topk_warp(const double* acc, const u32* ids, u32 n_docs,
+                                                 u32 keep, double* out_scores, u32* out_docs) {
     __shared__ double cs[TOPK_WARPS * 32u];
     __shared__ u32 cd[TOPK_WARPS * 32u];
     const u32 warp = threadIdx.x / 32u;
@@ -236,8 +225,11 @@ extern "C" __global__ void score_block_topk_warp(double* acc, const u32* ids, u3
 #pragma unroll
     for (u32 i = 0; i < TOPK_PER_THREAD; ++i) {
         // Coalesced: entry i of every lane of a warp is 32 consecutive entries.
-        const u32 e = blockIdx.x * TOPK_CHUNK + warp * (32u * TOPK_PER_THREAD) + i * 32u + lane;
-        topk_entry(acc, ids, n_docs, clean, e, &s[i], &d[i]);
+        const u32 doc = blockIdx.x * TOPK_CHUNK + warp * (32u * TOPK_PER_THREAD) + i * 32u + lane;
+        const double v = doc < n_docs ? acc[doc] : 0.0;
+        const bool matched = doc < n_docs && (u64)__double_as_longlong(v) != UNTOUCHED_BITS;
+        s[i] = matched ? v : none;
+        d[i] = matched ? (ids ? ids[doc] : doc) : NO_DOC;
     }
     warp_top(s, d, keep, cs + warp * keep, cd + warp * keep);
     __syncthreads();

@@ -83,9 +83,7 @@ fn and_topk(
         unreachable!("the extra words are the parameters")
     };
     // The accumulator holds one f64 per document, at least m: AND's scores need no allocation.
-    // score_and writes its first m entries and the top-k resets them: clean after if clean before.
     let scores = postings.acc;
-    let was_clean = std::mem::replace(postings.acc_clean, false);
     let shortest_u32 = shortest as u32;
     let function = device.function(KernelModule::Score, "score_and")?;
     let stream = device.stream();
@@ -108,7 +106,7 @@ fn and_topk(
     phases::mark(postings.events, Mark::Scored, stream)?;
     let start = postings.slot[shortest] as usize;
     let ids = postings.docs.slice(start..start + m as usize);
-    let top = top_k(
+    top_k(
         &device,
         postings.topk,
         postings.events,
@@ -116,8 +114,5 @@ fn and_topk(
         Some(&ids),
         m,
         query.k,
-        true,
-    )?;
-    *postings.acc_clean = was_clean;
-    Ok(top)
+    )
 }

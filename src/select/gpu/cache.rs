@@ -104,9 +104,6 @@ struct Loaded {
     staging_at: usize,
     doc_len: CudaSlice<u32>,
     acc: CudaSlice<f64>,
-    /// Whether every `acc` entry is -0.0 (untouched): false at load and after a query that
-    /// failed midway; the top-k that ends a query resets what it read.
-    acc_clean: bool,
     decoded: DecodedBlocks,
 }
 
@@ -130,11 +127,8 @@ pub struct QueryPostings<'a> {
     pub events: Option<&'a QueryEvents>,
     /// Every document's scoring length (BM25's dl).
     pub doc_len: &'a CudaSlice<u32>,
-    /// One f64 per document, for OR's term-at-a-time accumulation; all -0.0 when `acc_clean`.
+    /// One f64 per document, for OR's term-at-a-time accumulation (contents undefined).
     pub acc: &'a mut CudaSlice<f64>,
-    /// Whether `acc` is all -0.0: a query that writes it sets this false first, and back once its
-    /// top-k has reset what was written.
-    pub acc_clean: &'a mut bool,
 }
 
 /// How lists are chosen to be resident.
@@ -303,7 +297,6 @@ impl PostingCache {
             staging_at,
             doc_len,
             acc,
-            acc_clean: false,
             decoded: DecodedBlocks::alloc(&self.device, 1)?,
         });
         Ok(())
@@ -458,7 +451,6 @@ impl PostingCache {
             events,
             doc_len: &loaded.doc_len,
             acc: &mut loaded.acc,
-            acc_clean: &mut loaded.acc_clean,
         })
     }
 }

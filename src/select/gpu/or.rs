@@ -56,17 +56,12 @@ fn or_topk(
     let n_docs = index.num_docs();
     let postings = cache.decode_query(index, &lists, &[])?;
     let stream = device.stream();
-    // The top-k that ends every query resets the accumulator as it reads it, so it needs a fill
-    // only after loading or after a query that failed midway (a launch fewer per query).
-    if !*postings.acc_clean {
-        let fill = device.function(KernelModule::Score, "score_fill")?;
-        let mut launch = stream.launch_builder(fill);
-        launch.arg(&mut *postings.acc).arg(&n_docs);
-        // SAFETY: `score_fill(double*, u32)`: the accumulator holds n_docs f64 (one per document
-        // of the index the cache loaded); any 1-D grid.
-        unsafe { launch.launch(LaunchConfig::for_num_elems(n_docs)) }.during("score_fill")?;
-    }
-    *postings.acc_clean = false;
+    let fill = device.function(KernelModule::Score, "score_fill")?;
+    let mut launch = stream.launch_builder(fill);
+    launch.arg(&mut *postings.acc).arg(&n_docs);
+    // SAFETY: `score_fill(double*, u32)`: the accumulator holds n_docs f64 (one per document of
+    // the index the cache loaded); any 1-D grid.
+    unsafe { launch.launch(LaunchConfig::for_num_elems(n_docs)) }.during("score_fill")?;
 
     let n = n_docs as u64;
     let avgdl = index.avg_scoring_length();
@@ -97,17 +92,13 @@ fn or_topk(
         unsafe { launch.launch(LaunchConfig::for_num_elems(list.df)) }.during("score_term")?;
     }
     phases::mark(postings.events, Mark::Scored, stream)?;
-    let top = top_k(
+    top_k(
         &device,
         postings.topk,
         postings.events,
-        &mut *postings.acc,
+        &*postings.acc,
         None,
         n_docs,
         query.k,
-        true,
-    )?;
-    // Every entry was read (n = n_docs), so every entry is -0.0 again.
-    *postings.acc_clean = true;
-    Ok(top)
+    )
 }

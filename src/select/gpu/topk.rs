@@ -79,9 +79,7 @@ impl TopKBuffers {
 
 /// The best `k` of `n` scores on the device (-0.0 marks an entry no document reached), best
 /// first, ties by smaller docID. Entry `e` is document `e`, or `ids[e]` when `ids` is given
-/// (increasing with `e`). With `clean`, the kernel resets `scores[..n]` to -0.0 as it reads them
-/// (once the call returns `Ok`, they are all -0.0). `buffers` grows (to a power of two) when it
-/// holds too few slots.
+/// (increasing with `e`). `buffers` grows (to a power of two) when it holds too few slots.
 ///
 /// # Errors
 /// [`GpuError::TooLarge`] when the candidate slots overflow a u32; a driver error when an
@@ -90,11 +88,10 @@ pub(super) fn top_k(
     device: &GpuDevice,
     buffers: &mut TopKBuffers,
     events: Option<&QueryEvents>,
-    scores: &mut CudaSlice<f64>,
+    scores: &CudaSlice<f64>,
     ids: Option<&CudaView<'_, u32>>,
     n: u32,
     k: usize,
-    clean: bool,
 ) -> Result<Vec<(DocId, f64)>, GpuError> {
     if n == 0 || k == 0 {
         return Ok(Vec::new());
@@ -123,26 +120,20 @@ pub(super) fn top_k(
     let best = buffers.mapped;
     let docs = buffers.mapped + 8 * slots as u64;
     let mut launch = stream.launch_builder(function);
-    launch.arg(&mut *scores);
+    launch.arg(scores);
     match ids {
         Some(ids) => launch.arg(ids),
         None => launch.arg(&null),
     };
-    let clean = u32::from(clean);
-    launch
-        .arg(&n)
-        .arg(&keep_u32)
-        .arg(&best)
-        .arg(&docs)
-        .arg(&clean);
+    launch.arg(&n).arg(&keep_u32).arg(&best).arg(&docs);
     let config = LaunchConfig {
         grid_dim: (groups as u32, 1, 1),
         block_dim: (TOPK_THREADS, 1, 1),
         shared_mem_bytes: 0,
     };
-    // SAFETY: `score_block_topk` and `score_block_topk_warp` are both `(double*, const u32*, u32,
-    // u32, double*, u32*, u32)` in this order: `scores` (and `ids` when given, else a null
-    // pointer) hold n entries (the kernels write only `scores[..n]`, and only when `clean`), the outputs (device addresses of the mapped host buffer: slots
+    // SAFETY: `score_block_topk` and `score_block_topk_warp` are both `(const double*, const
+    // u32*, u32, u32, double*, u32*)` in this order: `scores` (and `ids` when given, else a null
+    // pointer) hold n entries, the outputs (device addresses of the mapped host buffer: slots
     // f64 from `best`, slots u32 from `docs`, within its words(slots) ≤ words(buffers.slots))
     // groups × keep slots each (keep ≤ 2048, ≤ 32 for the warp kernel, the total checked to fit
     // a u32); one 256-thread block per 2048 entries as their comments require.

@@ -2,7 +2,8 @@
 //! copied per query ([`cache`]), every list of a query decoded in one launch over a block table
 //! ([`decode`]: `kernels/pfor.cu`, `kernels/ef.cu`); OR queries scored term at a time into dense
 //! accumulators ([`or`]) and AND queries by a binary search per candidate ([`and`]), both with a
-//! top-k on the device ([`topk`]; the kernels are `kernels/score.cu`).
+//! top-k on the device ([`topk`]; the kernels are `kernels/score.cu`). [`phases`] times a
+//! query's steps with CUDA events for `rankserve bench selection --gpu`.
 //!
 //! The CPU ([`crate::select::cpu`]) is the reference: GPU results are the same documents in the
 //! same order with bit-identical scores (DESIGN §5), which `tests/selection_gpu.rs` checks.

@@ -35,7 +35,7 @@ use super::tokenize::Tokenizer;
 use super::IndexError;
 
 /// Documents per parse/encode chunk.
-pub const CHUNK_DOCS: usize = 256;
+pub const CHUNK_DOCS: usize = 1024;
 
 /// How to build.
 #[derive(Debug, Clone)]

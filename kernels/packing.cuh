@@ -49,7 +49,7 @@ __device__ __forceinline__ u32 seq_words(u32 n, u32 width) {
 }
 
 // One posting block of a decode launch: the host's block table (src/select/gpu/decode.rs,
-// `BlockTable`) holds one per block, in launch order; block b of the launch writes postings
+// `describe_list`) holds one per block, in launch order; block b of the launch writes postings
 // b*128 .. b*128+n of the outputs.
 //   x: the block's first word (its header) in the launch's word array
 //   y: base, the smallest docID the block may hold (previous block's last + 1, or 0)

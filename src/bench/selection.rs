@@ -63,16 +63,11 @@ pub struct LatencySummary {
 impl LatencySummary {
     /// The summary of `runs` (all zero when there are none).
     pub fn of(runs: &[QueryRun]) -> LatencySummary {
-        let mut us: Vec<f64> = runs.iter().map(|r| r.us).collect();
-        us.sort_by(f64::total_cmp);
-        let at = |q: f64| {
-            us.get(((us.len() as f64 * q).ceil() as usize).saturating_sub(1))
-                .copied()
-                .unwrap_or(0.0)
-        };
+        let us = sorted(runs.iter().map(|r| r.us));
+        let at = |q: f64| nearest_rank(&us, q);
         LatencySummary {
             queries: us.len(),
-            mean: us.iter().sum::<f64>() / us.len().max(1) as f64,
+            mean: mean(&us),
             p50: at(0.5),
             p90: at(0.9),
             p95: at(0.95),
@@ -82,6 +77,26 @@ impl LatencySummary {
             on_gpu: runs.iter().filter(|r| r.side == Side::Gpu).count(),
         }
     }
+}
+
+/// `values`, in increasing order.
+fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
+    let mut v: Vec<f64> = values.collect();
+    v.sort_by(f64::total_cmp);
+    v
+}
+
+/// The nearest-rank `q` quantile of `sorted` values (0 when there are none).
+fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
+    sorted
+        .get(((sorted.len() as f64 * q).ceil() as usize).saturating_sub(1))
+        .copied()
+        .unwrap_or(0.0)
+}
+
+/// The mean of `values` (0 when there are none).
+fn mean(values: &[f64]) -> f64 {
+    values.iter().sum::<f64>() / values.len().max(1) as f64
 }
 
 /// Why a benchmark run stopped.
@@ -95,6 +110,9 @@ pub enum BenchSelectError {
         query: String,
         source: crate::gpu::GpuError,
     },
+    /// The CUDA events that time a GPU query's steps failed.
+    #[error("timing the GPU's steps failed: {0}")]
+    Timing(crate::gpu::GpuError),
 }
 
 /// Runs every query of `queries` (text, tokenized like the documents) on the calling thread on
@@ -164,7 +182,7 @@ pub struct PhaseSummary {
 }
 
 /// One query's wall time split into host work (wall minus the stream's span) and the steps.
-#[derive(Debug, Clone, Copy, Default, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize)]
 pub struct PhaseRow {
     pub wall_us: f64,
     pub host_us: f64,
@@ -183,26 +201,23 @@ pub fn gpu_phases(
     cache: &mut PostingCache,
     scheduler: &Scheduler,
 ) -> Result<PhaseSummary, BenchSelectError> {
-    let device_error = |query: &str, source: GpuError| BenchSelectError::Fallback {
-        query: query.to_string(),
-        source,
-    };
-    cache
-        .time_phases(true)
-        .map_err(|e| device_error("(none yet)", e))?;
+    cache.time_phases(true).map_err(BenchSelectError::Timing)?;
     let mut rows = Vec::with_capacity(queries.len());
     for text in queries {
         let mut query = Query::from_text(text, config.k, config.mode);
         query.params = config.params;
         schedule::search(index, &query, Backend::Gpu, Some(&mut *cache), scheduler)?;
-        cache.take_phases().map_err(|e| device_error(text, e))?;
+        cache.take_phases().map_err(BenchSelectError::Timing)?;
         let started = Instant::now();
         let ran = schedule::search(index, &query, Backend::Gpu, Some(&mut *cache), scheduler)?;
         let wall_us = started.elapsed().as_secs_f64() * 1e6;
         if let Some(source) = ran.fallback {
-            return Err(device_error(text, source));
+            return Err(BenchSelectError::Fallback {
+                query: text.clone(),
+                source,
+            });
         }
-        if let Some(steps) = cache.take_phases().map_err(|e| device_error(text, e))? {
+        if let Some(steps) = cache.take_phases().map_err(BenchSelectError::Timing)? {
             rows.push(PhaseRow {
                 wall_us,
                 host_us: wall_us - steps.stream_us(),
@@ -211,30 +226,24 @@ pub fn gpu_phases(
         }
     }
     cache.time_phases(false).ok();
-    let column = |f: fn(&PhaseRow) -> f64| -> (f64, f64) {
-        let mut v: Vec<f64> = rows.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        let median = v.get(v.len() / 2).copied().unwrap_or(0.0);
-        (median, v.iter().sum::<f64>() / v.len().max(1) as f64)
+    // One statistic of every column: the median (nearest rank, as the latency tables) or the mean.
+    let summary = |stat: fn(&[f64]) -> f64| {
+        let of = |column: fn(&PhaseRow) -> f64| stat(&sorted(rows.iter().map(column)));
+        PhaseRow {
+            wall_us: of(|r| r.wall_us),
+            host_us: of(|r| r.host_us),
+            steps: SelectPhases {
+                copy_in_us: of(|r| r.steps.copy_in_us),
+                decode_us: of(|r| r.steps.decode_us),
+                score_us: of(|r| r.steps.score_us),
+                topk_us: of(|r| r.steps.topk_us),
+            },
+        }
     };
-    let (mut median, mut mean) = (PhaseRow::default(), PhaseRow::default());
-    let columns: [(fn(&PhaseRow) -> f64, fn(&mut PhaseRow) -> &mut f64); 6] = [
-        (|r| r.wall_us, |r| &mut r.wall_us),
-        (|r| r.host_us, |r| &mut r.host_us),
-        (|r| r.steps.copy_in_us, |r| &mut r.steps.copy_in_us),
-        (|r| r.steps.decode_us, |r| &mut r.steps.decode_us),
-        (|r| r.steps.score_us, |r| &mut r.steps.score_us),
-        (|r| r.steps.topk_us, |r| &mut r.steps.topk_us),
-    ];
-    for (get, set) in columns {
-        let (m, a) = column(get);
-        *set(&mut median) = m;
-        *set(&mut mean) = a;
-    }
     Ok(PhaseSummary {
         queries: rows.len(),
-        median,
-        mean,
+        median: summary(|v| nearest_rank(v, 0.5)),
+        mean: summary(mean),
     })
 }
 

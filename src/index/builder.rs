@@ -229,7 +229,7 @@ impl Collected {
 
     /// Registers a chunk's names and per-document columns; returns its local → global term map
     /// and, per document, its streams' global indices. `known` is [`known_ids`](Self::known_ids)
-    /// of the chunk's vocabulary, taken since the last merge of an earlier chunk or before.
+    /// of the chunk's vocabulary, taken before its batch's merges began.
     fn merge(
         &mut self,
         chunk: &mut ParsedChunk,

@@ -13,8 +13,9 @@
 //! the CPU, which gives the same answer, and is returned beside the result so that the caller
 //! counts and logs it. AND_OR has no GPU path yet and always runs on the CPU.
 //!
-//! Not built yet (issue 6): a choice per intersection step, the processors' queues, work
-//! stealing and deadlines.
+//! Not built yet (issue 6): a choice per intersection step, the processors' queues in the
+//! estimates, and deadlines. The only work stealing is the server's: an `auto` query that finds
+//! the GPU busy runs on the CPU (`State::with_posting_cache`).
 
 use crate::config::Backend;
 use crate::gpu::GpuError;

@@ -412,12 +412,15 @@ impl<'a> Reader<'a> {
         let mut streams = Streams::default();
         for _ in 0..self.map_len()? {
             let name = self.str_bytes()?;
-            // Catalogue names (most streams) are matched as bytes, saving the UTF-8 check.
-            let name = match STREAMS.iter().find(|stream| stream.as_bytes() == name) {
-                Some(stream) => stream,
-                None => std::str::from_utf8(name).map_err(|_| Unhandled)?,
-            };
-            streams.insert(name, self.hit_stream()?);
+            // Catalogue names (most streams) are matched as bytes, saving the UTF-8 check and a
+            // second lookup by name.
+            match STREAMS.iter().position(|stream| stream.as_bytes() == name) {
+                Some(slot) => streams.set_slot(slot, self.hit_stream()?),
+                None => {
+                    let name = std::str::from_utf8(name).map_err(|_| Unhandled)?;
+                    streams.insert(name, self.hit_stream()?);
+                }
+            }
         }
         Ok(streams)
     }

@@ -75,11 +75,19 @@ impl Streams {
     /// Sets the stream called `name`, replacing any stream of that name.
     pub fn insert(&mut self, name: &str, stream: HitStream) {
         match stream_slot(name) {
-            Some(slot) => self.catalogue[slot] = Some(stream),
+            Some(slot) => self.set_slot(slot, stream),
             None => {
                 self.others.insert(name.to_string(), stream);
             }
         }
+    }
+
+    /// Sets the catalogue stream of `slot` (its index in [`STREAMS`]), replacing any.
+    ///
+    /// # Panics
+    /// When `slot >= STREAMS.len()`.
+    pub(crate) fn set_slot(&mut self, slot: usize, stream: HitStream) {
+        self.catalogue[slot] = Some(stream);
     }
 
     /// Every stream, in name order (the order of the wire's map).
@@ -161,7 +169,7 @@ impl<'de> Visitor<'de> for StreamsVisitor {
         while let Some(name) = map.next_key::<StreamName>()? {
             let stream = map.next_value::<HitStream>()?;
             match name {
-                StreamName::Catalogue(slot) => streams.catalogue[slot] = Some(stream),
+                StreamName::Catalogue(slot) => streams.set_slot(slot, stream),
                 StreamName::Other(name) => {
                     streams.others.insert(name, stream);
                 }

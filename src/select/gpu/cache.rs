@@ -268,8 +268,10 @@ impl PostingCache {
             );
             packed.push(list)?;
         }
-        let staging_at = packed.words.len().next_multiple_of(DESC_WORDS);
-        let mut words = packed.words.clone();
+        let resident_words = packed.words.len();
+        let staging_at = resident_words.next_multiple_of(DESC_WORDS);
+        // The resident lists (up to the budget, 1 GiB by default) move into the upload buffer.
+        let mut words = std::mem::take(&mut packed.words);
         words.resize(staging_at + self.staging.len(), 0);
         let stream = self.device.stream();
         let device_words = stream
@@ -288,7 +290,7 @@ impl PostingCache {
             .during("accumulator allocation")?;
         self.stats.rebuilds += 1;
         self.stats.resident_lists = admitted.len() as u64;
-        self.stats.resident_bytes = 4 * packed.words.len() as u64;
+        self.stats.resident_bytes = 4 * resident_words as u64;
         self.loaded = Some(Loaded {
             generation: index.generation(),
             resident,

@@ -126,5 +126,13 @@ fn summarize(report: &BuildReport, codec: Codec, json: bool) -> CmdResult {
                 codec.name(),
                 (report.postings_bytes + report.skips_bytes) as f64 * 8.0 / report.postings.max(1) as f64,
             );
+    let phases: Vec<String> = report
+        .phases
+        .iter()
+        .map(|(name, s)| format!("{name} {s:.2}"))
+        .collect();
+    if !phases.is_empty() {
+        eprintln!("seconds per step: {}", phases.join(", "));
+    }
     Ok(())
 }

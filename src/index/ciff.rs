@@ -244,6 +244,7 @@ pub fn import_ciff(ciff: &Path, out: &Path, codec: Codec) -> Result<BuildReport,
         forward_bytes: 0,
         threads: rayon::current_num_threads(),
         seconds: started.elapsed().as_secs_f64(),
+        phases: Vec::new(),
     })
 }
 

@@ -17,10 +17,12 @@
 //! Everything is written into a temporary directory next to `--out`, renamed into place once
 //! complete.
 
-use std::collections::HashMap;
+use std::hash::BuildHasher;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
+use foldhash::fast::FixedState;
+use hashbrown::HashTable;
 use rayon::prelude::*;
 
 use super::codecs::{encode_list, Codec, SkipEntry};
@@ -80,23 +82,25 @@ pub struct BuildReport {
     pub threads: usize,
     /// Wall-clock seconds.
     pub seconds: f64,
-    /// Wall-clock seconds per pipeline step, in order (`read`, `parse`, `merge`, `encode`,
-    /// `invert`, `write`): where a build's time goes, so a slow one can be told apart.
+    /// Wall-clock seconds per pipeline step, in order (`read`, `parse`, `lookup` of the known
+    /// terms, the sequential `merge`, `encode`, `invert`, `write`): where a build's time goes, so a slow one can be told apart.
     pub phases: Vec<(&'static str, f64)>,
 }
 
 /// Wall-clock time per pipeline step, accumulated over the batches.
 struct PhaseClock {
-    names: [&'static str; 6],
-    seconds: [f64; 6],
+    names: [&'static str; 7],
+    seconds: [f64; 7],
     mark: Instant,
 }
 
 impl PhaseClock {
     fn start() -> Self {
         Self {
-            names: ["read", "parse", "merge", "encode", "invert", "write"],
-            seconds: [0.0; 6],
+            names: [
+                "read", "parse", "lookup", "merge", "encode", "invert", "write",
+            ],
+            seconds: [0.0; 7],
             mark: Instant::now(),
         }
     }
@@ -118,12 +122,75 @@ impl PhaseClock {
     }
 }
 
-/// The vocabulary maps' hash: foldhash's fast variant with a fixed seed (builds are
-/// reproducible; keys are not attacker-chosen in a way that matters here: a slow build, not a
-/// wrong one). A hand-rolled FxHash before it mixed its last multiply into the high bits only,
-/// and the table indexes by the low ones: with syllable-built words the lookups collided, and
-/// merging a 1 M-document corpus's 2.3 M terms took 61 s of a 94 s build.
-pub(crate) type VocabMap<K, V> = HashMap<K, V, foldhash::fast::FixedState>;
+/// Terms in id order, stored end to end in one string: a chunk's few tens of thousands of
+/// distinct terms cost two allocations, not one each (allocating and freeing a string per
+/// distinct term of every chunk was a large part of a build).
+#[derive(Default)]
+struct Terms {
+    text: String,
+    ends: Vec<usize>,
+}
+
+impl Terms {
+    fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    fn get(&self, id: u32) -> &str {
+        let id = id as usize;
+        let start = if id == 0 { 0 } else { self.ends[id - 1] };
+        &self.text[start..self.ends[id]]
+    }
+
+    fn push(&mut self, term: &str) {
+        self.text.push_str(term);
+        self.ends.push(self.text.len());
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &str> {
+        (0..self.len() as u32).map(|id| self.get(id))
+    }
+}
+
+/// [`Terms`] and a hash table of their ids, which can be cleared and refilled without giving
+/// its memory back (a chunk's parser does that for every chunk).
+///
+/// The hash is foldhash's fast variant with a fixed seed (builds are reproducible; keys are not
+/// attacker-chosen in a way that matters here: a slow build, not a wrong one). A hand-rolled
+/// FxHash before it mixed its last multiply into the high bits only, and the table indexes by
+/// the low ones: with syllable-built words the lookups collided, and merging a 1 M-document
+/// corpus's 2.3 M terms took 61 s of a 94 s build.
+#[derive(Default)]
+struct Vocab {
+    terms: Terms,
+    ids: HashTable<u32>,
+}
+
+impl Vocab {
+    fn hash(term: &str) -> u64 {
+        FixedState::default().hash_one(term)
+    }
+
+    fn get(&self, term: &str) -> Option<u32> {
+        self.ids
+            .find(Self::hash(term), |&id| self.terms.get(id) == term)
+            .copied()
+    }
+
+    /// `term`'s id, adding it (as the next id) when it is new.
+    fn id_or_insert(&mut self, term: &str) -> u32 {
+        let hash = Self::hash(term);
+        if let Some(&id) = self.ids.find(hash, |&id| self.terms.get(id) == term) {
+            return id;
+        }
+        let id = self.terms.len() as u32;
+        self.terms.push(term);
+        let terms = &self.terms;
+        self.ids
+            .insert_unique(hash, id, |&id| Self::hash(terms.get(id)));
+        id
+    }
+}
 
 struct ParsedStream {
     name: String,
@@ -138,7 +205,7 @@ struct ParsedDoc {
 }
 
 struct ParsedChunk {
-    vocab: Vec<String>,
+    vocab: Terms,
     docs: Vec<ParsedDoc>,
 }
 
@@ -149,10 +216,25 @@ struct Posting {
     tf: u32,
 }
 
-fn parse_chunk(path: &Path, lines: &[RawLine]) -> Result<ParsedChunk, IndexError> {
-    let mut tokenizer = Tokenizer::new();
-    let mut local: VocabMap<String, u32> = VocabMap::default();
-    let mut vocab = Vec::new();
+/// What a worker thread keeps from one chunk to the next: its tokenizer and the capacity of its
+/// chunk vocabulary's table (grown once instead of from empty for every chunk).
+#[derive(Default)]
+struct ChunkParser {
+    tokenizer: Tokenizer,
+    ids: HashTable<u32>,
+}
+
+fn parse_chunk(
+    parser: &mut ChunkParser,
+    path: &Path,
+    lines: &[RawLine],
+) -> Result<ParsedChunk, IndexError> {
+    let ChunkParser { tokenizer, ids } = parser;
+    ids.clear();
+    let mut local = Vocab {
+        terms: Terms::default(),
+        ids: std::mem::take(ids),
+    };
     let mut docs = Vec::with_capacity(lines.len());
     for raw in lines {
         let CorpusDoc {
@@ -166,16 +248,7 @@ fn parse_chunk(path: &Path, lines: &[RawLine]) -> Result<ParsedChunk, IndexError
                 let mut tokens = Vec::new();
                 let mut phrase_lens: Vec<u32> = Vec::new();
                 tokenizer.for_each_token(&text, |term, pos| {
-                    let id = match local.get(term) {
-                        Some(&id) => id,
-                        None => {
-                            let id = vocab.len() as u32;
-                            vocab.push(term.to_string());
-                            local.insert(term.to_string(), id);
-                            id
-                        }
-                    };
-                    tokens.push(id);
+                    tokens.push(local.id_or_insert(term));
                     if pos.phrase as usize == phrase_lens.len() {
                         phrase_lens.push(0);
                     }
@@ -194,14 +267,24 @@ fn parse_chunk(path: &Path, lines: &[RawLine]) -> Result<ParsedChunk, IndexError
             statics: static_features.into_iter().collect(),
         });
     }
-    Ok(ParsedChunk { vocab, docs })
+    *ids = local.ids;
+    Ok(ParsedChunk {
+        vocab: local.terms,
+        docs,
+    })
+}
+
+/// A chunk's vocabulary after [`Collected::split_known`]: per local term, its global id when it
+/// was already known, and the other terms' strings in local order.
+struct ChunkTerms {
+    known: Vec<Option<u32>>,
+    fresh: Terms,
 }
 
 /// Global state accumulated in corpus order.
 #[derive(Default)]
 struct Collected {
-    vocab: VocabMap<String, u32>,
-    terms: Vec<String>,
+    vocab: Vocab,
     streams: Vec<String>,
     stream_lengths: Vec<Vec<u32>>,
     statics: Vec<String>,
@@ -223,40 +306,42 @@ impl Collected {
         }
     }
 
-    /// The global id of each of `vocab`'s terms already known: a read-only pass that chunks make
-    /// in parallel before [`merge`](Self::merge), which then looks up only the terms that were
-    /// new (the lookups, one per distinct term of every chunk, were most of the sequential part
-    /// of a build).
-    fn known_ids(&self, vocab: &[String]) -> Vec<Option<u32>> {
-        vocab
+    /// Splits a chunk's vocabulary into the global ids of the terms already known and the terms
+    /// that are not (in order): a read-only pass that chunks make in parallel before
+    /// [`merge`](Self::merge), which then only sees the new terms. The lookups, one per distinct
+    /// term of every chunk, and freeing the known terms' strings were most of the sequential
+    /// part of a build.
+    fn split_known(&self, vocab: &Terms) -> ChunkTerms {
+        let mut fresh = Terms::default();
+        let known = vocab
             .iter()
-            .map(|t| self.vocab.get(t.as_str()).copied())
-            .collect()
+            .map(|t| {
+                let id = self.vocab.get(t);
+                if id.is_none() {
+                    fresh.push(t);
+                }
+                id
+            })
+            .collect();
+        ChunkTerms { known, fresh }
     }
 
     /// Registers a chunk's names and per-document columns; returns its local → global term map
-    /// and, per document, its streams' global indices. `known` is [`known_ids`](Self::known_ids)
-    /// of the chunk's vocabulary, taken before its batch's merges began.
-    fn merge(
-        &mut self,
-        chunk: &mut ParsedChunk,
-        known: Vec<Option<u32>>,
-    ) -> (Vec<u32>, Vec<Vec<u32>>) {
-        let map = chunk
-            .vocab
-            .drain(..)
-            .zip(known)
-            .map(
-                |(t, known)| match known.or_else(|| self.vocab.get(t.as_str()).copied()) {
-                    Some(id) => id,
-                    None => {
-                        let id = self.terms.len() as u32;
-                        self.vocab.insert(t.clone(), id);
-                        self.terms.push(t);
-                        id
-                    }
-                },
-            )
+    /// and, per document, its streams' global indices. `terms` is
+    /// [`split_known`](Self::split_known) of the chunk's vocabulary, taken before its batch's
+    /// merges began.
+    fn merge(&mut self, chunk: &ParsedChunk, terms: ChunkTerms) -> (Vec<u32>, Vec<Vec<u32>>) {
+        let mut fresh = terms.fresh.iter();
+        let map = terms
+            .known
+            .into_iter()
+            .map(|known| {
+                // Not known before this batch: new, or added by an earlier chunk of it.
+                known.unwrap_or_else(|| {
+                    let t = fresh.next().expect("one fresh term per unknown id");
+                    self.vocab.id_or_insert(t)
+                })
+            })
             .collect();
         let mut stream_ids = Vec::with_capacity(chunk.docs.len());
         for doc in &chunk.docs {
@@ -553,17 +638,20 @@ fn build_in_pool(
         if n == 0 {
             break;
         }
-        let mut parsed = lines
+        let parsed = lines
             .par_chunks(CHUNK_DOCS)
-            .map(|c| parse_chunk(&path, c))
+            .map_init(ChunkParser::default, |parser, c| {
+                parse_chunk(parser, &path, c)
+            })
             .collect::<Result<Vec<_>, _>>()?;
         clock.charge("parse");
-        let known: Vec<_> = parsed
+        let terms: Vec<_> = parsed
             .par_iter()
-            .map(|chunk| collected.known_ids(&chunk.vocab))
+            .map(|chunk| collected.split_known(&chunk.vocab))
             .collect();
+        clock.charge("lookup");
         let mut jobs = Vec::with_capacity(parsed.len());
-        for (chunk, known) in parsed.iter_mut().zip(known) {
+        for (chunk, terms) in parsed.iter().zip(terms) {
             let first = collected.docs;
             if first + chunk.docs.len() as u64 >= u32::MAX as u64 {
                 return Err(IndexError::InvalidOption(format!(
@@ -571,7 +659,7 @@ fn build_in_pool(
                     u32::MAX - 1
                 )));
             }
-            let (map, sids) = collected.merge(chunk, known);
+            let (map, sids) = collected.merge(chunk, terms);
             jobs.push((map, sids, first as u32));
         }
         clock.charge("merge");
@@ -605,12 +693,13 @@ fn build_in_pool(
         w.end_section()?;
         w.finish()?;
     }
-    let n_terms = collected.terms.len();
+    let n_terms = collected.vocab.terms.len();
     let ranges = invert(&chunk_postings, n_terms, opts.codec, &collected.scoring_len);
     drop(chunk_postings);
     clock.charge("invert");
     let (infos, postings_bytes, skips_bytes) = write_postings(&tmp.path, ranges)?;
-    write_terms(&tmp.path, &collected.terms, &infos)?;
+    let terms = &collected.vocab.terms;
+    write_terms(&tmp.path, terms.len(), |id| terms.get(id), &infos)?;
     collected.id_offsets.push(collected.ids.len() as u64);
     write_docs(
         &tmp.path,
@@ -700,18 +789,19 @@ pub(crate) fn write_postings(
 }
 
 /// Writes `terms.bin`: the dictionary sorted by term, and each term id's info.
-pub(crate) fn write_terms(
+pub(crate) fn write_terms<'t>(
     dir: &Path,
-    terms: &[String],
+    n_terms: usize,
+    term: impl Fn(u32) -> &'t str + Sync,
     infos: &[TermInfo],
 ) -> Result<(), IndexError> {
-    let mut order: Vec<u32> = (0..terms.len() as u32).collect();
-    order.par_sort_unstable_by(|&a, &b| terms[a as usize].cmp(&terms[b as usize]));
-    let mut offsets = Vec::with_capacity(terms.len() + 1);
+    let mut order: Vec<u32> = (0..n_terms as u32).collect();
+    order.par_sort_unstable_by(|&a, &b| term(a).cmp(term(b)));
+    let mut offsets = Vec::with_capacity(n_terms + 1);
     let mut bytes = Vec::new();
     for &t in &order {
         offsets.push(bytes.len() as u64);
-        bytes.extend_from_slice(terms[t as usize].as_bytes());
+        bytes.extend_from_slice(term(t).as_bytes());
     }
     offsets.push(bytes.len() as u64);
     let mut info_bytes = Vec::with_capacity(infos.len() * TermInfo::BYTES);

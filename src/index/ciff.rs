@@ -201,7 +201,12 @@ pub fn import_ciff(ciff: &Path, out: &Path, codec: Codec) -> Result<BuildReport,
         .collect();
     let (infos, postings_bytes, skips_bytes) = write_postings(&tmp.path, ranges)?;
     let terms: Vec<String> = lists.into_iter().map(|l| l.term).collect();
-    write_terms(&tmp.path, &terms, &infos)?;
+    write_terms(
+        &tmp.path,
+        terms.len(),
+        |id| terms[id as usize].as_str(),
+        &infos,
+    )?;
     let mut id_offsets = Vec::with_capacity(ids.len() + 1);
     let mut id_bytes = Vec::new();
     for id in &ids {

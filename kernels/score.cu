@@ -109,8 +109,10 @@ __device__ __forceinline__ bool ranks_before(double sa, u32 da, double sb, u32 d
 // 2048 f64 + 2048 u32 = 24 KiB); block g takes entries g*2048 .. g*2048+2048, sorts them best
 // first (bitonic sort in shared memory; untouched entries last) and writes its first `keep`.
 // Reads:  acc[0..n_docs)  scores, -0.0 where untouched
-//         ids             NULL: entry e is document e; else entry e is document ids[e], and ids
-//                         increase with e (so ties still break by smaller docID)
+//         ids             NULL: entry e is document e; else entry e is document ids[e], in any
+//                         order (ties break by comparing docIDs). A further pass reads an earlier
+//                         pass's candidates this way: their empty slots (-infinity, NO_DOC) are
+//                         not untouched, rank last, and come out as empty slots again.
 // Writes: out_scores[g*keep + r], out_docs[g*keep + r] for r < keep (keep <= 2048); a slot
 //         without a matched document holds NO_DOC and -infinity.
 // The host merges the candidates: every document of the top-k is among its block's best k.

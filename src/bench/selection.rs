@@ -172,13 +172,15 @@ pub fn run(
     Ok(runs)
 }
 
-/// Where GPU queries' time goes: per step, the median and the mean over the queries.
+/// Where GPU queries' time goes: per step, the median and the mean over the queries, and the
+/// steps of the slowest query (what a tail is made of).
 #[derive(Debug, Clone, Copy, Serialize)]
 pub struct PhaseSummary {
     /// Queries that went through every step (those with no lists or no hits stop early).
     pub queries: usize,
     pub median: PhaseRow,
     pub mean: PhaseRow,
+    pub slowest: PhaseRow,
 }
 
 /// One query's wall time split into host work (wall minus the stream's span) and the steps.
@@ -240,8 +242,14 @@ pub fn gpu_phases(
             },
         }
     };
+    let slowest = rows
+        .iter()
+        .copied()
+        .max_by(|a, b| a.wall_us.total_cmp(&b.wall_us))
+        .unwrap_or_else(|| summary(mean));
     Ok(PhaseSummary {
         queries: rows.len(),
+        slowest,
         median: summary(|v| nearest_rank(v, 0.5)),
         mean: summary(mean),
     })

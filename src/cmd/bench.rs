@@ -479,7 +479,11 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
     );
     println!("| | wall | host | copy in | decode | score | top-k |");
     println!("|---|---:|---:|---:|---:|---:|---:|");
-    for (name, row) in [("median", &phases.median), ("mean", &phases.mean)] {
+    for (name, row) in [
+        ("median", &phases.median),
+        ("mean", &phases.mean),
+        ("slowest", &phases.slowest),
+    ] {
         let s = &row.steps;
         println!(
             "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",

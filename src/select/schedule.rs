@@ -91,10 +91,14 @@ impl QueryShape {
 ///
 /// The defaults come from `rankserve bench selection --gpu --gpu-out` on the H100 host, by least
 /// squares over each query's measured time (`docs/benchmarks.md`, issue 6):
-/// - GPU (2026-11-23, commit c3448bc: warp top-k written straight to host memory; 200 000
-///   documents, 500 synthetic queries, k = 10): AND 39 µs (EF) and 41 µs (PFor) + 0.00007 µs
-///   per posting, OR 54 and 58 µs + 0.00007; the OR excess over AND is charged to the index's
-///   documents (clearing the dense accumulator, top-k over all of it), 16 µs over 200 000.
+/// - GPU (2026-11-23, commit d5ea478: top-k candidates reduced on the device; 200 000 and
+///   10 000 000 documents, 500 synthetic queries each, k = 10, both fitted together): AND 36 µs
+///   (EF) and 35 µs (PFor) + 0.00003 µs per posting (R² 0.97), OR 43 and 44 µs + 0.00005 per
+///   posting + 0.0000145 per index document (clearing the dense accumulator, top-k over all of
+///   it; R² 0.99). The constants below (40 µs, 0.00004, 0.000015) round between the modes;
+///   replayed from the same runs' measured times (in-sample) they bring the 10 M-document OR
+///   hybrid from 290 to 245 µs (EF) and 278 to 240 µs (PFor), under GPU-only's 255 and 260, and
+///   leave every other case within 1 %.
 /// - CPU AND (commit 135ef6a, 500 000 documents, the same kind of queries): 0.047 µs (EF) and 0.030 µs (PFor) per probe of [`QueryShape::cpu_and_probes`]
 ///   (R² 0.62 and 0.87); 0.04 between them, since replaying the queries' measured times with
 ///   any slope from 0.03 to 0.07 gives the same mean within 1 %.
@@ -125,8 +129,8 @@ impl Default for CostModel {
             cpu_and_probe_us: 0.04,
             cpu_or_posting_us: 0.01,
             gpu_fixed_us: 40.0,
-            gpu_posting_us: 0.00007,
-            gpu_or_doc_us: 0.00008,
+            gpu_posting_us: 0.00004,
+            gpu_or_doc_us: 0.000015,
         }
     }
 }

@@ -602,6 +602,40 @@ pub fn open_or_build(
     build(corpus, out, opts, &|_| {}).map(Some)
 }
 
+/// The corpus's batches of `batch` lines, read by a thread of their own one batch ahead of the
+/// caller (reading was 12 s of a 79 s 10 M-document build when it waited its turn). The thread
+/// stops at the end, after a read error (sent as the last item), or when the receiver is dropped.
+///
+/// # Errors
+/// [`IndexError::Io`] when the thread cannot be started.
+fn read_ahead(
+    mut reader: CorpusReader,
+    batch: usize,
+) -> Result<std::sync::mpsc::IntoIter<Result<Vec<RawLine>, IndexError>>, IndexError> {
+    let path = reader.path().to_path_buf();
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("corpus-reader".into())
+        .spawn(move || loop {
+            let mut lines = Vec::with_capacity(batch);
+            match reader.read_batch(batch, &mut lines) {
+                Ok(0) => break,
+                Ok(_) => {
+                    if tx.send(Ok(lines)).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    // The receiver may be gone already; the error then has no one to tell.
+                    let _ = tx.send(Err(e));
+                    break;
+                }
+            }
+        })
+        .map_err(|e| IndexError::io(&path, e))?;
+    Ok(rx.into_iter())
+}
+
 fn build_in_pool(
     corpus: &Path,
     out: &Path,
@@ -615,7 +649,7 @@ fn build_in_pool(
         ));
     }
     let tmp = TempDir::create(out)?;
-    let mut reader = CorpusReader::open(corpus)?;
+    let reader = CorpusReader::open(corpus)?;
     let path = reader.path().to_path_buf();
     let mut collected = Collected::default();
     let mut forward = if opts.forward {
@@ -629,15 +663,11 @@ fn build_in_pool(
     let mut fwd_offsets: Vec<u64> = vec![0];
     let mut chunk_postings: Vec<Vec<Posting>> = Vec::new();
     let batch = CHUNK_DOCS * rayon::current_num_threads() * 8;
-    let mut lines = Vec::with_capacity(batch);
+    let batches = read_ahead(reader, batch)?;
     let mut clock = PhaseClock::start();
-    loop {
-        lines.clear();
-        let n = reader.read_batch(batch, &mut lines)?;
+    for lines in batches {
+        let lines = lines?;
         clock.charge("read");
-        if n == 0 {
-            break;
-        }
         let parsed = lines
             .par_chunks(CHUNK_DOCS)
             .map_init(ChunkParser::default, |parser, c| {

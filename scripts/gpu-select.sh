@@ -8,7 +8,9 @@
 # logs go to $OUT when it is set (bench.log, and per codec and mode a JSON line per query with
 # its dfs and CPU, GPU and hybrid times: the scheduler's constants are fitted from these).
 # CODECS (default "ef pfor"), REPS (default 5) and CACHE_BYTES (the GPU posting cache's budget,
-# default the command's 1 GiB) size the run; PARITY=0 skips the tests (a large-corpus run).
+# default the command's 1 GiB) size the run; PARITY=0 skips the tests (a large-corpus run);
+# RATIO=1 adds two-term AND queries over a range of list-length ratios (scripts/ratio-queries.py)
+# and their CPU-vs-GPU table.
 set -uo pipefail
 carry=${CARRY:-carry}
 out=${OUT:-$(mktemp -d)}
@@ -51,4 +53,11 @@ for codec in $CODECS; do
     echo "after $codec $mode: $(($(date +%s) - start)) s" | tee -a "$out/build.log"
   done
 done
+# The intersection crossover by length ratio: two-term AND queries from 1 to ~10^4.
+if [ "${RATIO:-0}" = 1 ]; then
+  python3 scripts/ratio-queries.py > "$work/ratio.txt"
+  "$carry/rankserve" bench selection --index "$work/ef" --queries "$work/ratio.txt" --mode and \
+    --reps "${REPS:-5}" "${cache[@]}" --gpu --gpu-out "$out/ratio-ef-and.jsonl" > "$out/ratio.log" 2>&1
+  python3 scripts/ratio-queries.py --table "$out/ratio-ef-and.jsonl" | tee "$out/ratio.md"
+fi
 echo "total: $(($(date +%s) - start)) s"

@@ -17,7 +17,7 @@
 //! | `cpu_threads` | `RANKSERVE_CPU_THREADS` | the machine's parallelism |
 //! | `gpu_cache_bytes` | `RANKSERVE_GPU_CACHE_BYTES` | 4 GiB (device copies of rankers) |
 //! | `gpu_posting_cache_bytes` | `RANKSERVE_GPU_POSTING_CACHE_BYTES` | 1 GiB (posting lists resident on the device; 0: every list copied per query) |
-//! | `griffin_ratio` | `RANKSERVE_GRIFFIN_RATIO` | 128 (AND runs on the CPU when the second shortest list is more than this many times the shortest) |
+//! | `griffin_ratio` | `RANKSERVE_GRIFFIN_RATIO` | 4096 (AND runs on the CPU when the second shortest list is more than this many times the shortest) |
 //! | `queue_capacity` | `RANKSERVE_QUEUE_CAPACITY` | 256 requests per ranker |
 //! | `batch_window_us` | `RANKSERVE_BATCH_WINDOW_US` | 200 (0 turns batching off) |
 //! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 4096 |
@@ -547,7 +547,7 @@ mod tests {
         let defaults = Config::default();
         assert_eq!(
             (defaults.gpu_posting_cache_bytes, defaults.griffin_ratio),
-            (1 << 30, 128.0)
+            (1 << 30, crate::select::schedule::DEFAULT_GRIFFIN_RATIO)
         );
         let err = Config::resolve(
             None,

@@ -24,7 +24,7 @@ if [ "${PARITY:-1}" != 0 ]; then
   RANKSERVE_REQUIRE_GPU=1 RANKSERVE_FAULT_GPU=1 "$tests" gpu_search_selects gpu_fault \
     --test-threads 1 2>&1 | tee -a "$out/parity.log" | tail -4
 fi
-# On the H100 machine (2026-11-23, 18:44 UTC) 10 000 000 documents took 191 s for the corpus, both
+# On the H100 machine (2026-11-23, 18:34 UTC) 10 000 000 documents took 191 s for the corpus, both
 # indexes and the queries, then 33–55 s per benchmark (REPS=3): 366 s in all.
 DOCS=${DOCS:-500000}
 QUERIES=${QUERIES:-500}

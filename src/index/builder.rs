@@ -2,10 +2,11 @@
 //!
 //! Pipeline (deterministic: the bytes depend only on the corpus and the options, not on the
 //! thread count):
-//! 1. Read lines in batches; parse and tokenize chunks of [`CHUNK_DOCS`] documents in parallel,
-//!    each chunk with its own local vocabulary.
-//! 2. Merge each chunk's vocabulary into the global one, in corpus order (term ids are assigned
-//!    in order of first occurrence), and register stream and static-feature names.
+//! 1. Read lines in batches (a thread of its own reads one batch ahead); parse and tokenize
+//!    chunks of [`CHUNK_DOCS`] documents in parallel, each chunk with its own local vocabulary.
+//! 2. Look each chunk's terms up in the global vocabulary (in parallel, read-only), then merge
+//!    the new ones into it in corpus order (term ids are assigned in order of first occurrence),
+//!    and register stream and static-feature names.
 //! 3. In parallel per chunk: rewrite tokens to global term ids, encode the forward index,
 //!    and emit `(term, doc, tf)` postings of the scoring stream sorted by term; the forward
 //!    bytes are streamed to `forward.bin` in order.
@@ -82,8 +83,9 @@ pub struct BuildReport {
     pub threads: usize,
     /// Wall-clock seconds.
     pub seconds: f64,
-    /// Wall-clock seconds per pipeline step, in order (`read`, `parse`, `lookup` of the known
-    /// terms, the sequential `merge`, `encode`, `invert`, `write`): where a build's time goes, so a slow one can be told apart.
+    /// Wall-clock seconds per pipeline step, in order (`read`: waiting for the reader thread,
+    /// `parse`, `lookup` of the known terms, the sequential `merge`, `encode`, `invert`,
+    /// `write`): where a build's time goes, so that a slow one can be told apart.
     pub phases: Vec<(&'static str, f64)>,
 }
 

@@ -53,7 +53,7 @@ for codec in $CODECS; do
     echo "after $codec $mode: $(($(date +%s) - start)) s" | tee -a "$out/build.log"
   done
 done
-# The intersection crossover by length ratio: two-term AND queries from 1 to ~10^4.
+# The intersection crossover by length ratio: two-term AND queries from 1 to ~4 x 10^4.
 if [ "${RATIO:-0}" = 1 ]; then
   python3 scripts/ratio-queries.py > "$work/ratio.txt"
   "$carry/rankserve" bench selection --index "$work/ef" --queries "$work/ratio.txt" --mode and \

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Two-term AND queries over the synthetic corpus (`rankserve corpus synth`) whose lists' length
-ratio spans 1 to ~4 x 10^4 (10 M documents), for the CPU-vs-GPU intersection crossover by length ratio:
+ratio spans 1 to ~4 x 10^4 (10 M documents), for the CPU-vs-GPU intersection crossover by
+length ratio:
 
     python3 scripts/ratio-queries.py > ratio.txt
     rankserve bench selection --index IDX --queries ratio.txt --mode and --gpu --gpu-out ratio.jsonl

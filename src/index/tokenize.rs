@@ -159,13 +159,13 @@ impl<'t> Iterator for AsciiWordBounds<'t> {
                             end += 1;
                         }
                         (WordBreak::Word(kind), mid) => {
-                            let joins = match (kind, mid) {
-                                (WordKind::Letter, WordBreak::MidLetter | WordBreak::MidNumLet) => {
-                                    true
-                                }
-                                (WordKind::Digit, WordBreak::MidNum | WordBreak::MidNumLet) => true,
-                                _ => false,
-                            };
+                            let joins = matches!(
+                                (kind, mid),
+                                (
+                                    WordKind::Letter,
+                                    WordBreak::MidLetter | WordBreak::MidNumLet
+                                ) | (WordKind::Digit, WordBreak::MidNum | WordBreak::MidNumLet)
+                            );
                             let after = b.get(end + 1).map(|&a| word_break(a));
                             if joins && after == Some(WordBreak::Word(kind)) {
                                 last = WordBreak::Word(kind);

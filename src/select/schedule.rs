@@ -201,6 +201,23 @@ impl Scheduler {
     }
 }
 
+impl Scheduler {
+    /// Whether `backend` sends `query` to the GPU: `gpu` always (AND_OR aside: it has no GPU
+    /// path), `auto` when [`choose`](Self::choose) prefers it, `cpu` never. A caller that must
+    /// take the device before using it asks this first, so that a query bound for the CPU does
+    /// not hold the device while it runs there.
+    pub fn sends_to_gpu(&self, index: &Index, query: &Query, backend: Backend) -> bool {
+        match backend {
+            Backend::Cpu => false,
+            Backend::Gpu => query.mode != Mode::AndOr,
+            Backend::Auto => {
+                let shape = QueryShape::of(index, query);
+                self.choose(&shape, query.mode, index.num_docs()).side == Side::Gpu
+            }
+        }
+    }
+}
+
 /// A query's answer and where it came from.
 #[derive(Debug)]
 pub struct Scheduled {
@@ -223,19 +240,8 @@ pub fn search(
     scheduler: &Scheduler,
 ) -> Result<Scheduled, SelectError> {
     check_params(query.params)?;
-    let on_gpu = match backend {
-        Backend::Cpu => false,
-        Backend::Gpu => query.mode != Mode::AndOr,
-        Backend::Auto => {
-            gpu.is_some()
-                && scheduler
-                    .choose(&QueryShape::of(index, query), query.mode, index.num_docs())
-                    .side
-                    == Side::Gpu
-        }
-    };
     let mut fallback = None;
-    if let (true, Some(cache)) = (on_gpu, gpu) {
+    if let (true, Some(cache)) = (scheduler.sends_to_gpu(index, query, backend), gpu) {
         let ran = match query.mode {
             Mode::Or => search_or(cache, index, query),
             _ => search_and(cache, index, query),

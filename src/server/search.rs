@@ -40,7 +40,7 @@ use crate::config::Backend;
 use crate::index::tokenize::Tokenizer;
 use crate::index::{DocId, Index};
 use crate::rank::fe::{CorpusStats, FeatureResolver, HitDocument, HitStream, QueryInfo};
-use crate::select::schedule::{self, QueryShape, Side};
+use crate::select::schedule::{self, Side};
 use crate::select::{bm25, dedup_terms, Query};
 
 /// Most terms a query may have (before duplicates are removed). Removing duplicates and FE both
@@ -109,22 +109,10 @@ fn select_candidates(
     };
     let query = Query::new(terms, wanted.min(n_docs), request.mode);
     let backend = request.backend.unwrap_or(state.config.backend);
-    // `auto` chooses before it touches the GPU's lock: a query bound for the CPU must not hold
-    // the device while it runs there (another query would then find the GPU busy and run on
-    // the CPU too). One bound for the GPU takes it if free, else runs on the CPU.
-    let on_gpu = match backend {
-        Backend::Cpu => false,
-        Backend::Gpu => true,
-        Backend::Auto => {
-            let shape = QueryShape::of(index, &query);
-            state
-                .scheduler
-                .choose(&shape, query.mode, index.num_docs())
-                .side
-                == Side::Gpu
-        }
-    };
-    let ran = match on_gpu {
+    // The choice comes before the GPU's lock: a query bound for the CPU must not hold the
+    // device while it runs there (another would then find the GPU busy and go to the CPU too).
+    // One bound for the GPU under `auto` takes it if free, else runs on the CPU.
+    let ran = match state.scheduler.sends_to_gpu(index, &query, backend) {
         false => schedule::search(index, &query, Backend::Cpu, None, &state.scheduler),
         true => state.with_posting_cache(backend == Backend::Gpu, |cache| {
             schedule::search(index, &query, Backend::Gpu, cache, &state.scheduler)

@@ -89,9 +89,24 @@ pub struct BuildReport {
     pub phases: Vec<(&'static str, f64)>,
 }
 
+/// A build's pipeline steps, in order, as [`BuildReport::phases`] names them.
+#[derive(Clone, Copy)]
+enum Step {
+    Read,
+    Parse,
+    Lookup,
+    Merge,
+    Encode,
+    Invert,
+    Write,
+}
+
+const STEP_NAMES: [&str; 7] = [
+    "read", "parse", "lookup", "merge", "encode", "invert", "write",
+];
+
 /// Wall-clock time per pipeline step, accumulated over the batches.
 struct PhaseClock {
-    names: [&'static str; 7],
     seconds: [f64; 7],
     mark: Instant,
 }
@@ -99,28 +114,20 @@ struct PhaseClock {
 impl PhaseClock {
     fn start() -> Self {
         Self {
-            names: [
-                "read", "parse", "lookup", "merge", "encode", "invert", "write",
-            ],
             seconds: [0.0; 7],
             mark: Instant::now(),
         }
     }
 
-    /// Charges the time since the last mark to step `name`.
-    fn charge(&mut self, name: &str) {
+    /// Charges the time since the last mark to `step`.
+    fn charge(&mut self, step: Step) {
         let now = Instant::now();
-        let i = self
-            .names
-            .iter()
-            .position(|n| *n == name)
-            .expect("a known step");
-        self.seconds[i] += (now - self.mark).as_secs_f64();
+        self.seconds[step as usize] += (now - self.mark).as_secs_f64();
         self.mark = now;
     }
 
     fn into_phases(self) -> Vec<(&'static str, f64)> {
-        self.names.into_iter().zip(self.seconds).collect()
+        STEP_NAMES.into_iter().zip(self.seconds).collect()
     }
 }
 
@@ -328,8 +335,7 @@ impl Collected {
     /// Splits a chunk's vocabulary into the global ids of the terms already known and the terms
     /// that are not (in order): a read-only pass that chunks make in parallel before
     /// [`merge`](Self::merge), which then only sees the new terms. The lookups, one per distinct
-    /// term of every chunk, and freeing the known terms' strings were most of the sequential
-    /// part of a build.
+    /// term of every chunk, were most of the sequential part of a build.
     fn split_known(&self, vocab: &Terms) -> ChunkTerms {
         let mut fresh = Terms::default();
         let known = vocab
@@ -686,19 +692,19 @@ fn build_in_pool(
     let mut clock = PhaseClock::start();
     for lines in batches {
         let lines = lines?;
-        clock.charge("read");
+        clock.charge(Step::Read);
         let parsed = lines
             .par_chunks(CHUNK_DOCS)
             .map_init(ChunkParser::default, |parser, c| {
                 parse_chunk(parser, &path, c)
             })
             .collect::<Result<Vec<_>, _>>()?;
-        clock.charge("parse");
+        clock.charge(Step::Parse);
         let terms: Vec<_> = parsed
             .par_iter()
             .map(|chunk| collected.split_known(&chunk.vocab))
             .collect();
-        clock.charge("lookup");
+        clock.charge(Step::Lookup);
         let mut jobs = Vec::with_capacity(parsed.len());
         for (chunk, terms) in parsed.iter().zip(terms) {
             let first = collected.docs;
@@ -711,7 +717,7 @@ fn build_in_pool(
             let (map, sids) = collected.merge(chunk, terms);
             jobs.push((map, sids, first as u32));
         }
-        clock.charge("merge");
+        clock.charge(Step::Merge);
         let encoded: Vec<_> = parsed
             .par_iter()
             .zip(&jobs)
@@ -731,7 +737,7 @@ fn build_in_pool(
             collected.scoring_len.extend(lens);
             chunk_postings.push(postings);
         }
-        clock.charge("encode");
+        clock.charge(Step::Encode);
         progress(lines.len() as u64);
     }
     let mut forward_bytes = 0;
@@ -745,7 +751,7 @@ fn build_in_pool(
     let n_terms = collected.vocab.terms.len();
     let ranges = invert(&chunk_postings, n_terms, opts.codec, &collected.scoring_len);
     drop(chunk_postings);
-    clock.charge("invert");
+    clock.charge(Step::Invert);
     let (infos, postings_bytes, skips_bytes) = write_postings(&tmp.path, ranges)?;
     let terms = &collected.vocab.terms;
     write_terms(&tmp.path, terms.len(), |id| terms.get(id), &infos)?;
@@ -779,7 +785,7 @@ fn build_in_pool(
     };
     manifest.write(&tmp.path)?;
     tmp.commit(out)?;
-    clock.charge("write");
+    clock.charge(Step::Write);
     Ok(BuildReport {
         docs: manifest.num_docs,
         terms: manifest.num_terms,

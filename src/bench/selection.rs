@@ -130,8 +130,8 @@ pub enum BenchSelectError {
 /// scheduler's choice per query); each once to warm up, then `config.reps` times, keeping the
 /// median wall time, the scheduler's estimate included. A backend that may use the GPU first
 /// runs every query once: a GPU left idle (during the CPU-only run) starts at its idle clock, and
-/// the first ten large queries of a 10 M-document run took ≈ 1.07 ms each, 3 to 20 times their
-/// time later in the same run (H100), the per-query warm-up notwithstanding.
+/// the first ten large queries of a 10 M-document run took ≈ 1.07 ms each, where the same
+/// queries later in that run took 120–471 µs (H100), the per-query warm-up notwithstanding.
 ///
 /// # Errors
 /// The first query's error: invalid BM25 parameters, or a GPU failure (which would otherwise

@@ -18,8 +18,9 @@
 //!
 //! ASCII text (most of a web corpus) is segmented by [`AsciiWordBounds`], which applies the
 //! UAX #29 rules that can fire between ASCII characters and yields the same segments as
-//! `split_word_bounds` (a property test compares the two); it is several times faster than the
-//! general tables, and tokenizing was the largest part of an index build.
+//! `split_word_bounds` (a property test compares the two). Tokenizing was the largest part of an
+//! index build; with this path the build's parse step (JSON, tokens, chunk vocabulary) fell from
+//! 2.8 to 1.6 s for 200 000 documents on the development machine.
 
 use unicode_segmentation::UnicodeSegmentation;
 

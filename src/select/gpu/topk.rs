@@ -139,14 +139,12 @@ pub(super) fn top_k(
     };
     let function = device.function(KernelModule::Score, kernel)?;
     let stream = device.stream();
-    let null: u64 = 0;
     // Pass p reads (scores, ids) of `n` entries and writes groups × keep candidates: to device
     // scratch while they exceed one block (and a pass still shrinks them), else to the host.
     let (mut n, mut pass) = (n as usize, 0usize);
-    let (mut src_scores, mut src_ids) = (scores.device_ptr(stream).0, null);
-    if let Some(ids) = ids {
-        src_ids = ids.device_ptr(stream).0;
-    }
+    let mut src_scores = scores.device_ptr(stream).0;
+    // A null `ids`: entry e is document e.
+    let mut src_ids = ids.map_or(0, |ids| ids.device_ptr(stream).0);
     let slots = loop {
         let groups = n.div_ceil(TOPK_CHUNK);
         let slots = groups * keep;

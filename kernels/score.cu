@@ -1,6 +1,6 @@
-// OR queries term at a time (Ding et al. WWW'09): BM25 contributions scattered into a dense f64
-// accumulator of one entry per document, then a top-k by per-block candidates that the host
-// merges. Compiled with --fmad=false (src/gpu/module.rs) so every f32 operation rounds exactly
+// BM25 on the GPU. OR queries term at a time (Ding et al. WWW'09): BM25 contributions scattered
+// into a dense f64 accumulator of one entry per document; AND's survivors of intersect.cu's steps
+// scored in query order; then a top-k by per-block candidates that the host merges. Compiled with --fmad=false (src/gpu/module.rs) so every f32 operation rounds exactly
 // as src/select/bm25.rs's TermScorer::contribution does on the CPU: scores are bit-identical.
 
 typedef unsigned int u32;
@@ -47,51 +47,37 @@ extern "C" __global__ void score_term(const u32* docs, const u32* tfs, u32 df, c
     }
 }
 
-// score_and: AND of n_terms decoded lists, scored (Ding et al.'s binary search per element).
-// Launch: any 1-D grid, grid-stride over the shortest list's df; one thread per candidate, the
-// shortest list's posting i. For each term in query order the thread finds the candidate in the
-// term's list by binary search (the shortest list's own posting needs none), and sums the f32
-// contributions in f64 in that order from 0.0, as the CPU's AND does.
-// Reads:  docs, tfs   every term's decoded postings, concatenated: term t's df[t] postings start
-//                     at start[t] (docIDs increasing within each term)
-//         params      6 f32 per term (TermScorer::kernel_params), query order
-//         shortest    the term whose postings are the candidates
+// score_and_found: AND's scores from the intersection steps (intersect.cu): a candidate that
+// every list holds gets its f32 contributions summed in f64 in query order from 0.0, as the
+// CPU's AND sums them.
+// Launch: any 1-D grid, grid-stride over na; one thread per candidate (list 0's posting i).
+// Reads:  docs, tfs   the lists' decoded postings, in SvS order (list 0 the shortest), list s's
+//                     starting at start[s]
+//         found       lists - 1 arrays of na entries (intersect.cu's steps: candidate i's
+//                     position in list s at found[(s - 1) * na + i], NOT_FOUND when it left the
+//                     intersection at or before step s)
+//         order       order[q] = the list of the query's q-th distinct term
+//         params      6 f32 per list (TermScorer::kernel_params), SvS order
 //         doc_len     scoring length of every document
-// Writes: out[i] = the score of candidate i if every term holds it, else -0.0 (untouched), for
-//         i < df[shortest].
-extern "C" __global__ void score_and(const u32* docs, const u32* tfs, const u32* start,
-                                     const u32* df, const float* params, u32 n_terms,
-                                     u32 shortest, const u32* doc_len, double* out) {
-    const u32 m = df[shortest];
-    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < m; i += (u64)gridDim.x * blockDim.x) {
-        const u32 doc = docs[start[shortest] + i];
-        const u32 dl = doc_len[doc];
-        double sum = 0.0;
-        bool all = true;
-        for (u32 t = 0; t < n_terms && all; ++t) {
-            u32 at;
-            if (t == shortest) {
-                at = start[t] + (u32)i;
-            } else {
-                // Lower bound of doc in the term's list.
-                u32 lo = start[t];
-                u32 hi = start[t] + df[t];
-                while (lo < hi) {
-                    const u32 mid = lo + (hi - lo) / 2;
-                    if (docs[mid] < doc) {
-                        lo = mid + 1;
-                    } else {
-                        hi = mid;
-                    }
-                }
-                all = lo < start[t] + df[t] && docs[lo] == doc;
-                at = lo;
-            }
-            if (all) {
-                sum += (double)contribution(params + 6 * t, tfs[at], dl);
-            }
+// Writes: out[i] = the score of candidate i if every list holds it, else -0.0 (untouched), for
+//         i < na.
+extern "C" __global__ void score_and_found(const u32* docs, const u32* tfs, const u32* start,
+                                           const u32* found, const u32* order,
+                                           const float* params, u32 lists, u32 na,
+                                           const u32* doc_len, double* out) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < na; i += (u64)gridDim.x * blockDim.x) {
+        if (lists > 1 && found[(u64)(lists - 2) * na + i] == 0xffffffffu) {
+            out[i] = __longlong_as_double((long long)UNTOUCHED_BITS);
+            continue;
         }
-        out[i] = all ? sum : __longlong_as_double((long long)UNTOUCHED_BITS);
+        const u32 dl = doc_len[docs[start[0] + i]];
+        double sum = 0.0;
+        for (u32 q = 0; q < lists; ++q) {
+            const u32 s = order[q];
+            const u32 at = s == 0 ? (u32)i : found[(u64)(s - 1) * na + i];
+            sum += (double)contribution(params + 6 * s, tfs[start[s] + at], dl);
+        }
+        out[i] = sum;
     }
 }
 

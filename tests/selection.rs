@@ -10,6 +10,7 @@ use rankserve::index::codecs::Codec;
 use rankserve::index::corpus::{write_synth, SynthSpec};
 use rankserve::index::{DocId, Index, TERMINATED};
 use rankserve::select::bm25::TermScorer;
+use rankserve::select::cpu::and_finish;
 use rankserve::select::{dedup_terms, search, Bm25Params, Mode, Query, SelectError};
 
 /// Scores every document exhaustively: the definition the fast paths must match exactly.
@@ -307,6 +308,51 @@ proptest! {
         let got = search(index, &q).unwrap().hits;
         let want = reference(index, &q);
         prop_assert_eq!(got, want, "query {:?}", q);
+    }
+
+    /// An AND handed to the CPU after `done` of its lists (shortest first) were intersected
+    /// elsewhere, as the GPU hands one over: the survivors' rows, shuffled, finish to exactly
+    /// the AND's hits and score bits.
+    #[test]
+    fn and_finished_from_any_step_matches_the_whole_and((picks, k, _, k1, b) in query_strategy(), pfor in any::<bool>(), done in 1usize..6, seed in any::<u64>()) {
+        let index = synthetic(if pfor { Codec::Pfor } else { Codec::Ef });
+        let mut q = Query::new(pick_terms(index, &picks), k, Mode::And);
+        q.params = Bm25Params { k1, b };
+        let Some(mut lists) = dedup_terms(&q.terms)
+            .into_iter()
+            .enumerate()
+            .map(|(qi, t)| Some((qi, index.postings(index.term_id(t)?))).filter(|(_, l)| l.df > 0))
+            .collect::<Option<Vec<_>>>()
+        else {
+            return Ok(());
+        };
+        lists.sort_by_key(|(qi, l)| (l.df, *qi));
+        lists.truncate(done);
+        // Per document of the intersection of those lists: its tfs, in that order.
+        let mut tfs: std::collections::BTreeMap<DocId, Vec<u32>> = Default::default();
+        for (i, (_, list)) in lists.iter().enumerate() {
+            let mut c = list.cursor();
+            while c.doc() != TERMINATED {
+                let doc = c.doc();
+                if i == 0 {
+                    tfs.insert(doc, vec![c.tf()]);
+                } else if let Some(row) = tfs.get_mut(&doc).filter(|r| r.len() == i) {
+                    row.push(c.tf());
+                }
+                c.advance();
+            }
+        }
+        let mut rows: Vec<Vec<u32>> = tfs
+            .into_iter()
+            .filter(|(_, r)| r.len() == lists.len())
+            .map(|(doc, r)| std::iter::once(doc).chain(r).collect())
+            .collect();
+        // Rows arrive in any order.
+        rows.sort_by_key(|r| (r[0] as u64).wrapping_mul(seed | 1) >> 7);
+        let done: Vec<usize> = lists.iter().map(|(qi, _)| *qi).collect();
+        let (got, _) = and_finish(index, &q, &done, &rows.concat());
+        let bits = |h: &[(DocId, f64)]| h.iter().map(|&(d, s)| (d, s.to_bits())).collect::<Vec<_>>();
+        prop_assert_eq!(bits(&got), bits(&search(index, &q).unwrap().hits), "query {:?}, done {:?}", q, done);
     }
 }
 

@@ -1,8 +1,9 @@
 //! Selection on the GPU against the CPU: every posting list decodes to the same docIDs and term
 //! frequencies (both codecs; the fixture and synthetic indexes; hand-made lists of 1, 127, 128,
 //! 129, ... postings with dense, gappy, exception-heavy and extreme values; every list of an index
-//! in one batched launch), and OR and AND queries give the same documents in the same order with
-//! bit-identical scores, through posting caches that hold none, about half, or all of the lists;
+//! in one batched launch), and OR, AND and AND_OR queries give the same documents in the same
+//! order with bit-identical scores (AND by merge path, by binary search, and handed to the CPU
+//! after one or two lists), through posting caches that hold none, about half, or all of the lists;
 //! a cache given another (or a reopened) index reloads, and a query too large for the staging
 //! buffer is refused with `TooLarge`, and through the scheduler runs on the CPU instead.
 //!
@@ -20,8 +21,8 @@ use rankserve::index::codecs::{encode_list, BlockDecoder, Codec, BLOCK_LEN};
 use rankserve::index::{DocId, Index, PostingList};
 use rankserve::select::gpu::decode::decode_list;
 use rankserve::select::gpu::{
-    search_and, search_or, DecodedBlocks, GpuSelectError, PackedLists, PostingCache,
-    PostingCacheConfig,
+    search_and, search_and_or, search_or, AndPlan, DecodedBlocks, GpuSelectError, PackedLists,
+    PostingCache, PostingCacheConfig,
 };
 use rankserve::select::schedule::{self, Scheduler, Side};
 use rankserve::select::{search, Bm25Params, Mode, Query, SelectError};
@@ -206,16 +207,47 @@ fn caches(device: &Arc<GpuDevice>, index: &Index) -> Vec<(&'static str, PostingC
     ]
 }
 
-/// Runs `q` on the GPU in its mode (OR or AND) through `cache` and on the CPU: the same hits in
-/// the same order with bit-identical scores.
+/// The AND plans every GPU AND and AND_OR check runs: every step by merge path, every step by
+/// binary search, and the survivors handed to the CPU after one list and after two.
+const PLANS: [AndPlan; 4] = [
+    AndPlan {
+        gpu_lists: usize::MAX,
+        merge_path_ratio: f64::INFINITY,
+    },
+    AndPlan {
+        gpu_lists: usize::MAX,
+        merge_path_ratio: 0.0,
+    },
+    AndPlan {
+        gpu_lists: 1,
+        merge_path_ratio: f64::INFINITY,
+    },
+    AndPlan {
+        gpu_lists: 2,
+        merge_path_ratio: f64::INFINITY,
+    },
+];
+
+/// Runs `q` on the GPU in its mode through `cache` (AND and AND_OR under every plan of
+/// [`PLANS`]) and on the CPU: the same hits in the same order with bit-identical scores.
 fn check_with(cache: &mut PostingCache, what: &str, index: &Index, q: &Query) {
-    let gpu = match q.mode {
-        Mode::Or => search_or(cache, index, q),
-        Mode::And => search_and(cache, index, q),
-        Mode::AndOr => panic!("AND_OR has no GPU path yet"),
-    };
     let cpu = search(index, q).unwrap().hits;
-    assert_eq!(bits(&gpu.unwrap().hits), bits(&cpu), "{what}: query {q:?}");
+    let plans = match q.mode {
+        Mode::Or => &PLANS[..1],
+        Mode::And | Mode::AndOr => &PLANS[..],
+    };
+    for plan in plans {
+        let gpu = match q.mode {
+            Mode::Or => search_or(cache, index, q),
+            Mode::And => search_and(cache, index, q, plan),
+            Mode::AndOr => search_and_or(cache, index, q, plan),
+        };
+        assert_eq!(
+            bits(&gpu.unwrap().hits),
+            bits(&cpu),
+            "{what}, {plan:?}: query {q:?}"
+        );
+    }
 }
 
 /// [`check_with`] through every cache of [`caches`].
@@ -249,7 +281,7 @@ fn fixture_queries_match_the_cpu_gpu() {
                 let third = words[(i * 5 + 2) % words.len()];
                 for terms in [vec![*a], vec![*a, *b, third], vec![*b, *a, *a]] {
                     for k in [1, 3, 10, 1000] {
-                        for mode in [Mode::Or, Mode::And] {
+                        for mode in [Mode::Or, Mode::And, Mode::AndOr] {
                             let terms = terms.iter().map(|s| s.to_string()).collect();
                             check(&mut caches, index, &Query::new(terms, k, mode));
                         }
@@ -285,7 +317,7 @@ fn edge_cases_match_the_cpu_gpu() {
         (common.clone(), 2048),
         (common.clone(), 2049),
     ] {
-        for mode in [Mode::Or, Mode::And] {
+        for mode in [Mode::Or, Mode::And, Mode::AndOr] {
             check(&mut caches, index, &Query::new(terms.clone(), k, mode));
         }
     }
@@ -301,7 +333,7 @@ fn edge_cases_match_the_cpu_gpu() {
     bad.params.b = 0.4;
     bad.params.k1 = f32::NAN;
     assert!(matches!(
-        search_and(&mut caches[0].1, index, &bad),
+        search_and(&mut caches[0].1, index, &bad, &PLANS[0]),
         Err(GpuSelectError::Query(SelectError::InvalidParameter {
             name: "k1",
             ..
@@ -317,7 +349,7 @@ proptest! {
             return Ok(());
         };
         let index = synthetic(if pfor { Codec::Pfor } else { Codec::Ef });
-        let mode = if mode == 1 { Mode::Or } else { Mode::And };
+        let mode = [Mode::And, Mode::Or, Mode::AndOr][mode as usize];
         let mut q = Query::new(pick_terms(index, &picks), k, mode);
         q.params = Bm25Params { k1, b };
         // A cache of the query's own terms (all resident) and one of none.
@@ -380,11 +412,11 @@ fn a_query_larger_than_the_staging_buffer_is_refused_gpu() {
     let mut cache = PostingCache::new(device.clone(), config, &[]).unwrap();
     let q = Query::new(pick_terms(index, &[(0, 0), (0, 1)]), 10, Mode::And);
     assert!(matches!(
-        search_and(&mut cache, index, &q),
+        search_and(&mut cache, index, &q, &PLANS[0]),
         Err(GpuSelectError::Gpu(GpuError::TooLarge { .. }))
     ));
     // Through the scheduler the same query falls back to the CPU: same answer, error reported.
-    for mode in [Mode::And, Mode::Or] {
+    for mode in [Mode::And, Mode::Or, Mode::AndOr] {
         let q = Query { mode, ..q.clone() };
         let ran = schedule::search(
             index,

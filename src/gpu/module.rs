@@ -16,7 +16,9 @@ pub enum KernelModule {
     Pfor,
     /// Elias-Fano posting-block decoding.
     Ef,
-    /// BM25: OR term at a time into dense accumulators, AND by binary search, top-k candidates.
+    /// AND's intersection steps: merge path or binary search per step, survivors for the CPU.
+    Intersect,
+    /// BM25: OR term at a time into dense accumulators, AND's survivors, top-k candidates.
     Score,
 }
 
@@ -29,6 +31,7 @@ impl KernelModule {
         KernelModule::Fe,
         KernelModule::Pfor,
         KernelModule::Ef,
+        KernelModule::Intersect,
         KernelModule::Score,
     ];
 
@@ -41,6 +44,7 @@ impl KernelModule {
             KernelModule::Fe => "fe",
             KernelModule::Pfor => "pfor",
             KernelModule::Ef => "ef",
+            KernelModule::Intersect => "intersect",
             KernelModule::Score => "score",
         }
     }
@@ -61,6 +65,7 @@ impl KernelModule {
                 include_str!("../../kernels/packing.cuh"),
                 include_str!("../../kernels/ef.cu")
             ),
+            KernelModule::Intersect => include_str!("../../kernels/intersect.cu"),
             KernelModule::Score => include_str!("../../kernels/score.cu"),
         }
     }
@@ -75,6 +80,7 @@ impl KernelModule {
             | KernelModule::Nn
             | KernelModule::Pfor
             | KernelModule::Ef
+            | KernelModule::Intersect
             | KernelModule::Fe => &[],
         }
     }
@@ -88,10 +94,15 @@ impl KernelModule {
             KernelModule::Fe => &["fe_extract"],
             KernelModule::Pfor => &["pfor_decode_blocks"],
             KernelModule::Ef => &["ef_decode_blocks"],
+            KernelModule::Intersect => &[
+                "intersect_merge_path",
+                "intersect_search",
+                "intersect_gather",
+            ],
             KernelModule::Score => &[
                 "score_fill",
                 "score_term",
-                "score_and",
+                "score_and_found",
                 "score_block_topk",
                 "score_block_topk_warp",
             ],

@@ -50,24 +50,36 @@ pub(super) fn run(index: &Index, query: &Query) -> (Vec<(DocId, f64)>, SelectSta
         Mode::And => and_topk(index, query, query.k, &mut stats).into_sorted(),
         Mode::Or => or_topk(index, query, query.k, &mut stats).into_sorted(),
         Mode::AndOr => {
-            let mut hits = and_topk(index, query, query.k, &mut stats).into_sorted();
-            if hits.len() < query.k {
-                // Every conjunctive match is in `hits`; at most hits.len() of the OR top-k are
-                // among them, so OR's top-k holds the best k − hits.len() others.
-                let mut seen: Vec<DocId> = hits.iter().map(|h| h.0).collect();
-                seen.sort_unstable();
-                let or = or_topk(index, query, query.k, &mut stats).into_sorted();
-                let fill = query.k - hits.len();
-                hits.extend(
-                    or.into_iter()
-                        .filter(|h| seen.binary_search(&h.0).is_err())
-                        .take(fill),
-                );
+            let and = and_topk(index, query, query.k, &mut stats).into_sorted();
+            match and.len() < query.k {
+                true => {
+                    let or = or_topk(index, query, query.k, &mut stats).into_sorted();
+                    fill_and_or(and, or, query.k)
+                }
+                false => and,
             }
-            hits
         }
     };
     (hits, stats)
+}
+
+/// AND_OR's answer from AND's hits (fewer than `k`) and OR's best `k`: every AND hit first, then
+/// the best OR hits not among them, up to `k`. Every conjunctive match is in `and`; at most
+/// `and.len()` of OR's top-k are among them, so OR's top-k holds the best `k − and.len()` others.
+pub(crate) fn fill_and_or(
+    mut and: Vec<(DocId, f64)>,
+    or: Vec<(DocId, f64)>,
+    k: usize,
+) -> Vec<(DocId, f64)> {
+    let mut seen: Vec<DocId> = and.iter().map(|h| h.0).collect();
+    seen.sort_unstable();
+    let fill = k.saturating_sub(and.len());
+    and.extend(
+        or.into_iter()
+            .filter(|h| seen.binary_search(&h.0).is_err())
+            .take(fill),
+    );
+    and
 }
 
 /// The exact score of `doc` from per-term contributions, summed in query order.
@@ -115,6 +127,58 @@ fn and_topk(index: &Index, query: &Query, k: usize, stats: &mut SelectStats) -> 
     }
     stats.blocks_decoded += terms.iter().map(|t| t.cursor.blocks_decoded()).sum::<u64>();
     top
+}
+
+/// AND finished on the CPU after another processor intersected some of the lists (the GPU, when
+/// the scheduler hands a query over between steps): `rows` hold the candidates that every list
+/// in `done` holds (the lists of those query positions among the query's distinct terms), in
+/// any order, each as its docID then its tf in each list of `done`, in `done`'s order. The
+/// remaining lists are sought as [`and_topk`] seeks them, shortest first; the hits and their
+/// scores are exactly [`and_topk`]'s over the whole query.
+pub fn and_finish(
+    index: &Index,
+    query: &Query,
+    done: &[usize],
+    rows: &[u32],
+) -> (Vec<(DocId, f64)>, SelectStats) {
+    let mut stats = SelectStats::default();
+    let mut top = TopK::new(query.k);
+    let (terms, n_distinct, all_known) = prepare(index, query);
+    if !all_known || terms.is_empty() || query.k == 0 {
+        return (Vec::new(), stats);
+    }
+    let (mut finished, mut rest): (Vec<Term>, Vec<Term>) =
+        terms.into_iter().partition(|t| done.contains(&t.qi));
+    rest.sort_by_key(|t| (t.cursor.df(), t.qi));
+    // Each finished term's tf column in the rows.
+    finished.sort_by_key(|t| done.iter().position(|&qi| qi == t.qi));
+    let stride = 1 + done.len();
+    let mut order: Vec<usize> = (0..rows.len() / stride).collect();
+    order.sort_unstable_by_key(|&r| rows[r * stride]);
+    let mut contrib = vec![0f32; n_distinct];
+    let present = vec![true; n_distinct];
+    'candidates: for r in order {
+        let row = &rows[r * stride..(r + 1) * stride];
+        let doc = row[0];
+        for t in rest.iter_mut() {
+            match t.cursor.seek(doc) {
+                TERMINATED => break 'candidates,
+                d if d != doc => continue 'candidates,
+                _ => {}
+            }
+        }
+        let dl = index.scoring_length(doc);
+        for (t, &tf) in finished.iter().zip(&row[1..]) {
+            contrib[t.qi] = t.scorer.contribution(tf, dl);
+        }
+        for t in rest.iter_mut() {
+            contrib[t.qi] = t.scorer.contribution(t.cursor.tf(), dl);
+        }
+        stats.docs_scored += 1;
+        top.push(doc, exact_score(&contrib, &present));
+    }
+    stats.blocks_decoded += rest.iter().map(|t| t.cursor.blocks_decoded()).sum::<u64>();
+    (top.into_sorted(), stats)
 }
 
 /// OR: MaxScore (Turtle & Flood) over per-term upper bounds taken from the skip entries

@@ -10,19 +10,32 @@
 //! the K20-era value; measured on the H100 against one core, the GPU still wins at 1 000–10 000
 //! (default 4 096, see [`DEFAULT_GRIFFIN_RATIO`]).
 //!
-//! [`search`] runs a query on the backend asked for (`auto`: the scheduler's choice); any GPU
-//! error, [`GpuError::TooLarge`] from the posting cache's staging included, runs the same query on
-//! the CPU, which gives the same answer, and is returned beside the result so that the caller
-//! counts and logs it. AND_OR has no GPU path yet and always runs on the CPU.
+//! For an AND query sent to the GPU, [`Scheduler::and_plan`] then decides per intersection step
+//! (Griffin's rule again, between the intermediate result and the next list): the GPU intersects
+//! the lists, shortest first, while the next list is at most `griffin_ratio` times the
+//! intersection so far, and hands the survivors to the CPU for the rest
+//! ([`crate::select::gpu::AndPlan`]). The intersection's size is estimated before any launch, as
+//! if the terms occurred independently (`|C| ≈ df₀ · Π df_s / N`), so that the lists the CPU will
+//! take are never copied or decoded, and no step waits for the device to learn a count. Each GPU
+//! step runs by merge path when its list is at most `merge_path_ratio` times the shortest, else
+//! by binary search. AND_OR goes where its AND goes (where OR goes when a term is missing, which
+//! empties the AND).
 //!
-//! Not built yet (issue 6): a choice per intersection step, the processors' queues in the
-//! estimates, and deadlines. The only work stealing is the server's: an `auto` query that finds
-//! the GPU busy runs on the CPU (`State::with_posting_cache`).
+//! [`search`] runs a query on the backend asked for (`auto`: the scheduler's choice and plan;
+//! `gpu`: every step on the GPU); any GPU error, [`GpuError::TooLarge`] from the posting cache's
+//! staging included, runs the same query on the CPU, which gives the same answer, and is
+//! returned beside the result so that the caller counts and logs it.
+//!
+//! Not built (issue 6): the processors' queues in the estimates. The only work stealing is the
+//! server's: an `auto` query that finds the GPU busy runs on the CPU, and a `gpu` query that
+//! waits for it longer than its deadline too (`State::with_posting_cache`).
 
 use crate::config::Backend;
 use crate::gpu::GpuError;
 use crate::index::Index;
-use crate::select::gpu::{search_and, search_or, GpuSelectError, PostingCache};
+use crate::select::gpu::{
+    search_and, search_and_or, search_or, AndPlan, GpuSelectError, PostingCache,
+};
 use crate::select::{check_params, SelectError};
 use crate::select::{dedup_terms, search as cpu_search, term_list, Mode, Query, SearchResult};
 
@@ -34,6 +47,10 @@ use crate::select::{dedup_terms, search as cpu_search, term_list, Mode, Query, S
 /// 4 096 or no threshold at all cut the hybrid's AND mean from 62.9 to 39.6 µs (EF) and 43.1 to
 /// 31.9 µs (PFor) against 128 (200 000 documents: no change).
 pub const DEFAULT_GRIFFIN_RATIO: f64 = 4096.0;
+
+/// The length ratio (a GPU AND step's list over the shortest list) up to which the step runs by
+/// merge path rather than by a binary search per candidate.
+pub const DEFAULT_MERGE_PATH_RATIO: f64 = 16.0;
 
 /// The processor that answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -148,8 +165,11 @@ impl Default for CostModel {
 pub struct Scheduler {
     pub model: CostModel,
     /// Griffin's rule: AND runs on the CPU when the second shortest list is more than this many
-    /// times the shortest.
+    /// times the shortest, and hands over to the CPU between steps when the next list is more
+    /// than this many times the intersection so far.
     pub griffin_ratio: f64,
+    /// A GPU AND step runs by merge path when its list is at most this many times the shortest.
+    pub merge_path_ratio: f64,
 }
 
 impl Default for Scheduler {
@@ -157,6 +177,7 @@ impl Default for Scheduler {
         Scheduler {
             model: CostModel::default(),
             griffin_ratio: DEFAULT_GRIFFIN_RATIO,
+            merge_path_ratio: DEFAULT_MERGE_PATH_RATIO,
         }
     }
 }
@@ -191,7 +212,14 @@ impl Scheduler {
                 !shape.missing_term && shape.length_ratio() <= self.griffin_ratio && gpu_us < cpu_us
             }
             Mode::Or => !shape.dfs.is_empty() && gpu_us < cpu_us,
-            Mode::AndOr => false,
+            // Where its AND goes; where its OR goes when a missing term empties the AND.
+            Mode::AndOr => {
+                let mode = match shape.missing_term {
+                    true => Mode::Or,
+                    false => Mode::And,
+                };
+                return self.choose(shape, mode, n_docs);
+            }
         };
         Choice {
             side: if gpu_wins { Side::Gpu } else { Side::Cpu },
@@ -202,14 +230,35 @@ impl Scheduler {
 }
 
 impl Scheduler {
-    /// Whether `backend` sends `query` to the GPU: `gpu` always (AND_OR aside: it has no GPU
-    /// path), `auto` when [`choose`](Self::choose) prefers it, `cpu` never. A caller that must
-    /// take the device before using it asks this first, so that a query bound for the CPU does
-    /// not hold the device while it runs there.
+    /// How the GPU runs an AND over `shape` on an index of `n_docs` (see the module docs): the
+    /// lists, shortest first, while each is at most `griffin_ratio` times the intersection's
+    /// estimated size so far (the shortest list always).
+    pub fn and_plan(&self, shape: &QueryShape, n_docs: u32) -> AndPlan {
+        let mut gpu_lists = 1;
+        if let Some((&shortest, rest)) = shape.dfs.split_first() {
+            let mut estimate = shortest as f64;
+            for &df in rest {
+                if df as f64 > self.griffin_ratio * estimate.max(1.0) {
+                    break;
+                }
+                gpu_lists += 1;
+                estimate *= df as f64 / n_docs.max(1) as f64;
+            }
+        }
+        AndPlan {
+            gpu_lists,
+            merge_path_ratio: self.merge_path_ratio,
+        }
+    }
+
+    /// Whether `backend` sends `query` to the GPU: `gpu` always, `auto` when
+    /// [`choose`](Self::choose) prefers it, `cpu` never. A caller that must take the device
+    /// before using it asks this first, so that a query bound for the CPU does not hold the
+    /// device while it runs there.
     pub fn sends_to_gpu(&self, index: &Index, query: &Query, backend: Backend) -> bool {
         match backend {
             Backend::Cpu => false,
-            Backend::Gpu => query.mode != Mode::AndOr,
+            Backend::Gpu => true,
             Backend::Auto => {
                 let shape = QueryShape::of(index, query);
                 self.choose(&shape, query.mode, index.num_docs()).side == Side::Gpu
@@ -242,9 +291,14 @@ pub fn search(
     check_params(query.params)?;
     let mut fallback = None;
     if let (true, Some(cache)) = (scheduler.sends_to_gpu(index, query, backend), gpu) {
+        let plan = match backend {
+            Backend::Auto => scheduler.and_plan(&QueryShape::of(index, query), index.num_docs()),
+            _ => AndPlan::gpu_only(scheduler.merge_path_ratio),
+        };
         let ran = match query.mode {
             Mode::Or => search_or(cache, index, query),
-            _ => search_and(cache, index, query),
+            Mode::And => search_and(cache, index, query, &plan),
+            Mode::AndOr => search_and_or(cache, index, query, &plan),
         };
         match ran {
             Ok(result) => {
@@ -320,9 +374,39 @@ mod tests {
             ..shape(&[200_000, 300_000])
         };
         assert_eq!(s.choose(&missing, Mode::And, 500_000).side, Side::Cpu);
+        // AND_OR goes where its AND goes, or its OR when a term is missing.
+        for (shape, n_docs) in [(shape(&[200_000, 300_000]), 500_000), (missing, 500_000)] {
+            let and_or = s.choose(&shape, Mode::AndOr, n_docs);
+            let mode = if shape.missing_term {
+                Mode::Or
+            } else {
+                Mode::And
+            };
+            assert_eq!(and_or, s.choose(&shape, mode, n_docs));
+        }
+    }
+
+    #[test]
+    fn and_plans_hand_over_when_the_next_list_outgrows_the_intersection() {
+        let s = Scheduler {
+            griffin_ratio: 100.0,
+            ..Scheduler::default()
+        };
+        let plan = |dfs: &[u32], n_docs| s.and_plan(&shape(dfs), n_docs).gpu_lists;
+        // 1 000 × 5 000 / 10 000 = 500 estimated after two lists: 50 000 is within 100 × 500,
+        // 50 001 is not.
+        assert_eq!(plan(&[1_000, 5_000, 50_000], 10_000), 3);
+        assert_eq!(plan(&[1_000, 5_000, 50_001], 10_000), 2);
+        // The second list is Griffin's per-query rule: beyond it the GPU keeps the shortest only.
+        assert_eq!(plan(&[1_000, 100_001], 1_000_000), 1);
+        assert_eq!(plan(&[1_000, 100_000], 1_000_000), 2);
+        assert_eq!(plan(&[7], 1_000_000), 1);
+        assert_eq!(plan(&[], 1_000_000), 1);
+        // An estimate under one document counts as one.
+        assert_eq!(plan(&[1, 1, 100, 101], 1_000_000), 3);
         assert_eq!(
-            s.choose(&shape(&[200_000]), Mode::AndOr, 500_000).side,
-            Side::Cpu
+            s.and_plan(&shape(&[1, 2]), 0).merge_path_ratio,
+            s.merge_path_ratio
         );
     }
 

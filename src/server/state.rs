@@ -21,7 +21,7 @@ use crate::gpu::power::PowerMeter;
 use crate::gpu::GpuDevice;
 use crate::index::{Index, IndexError};
 use crate::select::gpu::{PostingCache, PostingCacheConfig, PostingCacheStats};
-use crate::select::schedule::{CostModel, Scheduler};
+use crate::select::schedule::Scheduler;
 
 /// What handlers share.
 pub type AppState = Arc<State>;
@@ -69,8 +69,8 @@ impl State {
             .transpose()?
             .map(Arc::new);
         let scheduler = Scheduler {
-            model: CostModel::default(),
             griffin_ratio: config.griffin_ratio,
+            ..Scheduler::default()
         };
         Ok(Arc::new(State {
             config,

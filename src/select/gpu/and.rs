@@ -1,30 +1,65 @@
-//! AND queries on the GPU for lists of similar length: every term's list decoded whole, then one
-//! thread per posting of the shortest list finds it in every other list by binary search (Ding
-//! et al. WWW'09) and sums its contributions in query term order (`score_and`), so scores are
-//! bit-identical to the CPU's AND; the top-k is shared with OR.
+//! AND queries on the GPU, one intersection step at a time (SvS, as the CPU: the shortest list's
+//! postings are the candidates, sought in the other lists shortest first), and the hand-over of
+//! a half-done intersection to the CPU (Griffin et al., PPoPP'18).
 //!
-//! Decoding whole lists is what makes this the path for lists of similar length: for a short
-//! list against a long one the CPU (or a GPU search over skip entries, still to come) decodes
-//! only the few blocks that can match. Merge-path intersection is still to come too.
+//! An [`AndPlan`] (the scheduler's, [`crate::select::schedule::Scheduler::and_plan`]) says how
+//! many of the lists, shortest first, the GPU intersects, and which way each step runs:
+//! - merge path (`intersect_merge_path`, `kernels/intersect.cu`) when the step's list is at most
+//!   [`AndPlan::merge_path_ratio`] times the candidates' list: the merge of both cut into equal
+//!   tiles, each list read once and coalesced;
+//! - otherwise a binary search per candidate (`intersect_search`), which reads log2(n) entries of
+//!   a long list per candidate instead of all of it.
 //!
-//! Every term's list is decoded in one launch ([`PostingCache::decode_query`]).
+//! Only the GPU's lists are copied and decoded. When every list is the GPU's, `score_and_found`
+//! sums each survivor's contributions in query order and the top-k is shared with OR. Otherwise
+//! `intersect_gather` packs the survivors (docID and tf per list) and the CPU seeks them in the
+//! remaining lists ([`crate::select::cpu::and_finish`]), through the skip entries, decoding one
+//! block per candidate and list at most. Either way the hits and their bit patterns are the CPU
+//! AND's.
 //!
-//! Counters: `blocks_decoded` is every block of every term; `docs_scored` stays 0.
+//! Counters: `blocks_decoded` is every block of the GPU's lists plus the CPU's; `docs_scored`
+//! counts the documents the CPU scored after a hand-over (0 when the GPU finished the query).
 
-use cudarc::driver::{LaunchConfig, PushKernelArg};
+use cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
 
-use super::cache::PostingCache;
+use super::cache::{PostingCache, QueryPostings};
 use super::phases::{self, Mark};
 use super::topk::top_k;
 use super::GpuSelectError;
 use crate::gpu::error::DriverResultExt;
-use crate::gpu::{GpuError, KernelModule};
+use crate::gpu::{GpuDevice, GpuError, KernelModule};
 use crate::index::{DocId, Index, PostingList, TermId};
 use crate::select::bm25::TermScorer;
-use crate::select::{dedup_terms, term_id_list, Query, SearchResult, SelectStats};
+use crate::select::{cpu, dedup_terms, term_id_list, Query, SearchResult, SelectStats};
 
-/// Runs one query in AND mode on the GPU (whatever `query.mode` says): the same hits as
-/// [`crate::select::search`] with [`crate::select::Mode::And`], in the same order, with
+/// Merge elements per `intersect_merge_path` block, and its threads (`MERGE_TILE`,
+/// `MERGE_THREADS` in `kernels/intersect.cu`).
+const MERGE_TILE: u64 = 2048;
+const MERGE_THREADS: u32 = 256;
+
+/// How the GPU runs an AND query (see the module docs). The lists are counted shortest first,
+/// ties by their place in the query, as [`crate::select::schedule::QueryShape::dfs`] orders them.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct AndPlan {
+    /// Lists the GPU intersects (at least the shortest; more than the query has means all).
+    pub gpu_lists: usize,
+    /// A step runs by merge path when its list has at most this many times the shortest
+    /// list's postings, else by binary search per candidate.
+    pub merge_path_ratio: f64,
+}
+
+impl AndPlan {
+    /// Every list on the GPU.
+    pub fn gpu_only(merge_path_ratio: f64) -> AndPlan {
+        AndPlan {
+            gpu_lists: usize::MAX,
+            merge_path_ratio,
+        }
+    }
+}
+
+/// Runs one query in AND mode on the GPU (whatever `query.mode` says) as `plan` says: the same
+/// hits as [`crate::select::search`] with [`crate::select::Mode::And`], in the same order, with
 /// bit-identical scores.
 ///
 /// # Errors
@@ -35,84 +70,203 @@ pub fn search_and(
     cache: &mut PostingCache,
     index: &Index,
     query: &Query,
+    plan: &AndPlan,
 ) -> Result<SearchResult, GpuSelectError> {
-    super::timed_search(query, |stats| and_topk(cache, index, query, stats))
+    super::timed_search(query, |stats| and_topk(cache, index, query, plan, stats))
 }
 
-fn and_topk(
+/// A query term's list with its place among the query's distinct terms.
+struct QueryList<'a> {
+    qi: usize,
+    id: TermId,
+    list: PostingList<'a>,
+}
+
+pub(super) fn and_topk(
     cache: &mut PostingCache,
     index: &Index,
     query: &Query,
+    plan: &AndPlan,
     stats: &mut SelectStats,
 ) -> Result<Vec<(DocId, f64)>, GpuError> {
     // Any unknown term empties the result, as on the CPU.
-    let Some(lists) = dedup_terms(&query.terms)
+    let Some(mut lists) = dedup_terms(&query.terms)
         .into_iter()
-        .map(|t| term_id_list(index, t))
-        .collect::<Option<Vec<(TermId, PostingList)>>>()
+        .enumerate()
+        .map(|(qi, t)| term_id_list(index, t).map(|(id, list)| QueryList { qi, id, list }))
+        .collect::<Option<Vec<QueryList>>>()
     else {
         return Ok(Vec::new());
     };
     if query.k == 0 || lists.is_empty() {
         return Ok(Vec::new());
     }
-    let device = cache.device().clone();
+    // SvS order, as the CPU's AND and the scheduler's shape.
+    lists.sort_by_key(|l| (l.list.df, l.qi));
+    let on_gpu = plan.gpu_lists.clamp(1, lists.len());
+    let gpu_lists = &lists[..on_gpu];
+    let na = gpu_lists[0].list.df;
+    let merged = gpu_lists.iter().map(|l| l.list.df as u64 + na as u64).max();
+    if merged.is_some_and(|m| m + MERGE_TILE > u32::MAX as u64) {
+        return Err(GpuError::TooLarge {
+            what: "postings of one intersection step",
+            got: merged.unwrap_or(0) as usize,
+            limit: (u32::MAX as u64 - MERGE_TILE) as usize,
+        });
+    }
     let n = index.num_docs() as u64;
     let avgdl = index.avg_scoring_length();
-    let mut dfs = Vec::with_capacity(lists.len());
-    let mut params = Vec::with_capacity(6 * lists.len());
-    for &(_, list) in &lists {
-        stats.blocks_decoded += list.n_blocks() as u64;
-        dfs.push(list.df);
-        params.extend(
-            TermScorer::new(query.params, n, list.df as u64, avgdl)
+    // Per-query words: 6 f32 BM25 parameters per GPU list (SvS order), then, for each distinct
+    // query term in query order, its list's SvS position (score_and_found's `order`).
+    let mut extra = Vec::with_capacity(7 * on_gpu);
+    for l in gpu_lists {
+        stats.blocks_decoded += l.list.n_blocks() as u64;
+        extra.extend(
+            TermScorer::new(query.params, n, l.list.df as u64, avgdl)
                 .kernel_params()
                 .map(f32::to_bits),
         );
     }
-    // The BM25 parameters travel in the query's one staging copy.
-    let postings = cache.decode_query(index, &lists, &params)?;
-    // The candidates: the shortest list (ties by query position, as the CPU orders terms).
-    let shortest = (0..lists.len()).min_by_key(|&t| (dfs[t], t)).unwrap_or(0);
-    let m = dfs[shortest];
-    let n_terms = lists.len() as u32;
-    let starts = postings.slots_and_dfs.slice(..lists.len());
-    let dfs_dev = postings.slots_and_dfs.slice(lists.len()..);
-    // SAFETY: the words are the f32 parameters' bit patterns, 6 per term.
-    let Some(params_dev) = (unsafe { postings.extra.transmute::<f32>(params.len()) }) else {
-        unreachable!("the extra words are the parameters")
+    let mut order: Vec<u32> = (0..on_gpu as u32).collect();
+    order.sort_by_key(|&s| gpu_lists[s as usize].qi);
+    extra.extend_from_slice(&order);
+    // Scratch: one `found` array per step, then the hand-over's count and rows.
+    let steps_words = (on_gpu - 1) * na as usize;
+    let gather_words = match on_gpu < lists.len() {
+        true => 1 + na as usize * (1 + on_gpu),
+        false => 0,
     };
-    // The accumulator holds one f64 per document, at least m: AND's scores need no allocation.
-    let scores = postings.acc;
-    let shortest_u32 = shortest as u32;
-    let function = device.function(KernelModule::Score, "score_and")?;
+    let ids: Vec<(TermId, PostingList)> = gpu_lists.iter().map(|l| (l.id, l.list)).collect();
+    let device = cache.device().clone();
+    let mut postings = cache.decode_query(index, &ids, &extra, steps_words + gather_words)?;
     let stream = device.stream();
+    let docs = postings.docs.device_ptr(stream).0;
+    let at = |slot: u32| docs + 4 * slot as u64;
+    let found = postings.scratch.device_ptr(stream).0;
+    let found_of = |s: usize| found + 4 * ((s - 1) * na as usize) as u64;
+    let candidates = at(postings.slot[0]);
+    for s in 1..on_gpu {
+        let nb = gpu_lists[s].list.df;
+        let alive = if s == 1 { 0 } else { found_of(s - 1) };
+        let merge = nb as f64 <= plan.merge_path_ratio * na as f64;
+        let (kernel, config) = match merge {
+            true => (
+                "intersect_merge_path",
+                LaunchConfig {
+                    grid_dim: ((na as u64 + nb as u64).div_ceil(MERGE_TILE) as u32, 1, 1),
+                    block_dim: (MERGE_THREADS, 1, 1),
+                    shared_mem_bytes: 0,
+                },
+            ),
+            false => ("intersect_search", LaunchConfig::for_num_elems(na)),
+        };
+        let function = device.function(KernelModule::Intersect, kernel)?;
+        let (b, out) = (at(postings.slot[s]), found_of(s));
+        let mut launch = stream.launch_builder(function);
+        launch
+            .arg(&candidates)
+            .arg(&alive)
+            .arg(&na)
+            .arg(&b)
+            .arg(&nb)
+            .arg(&out);
+        // SAFETY: both kernels are `(const u32* a, const u32* alive, u32 na, const u32* b, u32 nb,
+        // u32* found)`: a is list 0's na decoded docIDs, b list s's nb (increasing, decoded
+        // above), alive null or step s − 1's na entries, found step s's na entries of the
+        // scratch (steps_words ≥ (on_gpu − 1) × na); na + nb + 2048 < 2³² (checked above); the
+        // merge kernel gets one 256-thread block per 2048 merge elements, the search any grid.
+        unsafe { launch.launch(config) }.during(kernel)?;
+    }
+    if on_gpu == lists.len() {
+        let scores = &mut *postings.acc;
+        let function = device.function(KernelModule::Score, "score_and_found")?;
+        let starts = postings.slots_and_dfs.slice(..on_gpu);
+        let params_at = postings.extra.device_ptr(stream).0;
+        let order_at = params_at + 4 * 6 * on_gpu as u64;
+        let lists_u32 = on_gpu as u32;
+        let mut launch = stream.launch_builder(function);
+        launch
+            .arg(postings.docs)
+            .arg(postings.tfs)
+            .arg(&starts)
+            .arg(&found)
+            .arg(&order_at)
+            .arg(&params_at)
+            .arg(&lists_u32)
+            .arg(&na)
+            .arg(postings.doc_len)
+            .arg(&mut *scores);
+        // SAFETY: `score_and_found(const u32* docs, const u32* tfs, const u32* start, const u32*
+        // found, const u32* order, const float* params, u32 lists, u32 na, const u32* doc_len,
+        // double* out)`: docs/tfs hold list s at start[s] (the query's slots), found the steps'
+        // arrays (unread for one list), the extra words 6 f32 per list then `order`, doc_len
+        // one entry per document, out ≥ na entries (the accumulator: one per document ≥ df);
+        // any 1-D grid.
+        unsafe { launch.launch(LaunchConfig::for_num_elems(na)) }.during("score_and_found")?;
+        phases::mark(postings.events, Mark::Scored, stream)?;
+        let ids = postings
+            .docs
+            .slice(postings.slot[0] as usize..(postings.slot[0] + na) as usize);
+        return top_k(
+            &device,
+            postings.topk,
+            postings.events,
+            scores,
+            Some(&ids),
+            na,
+            query.k,
+        );
+    }
+    let rows = gather(&device, &mut postings, found, steps_words, on_gpu, na)?;
+    let done: Vec<usize> = gpu_lists.iter().map(|l| l.qi).collect();
+    let (hits, cpu_stats) = cpu::and_finish(index, query, &done, &rows);
+    stats.blocks_decoded += cpu_stats.blocks_decoded;
+    stats.docs_scored += cpu_stats.docs_scored;
+    Ok(hits)
+}
+
+/// Packs the survivors of the GPU's `lists` − 1 steps (`intersect_gather`) into the scratch from
+/// word `at` on and copies them back: per survivor, in no particular order, its docID then its
+/// tf in each of the GPU's lists.
+///
+/// # Errors
+/// A driver error when the launch or a copy fails.
+fn gather(
+    device: &GpuDevice,
+    postings: &mut QueryPostings<'_>,
+    found: u64,
+    at: usize,
+    lists: usize,
+    na: u32,
+) -> Result<Vec<u32>, GpuError> {
+    let stream = device.stream();
+    let stride = 1 + lists;
+    stream
+        .memset_zeros(&mut postings.scratch.slice_mut(at..at + 1))
+        .during("hand-over count reset")?;
+    let function = device.function(KernelModule::Intersect, "intersect_gather")?;
+    let candidates = postings.docs.device_ptr(stream).0 + 4 * postings.slot[0] as u64;
+    let starts = postings.slots_and_dfs.slice(..lists);
+    let out = found + 4 * at as u64;
+    let steps = lists as u32;
     let mut launch = stream.launch_builder(function);
     launch
-        .arg(postings.docs)
+        .arg(&candidates)
         .arg(postings.tfs)
         .arg(&starts)
-        .arg(&dfs_dev)
-        .arg(&params_dev)
-        .arg(&n_terms)
-        .arg(&shortest_u32)
-        .arg(postings.doc_len)
-        .arg(&mut *scores);
-    // SAFETY: `score_and(const u32*, const u32*, const u32*, const u32*, const float*, u32, u32,
-    // const u32*, double*)` in this order; term t's postings lie at starts[t]..starts[t]+dfs[t]
-    // of docs and tfs (decoded above, docIDs increasing and below num_docs), params holds 6 f32
-    // per term, doc_len num_docs entries, scores num_docs ≥ m = dfs[shortest]; any 1-D grid.
-    unsafe { launch.launch(LaunchConfig::for_num_elems(m)) }.during("score_and")?;
-    phases::mark(postings.events, Mark::Scored, stream)?;
-    let start = postings.slot[shortest] as usize;
-    let ids = postings.docs.slice(start..start + m as usize);
-    top_k(
-        &device,
-        postings.topk,
-        postings.events,
-        scores,
-        Some(&ids),
-        m,
-        query.k,
-    )
+        .arg(&found)
+        .arg(&steps)
+        .arg(&na)
+        .arg(&out);
+    // SAFETY: `intersect_gather(const u32* a, const u32* tfs, const u32* start, const u32* found,
+    // u32 steps, u32 na, u32* out)`: a is list 0's na docIDs, tfs every list's at start[s],
+    // found the steps' (lists − 1) × na entries at the scratch's start, out the scratch from
+    // word `at` (1 + na × (1 + lists) words: the count, zeroed above, and at most na rows);
+    // the grid is whole warps (LaunchConfig::for_num_elems gives blocks of 1 024 threads).
+    unsafe { launch.launch(LaunchConfig::for_num_elems(na)) }.during("intersect_gather")?;
+    let count = stream
+        .clone_dtoh(&postings.scratch.slice(at..at + 1))
+        .during("hand-over count download")?[0] as usize;
+    let rows = postings.scratch.slice(at + 1..at + 1 + count * stride);
+    stream.clone_dtoh(&rows).during("hand-over rows download")
 }

@@ -104,6 +104,8 @@ struct Loaded {
     staging_at: usize,
     doc_len: CudaSlice<u32>,
     acc: CudaSlice<f64>,
+    /// Words of per-query scratch (AND's intersection steps), grown to the largest query's need.
+    scratch: CudaSlice<u32>,
     decoded: DecodedBlocks,
 }
 
@@ -129,6 +131,8 @@ pub struct QueryPostings<'a> {
     pub doc_len: &'a CudaSlice<u32>,
     /// One f64 per document, for OR's term-at-a-time accumulation (contents undefined).
     pub acc: &'a mut CudaSlice<f64>,
+    /// At least the scratch words the caller asked for (contents undefined).
+    pub scratch: &'a mut CudaSlice<u32>,
 }
 
 /// How lists are chosen to be resident.
@@ -299,6 +303,9 @@ impl PostingCache {
             staging_at,
             doc_len,
             acc,
+            // SAFETY: a query writes the scratch words it reads (contents undefined, as
+            // documented on `QueryPostings::scratch`).
+            scratch: unsafe { stream.alloc::<u32>(1) }.during("query scratch allocation")?,
             decoded: DecodedBlocks::alloc(&self.device, 1)?,
         });
         Ok(())
@@ -337,7 +344,7 @@ impl PostingCache {
     /// Decodes `lists` (a query's, in order) into the decode output with one launch: resident
     /// lists from device memory, the others (and the block table) copied through the staging
     /// buffer first, in the same copy as the lists' slots and dfs and the caller's `extra` words
-    /// (per-query parameters of its kernels).
+    /// (per-query parameters of its kernels), with at least `scratch_words` of device scratch.
     ///
     /// # Errors
     /// [`GpuError::TooLarge`] when what the query stages exceeds the staging region; a device
@@ -347,6 +354,7 @@ impl PostingCache {
         index: &Index,
         lists: &[(TermId, PostingList<'_>)],
         extra: &[u32],
+        scratch_words: usize,
     ) -> Result<QueryPostings<'_>, GpuError> {
         self.prepare(index)?;
         let Some(loaded) = self.loaded.as_mut() else {
@@ -400,6 +408,11 @@ impl PostingCache {
             loaded.decoded = DecodedBlocks::alloc(&self.device, n_blocks.next_power_of_two())?;
         }
         let stream = self.device.stream();
+        if loaded.scratch.len() < scratch_words {
+            // SAFETY: as at `prepare`: the query writes what it reads.
+            loaded.scratch = unsafe { stream.alloc::<u32>(scratch_words.next_power_of_two()) }
+                .during("query scratch allocation")?;
+        }
         // Every query ends by waiting for the stream (its top-k download), but one that failed
         // midway may have left its copy in flight: wait before rewriting the pinned buffer
         // (a few µs when the stream is idle, as it is after a successful query).
@@ -453,6 +466,7 @@ impl PostingCache {
             events,
             doc_len: &loaded.doc_len,
             acc: &mut loaded.acc,
+            scratch: &mut loaded.scratch,
         })
     }
 }

@@ -4,11 +4,14 @@
 //! accumulators ([`or`]) and AND queries by a binary search per candidate ([`and`]), both with a
 //! top-k on the device ([`topk`]; the kernels are `kernels/score.cu`). [`phases`] times a
 //! query's steps with CUDA events for `rankserve bench selection --gpu`.
+//! AND runs one intersection step at a time (`kernels/intersect.cu`), by merge path or binary
+//! search, and may hand the survivors to the CPU between steps ([`and`]); AND_OR is AND, then
+//! OR when AND found fewer than k ([`search_and_or`]).
 //!
 //! The CPU ([`crate::select::cpu`]) is the reference: GPU results are the same documents in the
 //! same order with bit-identical scores (DESIGN §5), which `tests/selection_gpu.rs` checks.
-//! [`crate::select::schedule`] chooses between this path and the CPU per query. Not built yet:
-//! merge-path intersection, AND_OR.
+//! [`crate::select::schedule`] chooses between this path and the CPU per query, and for AND
+//! per step.
 
 pub mod and;
 pub mod cache;
@@ -17,7 +20,7 @@ pub mod or;
 pub mod phases;
 mod topk;
 
-pub use and::search_and;
+pub use and::{search_and, AndPlan};
 pub use cache::{PostingCache, PostingCacheConfig, PostingCacheStats};
 pub use decode::{DecodeTiming, DecodedBlocks, PackedLists};
 pub use or::search_or;
@@ -25,9 +28,9 @@ pub use phases::SelectPhases;
 
 use std::time::Instant;
 
-use super::{check_params, Query, SearchResult, SelectError, SelectStats};
+use super::{check_params, cpu, Query, SearchResult, SelectError, SelectStats};
 use crate::gpu::GpuError;
-use crate::index::DocId;
+use crate::index::{DocId, Index};
 
 /// Why a GPU selection failed: the query itself (the CPU refuses it too), or the device (the
 /// caller runs the query on the CPU instead).
@@ -55,5 +58,28 @@ fn timed_search(
         hits,
         select_us: started.elapsed().as_micros() as u64,
         stats,
+    })
+}
+
+/// Runs one query in AND_OR mode on the GPU (whatever `query.mode` says): AND as `plan` says,
+/// then, when AND found fewer than k documents, OR, filled as the CPU fills them
+/// ([`cpu::fill_and_or`]): the same hits as [`crate::select::search`] with
+/// [`crate::select::Mode::AndOr`], with bit-identical scores.
+///
+/// # Errors
+/// As [`search_and`] and [`search_or`].
+pub fn search_and_or(
+    cache: &mut PostingCache,
+    index: &Index,
+    query: &Query,
+    plan: &AndPlan,
+) -> Result<SearchResult, GpuSelectError> {
+    timed_search(query, |stats| {
+        let and = and::and_topk(cache, index, query, plan, stats)?;
+        if and.len() >= query.k {
+            return Ok(and);
+        }
+        let or = or::or_topk(cache, index, query, stats)?;
+        Ok(cpu::fill_and_or(and, or, query.k))
     })
 }

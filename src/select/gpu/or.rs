@@ -39,7 +39,7 @@ pub fn search_or(
     super::timed_search(query, |stats| or_topk(cache, index, query, stats))
 }
 
-fn or_topk(
+pub(super) fn or_topk(
     cache: &mut PostingCache,
     index: &Index,
     query: &Query,
@@ -54,7 +54,7 @@ fn or_topk(
     }
     let device = cache.device().clone();
     let n_docs = index.num_docs();
-    let postings = cache.decode_query(index, &lists, &[])?;
+    let postings = cache.decode_query(index, &lists, &[], 0)?;
     let stream = device.stream();
     let fill = device.function(KernelModule::Score, "score_fill")?;
     let mut launch = stream.launch_builder(fill);

@@ -9,7 +9,8 @@
 # its dfs and CPU, GPU and hybrid times: the scheduler's constants are fitted from these).
 # CODECS (default "ef pfor"), REPS (default 5) and CACHE_BYTES (the GPU posting cache's budget,
 # default the command's 1 GiB) size the run; PARITY=0 skips the tests (a large-corpus run);
-# RATIO=1 adds two-term AND queries over a range of list-length ratios (scripts/ratio-queries.py)
+# MODES (default "and or and-or") picks the query modes; BENCH_ARGS adds arguments to every
+# `bench selection` (e.g. "--merge-path-ratio 0"); RATIO=1 adds two-term AND queries over a range of list-length ratios (scripts/ratio-queries.py)
 # and their CPU-vs-GPU table.
 set -uo pipefail
 carry=${CARRY:-carry}
@@ -46,9 +47,9 @@ rm "$work/corpus.jsonl"
 "$carry/rankserve" queries synth --index "$work/ef" --count "$QUERIES" --out "$work/queries.txt"
 echo "corpus, index builds, queries: $(($(date +%s) - start)) s" | tee -a "$out/build.log"
 for codec in $CODECS; do
-  for mode in and or; do
+  for mode in ${MODES:-and or and-or}; do
     "$carry/rankserve" bench selection --index "$work/$codec" --queries "$work/queries.txt" \
-      --mode "$mode" --reps "${REPS:-5}" "${cache[@]}" --gpu \
+      --mode "$mode" --reps "${REPS:-5}" "${cache[@]}" ${BENCH_ARGS:-} --gpu \
       --gpu-out "$out/queries-$codec-$mode.jsonl" 2>&1 | tee -a "$out/bench.log"
     echo "after $codec $mode: $(($(date +%s) - start)) s" | tee -a "$out/build.log"
   done
@@ -57,7 +58,7 @@ done
 if [ "${RATIO:-0}" = 1 ]; then
   python3 scripts/ratio-queries.py > "$work/ratio.txt"
   "$carry/rankserve" bench selection --index "$work/ef" --queries "$work/ratio.txt" --mode and \
-    --reps "${REPS:-5}" "${cache[@]}" --gpu --gpu-out "$out/ratio-ef-and.jsonl" > "$out/ratio.log" 2>&1
+    --reps "${REPS:-5}" "${cache[@]}" ${BENCH_ARGS:-} --gpu --gpu-out "$out/ratio-ef-and.jsonl" > "$out/ratio.log" 2>&1
   python3 scripts/ratio-queries.py --table "$out/ratio-ef-and.jsonl" | tee "$out/ratio.md"
 fi
 echo "total: $(($(date +%s) - start)) s"

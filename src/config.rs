@@ -17,7 +17,8 @@
 //! | `cpu_threads` | `RANKSERVE_CPU_THREADS` | the machine's parallelism |
 //! | `gpu_cache_bytes` | `RANKSERVE_GPU_CACHE_BYTES` | 4 GiB (device copies of rankers) |
 //! | `gpu_posting_cache_bytes` | `RANKSERVE_GPU_POSTING_CACHE_BYTES` | 1 GiB (posting lists resident on the device; 0: every list copied per query) |
-//! | `griffin_ratio` | `RANKSERVE_GRIFFIN_RATIO` | 4096 (AND runs on the CPU when the second shortest list is more than this many times the shortest) |
+//! | `griffin_ratio` | `RANKSERVE_GRIFFIN_RATIO` | 4096 (AND runs on the CPU when the second shortest list is more than this many times the shortest, and hands over between steps when the next list is more than this many times the intersection so far) |
+//! | `gpu_queue_ms` | `RANKSERVE_GPU_QUEUE_MS` | 500 (the longest a `backend=gpu` selection waits for the device, busy with other queries, before it runs on the CPU) |
 //! | `queue_capacity` | `RANKSERVE_QUEUE_CAPACITY` | 256 requests per ranker |
 //! | `batch_window_us` | `RANKSERVE_BATCH_WINDOW_US` | 200 (0 turns batching off) |
 //! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 4096 |
@@ -157,6 +158,8 @@ pub struct Config {
     pub gpu_posting_cache_bytes: u64,
     /// Griffin's threshold of the selection scheduler (`select::schedule`).
     pub griffin_ratio: f64,
+    /// The longest a `backend=gpu` selection waits for the device before it runs on the CPU.
+    pub gpu_queue_ms: u64,
     pub queue_capacity: usize,
     /// 0: batching off.
     pub batch_window_us: u64,
@@ -182,6 +185,7 @@ impl Default for Config {
             gpu_cache_bytes: 4 << 30,
             gpu_posting_cache_bytes: 1 << 30,
             griffin_ratio: crate::select::schedule::DEFAULT_GRIFFIN_RATIO,
+            gpu_queue_ms: 500,
             queue_capacity: 256,
             batch_window_us: 200,
             max_batch_docs: 4096,
@@ -209,6 +213,7 @@ pub struct Layer {
     pub gpu_cache_bytes: Option<String>,
     pub gpu_posting_cache_bytes: Option<String>,
     pub griffin_ratio: Option<String>,
+    pub gpu_queue_ms: Option<String>,
     pub queue_capacity: Option<String>,
     pub batch_window_us: Option<String>,
     pub max_batch_docs: Option<String>,
@@ -254,6 +259,7 @@ impl Layer {
             gpu_cache_bytes: lookup("RANKSERVE_GPU_CACHE_BYTES"),
             gpu_posting_cache_bytes: lookup("RANKSERVE_GPU_POSTING_CACHE_BYTES"),
             griffin_ratio: lookup("RANKSERVE_GRIFFIN_RATIO"),
+            gpu_queue_ms: lookup("RANKSERVE_GPU_QUEUE_MS"),
             queue_capacity: lookup("RANKSERVE_QUEUE_CAPACITY"),
             batch_window_us: lookup("RANKSERVE_BATCH_WINDOW_US"),
             max_batch_docs: lookup("RANKSERVE_MAX_BATCH_DOCS"),
@@ -369,6 +375,9 @@ impl Resolver {
                 source,
                 |r: &f64| r.is_finite() && *r >= 1.0,
             )?;
+        }
+        if let Some(v) = layer.gpu_queue_ms {
+            c.gpu_queue_ms = parse("gpu_queue_ms", &v, "milliseconds ≥ 0", source, |_| true)?;
         }
         if let Some(v) = layer.queue_capacity {
             c.queue_capacity = parse("queue_capacity", &v, "an integer ≥ 1", source, |n| {

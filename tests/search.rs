@@ -1006,3 +1006,50 @@ async fn gpu_search_selects_exactly_the_cpus_hits() {
         assert!(metrics.contains(name), "{name} missing from /metrics");
     }
 }
+
+/// A `backend=gpu` selection that finds the device held by other queries waits `gpu_queue_ms`,
+/// then runs on the CPU: the same hits, reported as selected on the CPU, long before the device
+/// is free (on a GPU; skipped without one, failing under `RANKSERVE_REQUIRE_GPU=1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_query_past_its_queue_deadline_runs_on_the_cpu() {
+    if rankserve::gpu::device::device_for_tests(
+        "a_gpu_query_past_its_queue_deadline_runs_on_the_cpu",
+    )
+    .is_none()
+    {
+        return;
+    }
+    let (dir, index) = built(&fixture_corpus(), "fixture", Codec::Ef);
+    let at = index.dir().to_path_buf();
+    let s = server_with(|c| {
+        c.index = Some(at);
+        c.gpu_queue_ms = 50;
+    });
+    let _dir = dir;
+    // Another query holds the device for 2 s.
+    let (held_tx, held_rx) = std::sync::mpsc::channel();
+    let state = s.state.clone();
+    let holder = std::thread::spawn(move || {
+        state.with_posting_cache(std::time::Duration::ZERO, |_| {
+            held_tx.send(()).unwrap();
+            std::thread::sleep(std::time::Duration::from_secs(2));
+        })
+    });
+    held_rx.recv().unwrap();
+    let started = std::time::Instant::now();
+    let (status, body) = search_on(&s, "kitchen ranking", Mode::And, 7, Backend::Gpu).await;
+    let waited = started.elapsed();
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let got: SearchResponse = serde_json::from_slice(&body).unwrap();
+    assert_eq!(got.backends.select, "cpu");
+    let want = search(&index, &Query::from_text("kitchen ranking", 7, Mode::And))
+        .unwrap()
+        .hits;
+    assert_eq!(doc_scores(&got), want);
+    assert!(
+        waited >= std::time::Duration::from_millis(50)
+            && waited < std::time::Duration::from_secs(1),
+        "answered after {waited:?}"
+    );
+    holder.join().unwrap();
+}

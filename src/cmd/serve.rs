@@ -59,9 +59,14 @@ pub struct Args {
     #[arg(long)]
     gpu_posting_cache_bytes: Option<String>,
     /// Selection scheduler: AND runs on the CPU when the second shortest list is more than this
-    /// many times the shortest [default: 128].
+    /// many times the shortest, and hands over between steps when the next list is more than
+    /// this many times the intersection so far [default: 4096].
     #[arg(long)]
     griffin_ratio: Option<String>,
+    /// The longest a backend=gpu selection waits for the busy device before it runs on the CPU,
+    /// in milliseconds [default: 500].
+    #[arg(long)]
+    gpu_queue_ms: Option<String>,
     /// Requests admitted per ranker before 503 overloaded [default: 256].
     #[arg(long)]
     queue_capacity: Option<String>,
@@ -101,6 +106,7 @@ impl Args {
             gpu_cache_bytes: self.gpu_cache_bytes,
             gpu_posting_cache_bytes: self.gpu_posting_cache_bytes,
             griffin_ratio: self.griffin_ratio,
+            gpu_queue_ms: self.gpu_queue_ms,
             queue_capacity: self.queue_capacity,
             batch_window_us: self.batch_window_us,
             max_batch_docs: self.max_batch_docs,

@@ -70,17 +70,21 @@ impl Side {
 }
 
 /// What the cost model reads of a query: the dfs of its distinct terms found in the index,
-/// ascending, and whether a term is missing (which empties an AND).
+/// ascending, whether a term is missing (which empties an AND), and the hits wanted.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct QueryShape {
     pub dfs: Vec<u32>,
     pub missing_term: bool,
+    pub k: usize,
 }
 
 impl QueryShape {
     /// The shape of `query` over `index`.
     pub fn of(index: &Index, query: &Query) -> QueryShape {
-        let mut shape = QueryShape::default();
+        let mut shape = QueryShape {
+            k: query.k,
+            ..QueryShape::default()
+        };
         for term in dedup_terms(&query.terms) {
             match term_list(index, term) {
                 Some(list) => shape.dfs.push(list.df),
@@ -102,6 +106,15 @@ impl QueryShape {
             [shortest, second, ..] => second as f64 / shortest.max(1) as f64,
             _ => 1.0,
         }
+    }
+
+    /// The size of the intersection of the `lists` shortest lists on an index of `n_docs`, as if
+    /// the terms occurred independently: df₀ · Π df_s / N.
+    pub fn and_estimate(&self, lists: usize, n_docs: u32) -> f64 {
+        let n = n_docs.max(1) as f64;
+        let mut dfs = self.dfs.iter().take(lists).map(|&df| df as f64);
+        let first = dfs.next().unwrap_or(0.0);
+        dfs.fold(first, |estimate, df| estimate * df / n)
     }
 
     /// The CPU AND's probes: each posting of the shortest list sought in every other list
@@ -212,14 +225,7 @@ impl Scheduler {
                 !shape.missing_term && shape.length_ratio() <= self.griffin_ratio && gpu_us < cpu_us
             }
             Mode::Or => !shape.dfs.is_empty() && gpu_us < cpu_us,
-            // Where its AND goes; where its OR goes when a missing term empties the AND.
-            Mode::AndOr => {
-                let mode = match shape.missing_term {
-                    true => Mode::Or,
-                    false => Mode::And,
-                };
-                return self.choose(shape, mode, n_docs);
-            }
+            Mode::AndOr => return self.choose_and_or(shape, n_docs),
         };
         Choice {
             side: if gpu_wins { Side::Gpu } else { Side::Cpu },
@@ -230,20 +236,41 @@ impl Scheduler {
 }
 
 impl Scheduler {
+    /// AND_OR: where its OR goes when a missing term empties the AND; where its AND goes when
+    /// the AND is expected to find k hits ([`QueryShape::and_estimate`]); otherwise both run, and
+    /// the processor with the smaller sum of the two estimates takes the query.
+    fn choose_and_or(&self, shape: &QueryShape, n_docs: u32) -> Choice {
+        let or = self.choose(shape, Mode::Or, n_docs);
+        if shape.missing_term {
+            return or;
+        }
+        let and = self.choose(shape, Mode::And, n_docs);
+        if shape.and_estimate(shape.dfs.len(), n_docs) >= shape.k as f64 {
+            return and;
+        }
+        let (cpu_us, gpu_us) = (and.cpu_us + or.cpu_us, and.gpu_us + or.gpu_us);
+        Choice {
+            side: if gpu_us < cpu_us {
+                Side::Gpu
+            } else {
+                Side::Cpu
+            },
+            cpu_us,
+            gpu_us,
+        }
+    }
+
     /// How the GPU runs an AND over `shape` on an index of `n_docs` (see the module docs): the
     /// lists, shortest first, while each is at most `griffin_ratio` times the intersection's
     /// estimated size so far (the shortest list always).
     pub fn and_plan(&self, shape: &QueryShape, n_docs: u32) -> AndPlan {
         let mut gpu_lists = 1;
-        if let Some((&shortest, rest)) = shape.dfs.split_first() {
-            let mut estimate = shortest as f64;
-            for &df in rest {
-                if df as f64 > self.griffin_ratio * estimate.max(1.0) {
-                    break;
-                }
-                gpu_lists += 1;
-                estimate *= df as f64 / n_docs.max(1) as f64;
+        while let Some(&df) = shape.dfs.get(gpu_lists) {
+            let so_far = shape.and_estimate(gpu_lists, n_docs);
+            if df as f64 > self.griffin_ratio * so_far.max(1.0) {
+                break;
             }
+            gpu_lists += 1;
         }
         AndPlan {
             gpu_lists,
@@ -327,6 +354,7 @@ mod tests {
         QueryShape {
             dfs: dfs.to_vec(),
             missing_term: false,
+            k: 10,
         }
     }
 
@@ -374,15 +402,31 @@ mod tests {
             ..shape(&[200_000, 300_000])
         };
         assert_eq!(s.choose(&missing, Mode::And, 500_000).side, Side::Cpu);
-        // AND_OR goes where its AND goes, or its OR when a term is missing.
-        for (shape, n_docs) in [(shape(&[200_000, 300_000]), 500_000), (missing, 500_000)] {
-            let and_or = s.choose(&shape, Mode::AndOr, n_docs);
-            let mode = if shape.missing_term {
-                Mode::Or
-            } else {
-                Mode::And
-            };
-            assert_eq!(and_or, s.choose(&shape, mode, n_docs));
+        // AND_OR goes where its OR goes when a term is missing, where its AND goes when the
+        // AND should find k hits, else where both together cost least.
+        assert_eq!(
+            s.choose(&missing, Mode::AndOr, 500_000),
+            s.choose(&missing, Mode::Or, 500_000)
+        );
+        let many = shape(&[200_000, 300_000]);
+        assert!(many.and_estimate(2, 500_000) >= 10.0);
+        assert_eq!(
+            s.choose(&many, Mode::AndOr, 500_000),
+            s.choose(&many, Mode::And, 500_000)
+        );
+        // Two lists of 100 among 10⁶ documents: 0.01 expected in the AND, so OR runs too; the
+        // CPU wins both. 20 and 200 000: 4 expected; OR's 200 020 postings go to the GPU.
+        for (dfs, side) in [(&[100, 100][..], Side::Cpu), (&[20, 200_000], Side::Gpu)] {
+            let few = shape(dfs);
+            assert!(few.and_estimate(2, 1_000_000) < 10.0);
+            let (and, or) = (
+                s.choose(&few, Mode::And, 1_000_000),
+                s.choose(&few, Mode::Or, 1_000_000),
+            );
+            let and_or = s.choose(&few, Mode::AndOr, 1_000_000);
+            assert_eq!(and_or.cpu_us, and.cpu_us + or.cpu_us);
+            assert_eq!(and_or.gpu_us, and.gpu_us + or.gpu_us);
+            assert_eq!(and_or.side, side, "{dfs:?}");
         }
     }
 

@@ -101,6 +101,7 @@ fn select_candidates(
     terms: Vec<String>,
     request: &SearchRequest,
     ranker: Option<&LoadedRanker>,
+    deadline: Option<Instant>,
 ) -> Result<Candidates, ApiError> {
     let n_docs = index.num_docs() as usize;
     let wanted = match ranker {
@@ -111,10 +112,20 @@ fn select_candidates(
     let backend = request.backend.unwrap_or(state.config.backend);
     // The choice comes before the GPU's lock: a query bound for the CPU must not hold the
     // device while it runs there (another would then find the GPU busy and go to the CPU too).
-    // One bound for the GPU under `auto` takes it if free, else runs on the CPU.
+    // One bound for the GPU under `auto` takes it if free, else runs on the CPU; under `gpu` it
+    // waits for it up to `gpu_queue_ms` (never past the request's deadline), then does the same.
+    let wait = match backend {
+        Backend::Gpu => {
+            let queue = Duration::from_millis(state.config.gpu_queue_ms);
+            deadline.map_or(queue, |at| {
+                queue.min(at.saturating_duration_since(Instant::now()))
+            })
+        }
+        _ => Duration::ZERO,
+    };
     let ran = match state.scheduler.sends_to_gpu(index, &query, backend) {
         false => schedule::search(index, &query, Backend::Cpu, None, &state.scheduler),
-        true => state.with_posting_cache(backend == Backend::Gpu, |cache| {
+        true => state.with_posting_cache(wait, |cache| {
             schedule::search(index, &query, Backend::Gpu, cache, &state.scheduler)
         }),
     }
@@ -358,9 +369,11 @@ pub(super) async fn search(
 
     let (request, candidates) = {
         let (state, index, loaded) = (Arc::clone(&state), Arc::clone(&index), loaded.clone());
+        let at = deadline.at;
         tokio::task::spawn_blocking(move || {
             let _stage = tracing::info_span!("search", terms = terms.len()).entered();
-            let candidates = select_candidates(&state, &index, terms, &request, loaded.as_deref());
+            let candidates =
+                select_candidates(&state, &index, terms, &request, loaded.as_deref(), at);
             (request, candidates)
         })
         .await

@@ -180,18 +180,22 @@ impl State {
         }
     }
 
-    /// Runs `select` with the GPU posting cache: `None` without a GPU, and, when `wait` is false,
-    /// when another query holds it (the device is busy: the caller's CPU is free).
+    /// Runs `select` with the GPU posting cache: `None` without a GPU, and when other queries
+    /// hold it for longer than `wait` (the device is busy: the caller's CPU is free). A query
+    /// that gave up waiting is counted in `rankserve_gpu_queue_timeouts_total`.
     pub fn with_posting_cache<T>(
         &self,
-        wait: bool,
+        wait: Duration,
         select: impl FnOnce(Option<&mut PostingCache>) -> T,
     ) -> T {
-        let mut held = if wait {
-            Some(self.posting_cache.lock())
-        } else {
-            self.posting_cache.try_lock()
+        let mut held = match wait.is_zero() {
+            true => self.posting_cache.try_lock(),
+            false => self.posting_cache.try_lock_for(wait),
         };
+        if held.is_none() && !wait.is_zero() {
+            metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
+                .increment(1);
+        }
         select(held.as_mut().and_then(|cache| cache.as_mut()))
     }
 

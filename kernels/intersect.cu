@@ -13,28 +13,11 @@
 // - intersect_search for a list much longer than the candidates: a binary search per candidate
 //   over the whole list (Ding et al. WWW'09), which reads only log2(n) entries of it per candidate.
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
 
 #define NOT_FOUND 0xffffffffu
 // Merge elements (candidates + list postings) per intersect_merge_path block, and its threads.
 #define MERGE_TILE 2048u
 #define MERGE_THREADS 256u
-
-// The first index i of s[0..n) with s[i] >= x (n when there is none).
-__device__ __forceinline__ u32 lower_bound(const u32* s, u32 n, u32 x) {
-    u32 lo = 0;
-    u32 hi = n;
-    while (lo < hi) {
-        const u32 mid = lo + (hi - lo) / 2;
-        if (s[mid] < x) {
-            lo = mid + 1;
-        } else {
-            hi = mid;
-        }
-    }
-    return lo;
-}
 
 // How many of a's elements are among the first d of the merge of a[0..na) and b[0..nb) (both
 // increasing), ties taking a's element first: the merge path's crossing of diagonal d.

@@ -1,10 +1,8 @@
 // BM25 on the GPU. OR queries term at a time (Ding et al. WWW'09): BM25 contributions scattered
-// into a dense f64 accumulator of one entry per document; AND's survivors of intersect.cu's steps
-// scored in query order; then a top-k by per-block candidates that the host merges. Compiled with --fmad=false (src/gpu/module.rs) so every f32 operation rounds exactly
+// into a dense f64 accumulator of one entry per document; AND's candidates after intersect.cu's
+// merge-path steps searched in the other lists and scored in query order; then a top-k by per-block candidates that the host merges. Compiled with --fmad=false (src/gpu/module.rs) so every f32 operation rounds exactly
 // as src/select/bm25.rs's TermScorer::contribution does on the CPU: scores are bit-identical.
 
-typedef unsigned int u32;
-typedef unsigned long long u64;
 
 // An accumulator entry no term has touched: -0.0. Adding a contribution c to -0.0 gives c
 // exactly (as 0.0 + c does on the CPU), and even a +0.0 contribution turns it into +0.0, so
@@ -47,34 +45,46 @@ extern "C" __global__ void score_term(const u32* docs, const u32* tfs, u32 df, c
     }
 }
 
-// score_and_found: AND's scores from the intersection steps (intersect.cu): a candidate that
-// every list holds gets its f32 contributions summed in f64 in query order from 0.0, as the
-// CPU's AND sums them.
+// score_and_found: AND's scores after intersect.cu's merge-path steps: the lists those steps did
+// not cover are searched here (binary search per candidate, Ding et al. WWW'09), in the same
+// launch as the scoring, and a candidate that every list holds gets its f32 contributions summed
+// in f64 in query order from 0.0, as the CPU's AND sums them.
 // Launch: any 1-D grid, grid-stride over na; one thread per candidate (list 0's posting i).
 // Reads:  docs, tfs   the lists' decoded postings, in SvS order (list 0 the shortest), list s's
-//                     starting at start[s]
-//         found       lists - 1 arrays of na entries (intersect.cu's steps: candidate i's
-//                     position in list s at found[(s - 1) * na + i], NOT_FOUND when it left the
-//                     intersection at or before step s)
+//                     df[s] postings starting at start[s] (docIDs increasing)
+//         found       stepped - 1 arrays of na entries (the steps of lists 1 .. stepped - 1:
+//                     candidate i's position in list s at found[(s - 1) * na + i], NOT_FOUND
+//                     when it left the intersection at or before step s); lists stepped .. lists
+//                     - 1 are searched here, shortest first, up to the first that lacks it
 //         order       order[q] = the list of the query's q-th distinct term
 //         params      6 f32 per list (TermScorer::kernel_params), SvS order
 //         doc_len     scoring length of every document
 // Writes: out[i] = the score of candidate i if every list holds it, else -0.0 (untouched), for
 //         i < na.
 extern "C" __global__ void score_and_found(const u32* docs, const u32* tfs, const u32* start,
-                                           const u32* found, const u32* order,
-                                           const float* params, u32 lists, u32 na,
-                                           const u32* doc_len, double* out) {
+                                           const u32* df, const u32* found, u32 stepped,
+                                           const u32* order, const float* params, u32 lists,
+                                           u32 na, const u32* doc_len, double* out) {
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < na; i += (u64)gridDim.x * blockDim.x) {
-        if (lists > 1 && found[(u64)(lists - 2) * na + i] == 0xffffffffu) {
+        const u32 doc = docs[start[0] + i];
+        bool all = stepped < 2 || found[(u64)(stepped - 2) * na + i] != 0xffffffffu;
+        for (u32 s = stepped; s < lists && all; ++s) {
+            const u32 j = lower_bound(docs + start[s], df[s], doc);
+            all = j < df[s] && docs[start[s] + j] == doc;
+        }
+        if (!all) {
             out[i] = __longlong_as_double((long long)UNTOUCHED_BITS);
             continue;
         }
-        const u32 dl = doc_len[docs[start[0] + i]];
+        const u32 dl = doc_len[doc];
         double sum = 0.0;
         for (u32 q = 0; q < lists; ++q) {
             const u32 s = order[q];
-            const u32 at = s == 0 ? (u32)i : found[(u64)(s - 1) * na + i];
+            // A searched list's position again: the survivors are few, and their searches hit
+            // the cache.
+            const u32 at = s == 0          ? (u32)i
+                           : s < stepped   ? found[(u64)(s - 1) * na + i]
+                                           : lower_bound(docs + start[s], df[s], doc);
             sum += (double)contribution(params + 6 * s, tfs[start[s] + at], dl);
         }
         out[i] = sum;

@@ -5,7 +5,8 @@
 # builds the corpus, index and queries); MODES (default "and or"), DOCS (default 3 000 000),
 # QUERIES (500), REPS (3), ROUNDS (1), BENCH_ARGS (added to every bench) size it; RATIO=1 adds
 # the two-term AND queries by list-length ratio (scripts/ratio-queries.py) to every round.
-# Logs go to $OUT; a line per bench is printed last.
+# Logs go to $OUT (and, with RATIO=1, each binary's CPU-vs-GPU table by ratio, NAME-ratio-ROUND.md);
+# a line per bench is printed last.
 #
 #   BINS="before=carry/old/rankserve after=carry/rankserve" OUT=$OUT bash scripts/gpu-select-ab.sh
 set -uo pipefail
@@ -40,6 +41,10 @@ for round in $(seq "${ROUNDS:-1}"); do
         rows=$(grep -E '^\| (CPU|GPU|hybrid) \|' "$log" | awk -F'|' '{printf "%s mean %s p99 %s; ", $2, $3, $6}')
         same=$(grep -Eo 'identical to the CPU.s on [0-9]+/[0-9]+ queries, hybrid.s on [0-9]+/[0-9]+' "$log")
         summary+=("round $round $set $mode $name: $rows$same")
+        if [ "$set" = ratio ]; then
+          python3 scripts/ratio-queries.py --table "$out/$name-$set-$mode-$round.jsonl" \
+            > "$out/$name-ratio-$round.md"
+        fi
       done
     done
   done

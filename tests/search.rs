@@ -1023,6 +1023,7 @@ async fn a_gpu_query_past_its_queue_deadline_runs_on_the_cpu() {
     let at = index.dir().to_path_buf();
     let s = server_with(|c| {
         c.index = Some(at);
+        c.backend = Backend::Auto;
         c.gpu_queue_ms = 50;
     });
     let _dir = dir;

@@ -65,8 +65,15 @@ impl KernelModule {
                 include_str!("../../kernels/packing.cuh"),
                 include_str!("../../kernels/ef.cu")
             ),
-            KernelModule::Intersect => include_str!("../../kernels/intersect.cu"),
-            KernelModule::Score => include_str!("../../kernels/score.cu"),
+            // Both search sorted docIDs with kernels/search.cuh's lower_bound.
+            KernelModule::Intersect => concat!(
+                include_str!("../../kernels/search.cuh"),
+                include_str!("../../kernels/intersect.cu")
+            ),
+            KernelModule::Score => concat!(
+                include_str!("../../kernels/search.cuh"),
+                include_str!("../../kernels/score.cu")
+            ),
         }
     }
 

@@ -10,8 +10,10 @@
 //! - otherwise a binary search per candidate (`intersect_search`), which reads log2(n) entries of
 //!   a long list per candidate instead of all of it.
 //!
-//! Only the GPU's lists are copied and decoded. When every list is the GPU's, `score_and_found`
-//! sums each survivor's contributions in query order and the top-k is shared with OR. Otherwise
+//! Only the GPU's lists are copied and decoded. When every list is the GPU's, the binary-search
+//! steps run inside `score_and_found` (after the merge-path steps, which come first since the
+//! lists are shortest first), which sums each survivor's contributions in query order: a query
+//! without merge steps is one launch before the top-k, shared with OR. Otherwise
 //! `intersect_gather` packs the survivors (docID and tf per list) and the CPU seeks them in the
 //! remaining lists ([`crate::select::cpu::and_finish`]), through the skip entries, decoding one
 //! block per candidate and list at most. Either way the hits and their bit patterns are the CPU
@@ -73,6 +75,11 @@ pub fn search_and(
     plan: &AndPlan,
 ) -> Result<SearchResult, GpuSelectError> {
     super::timed_search(query, |stats| and_topk(cache, index, query, plan, stats))
+}
+
+/// Whether a step over a list of `nb` postings runs by merge path (see [`AndPlan`]).
+fn merges(plan: &AndPlan, na: u32, nb: u32) -> bool {
+    nb as f64 <= plan.merge_path_ratio * na as f64
 }
 
 /// A query term's list with its place among the query's distinct terms.
@@ -145,11 +152,16 @@ pub(super) fn and_topk(
     let found = postings.scratch.device_ptr(stream).0;
     let found_of = |s: usize| found + 4 * ((s - 1) * na as usize) as u64;
     let candidates = at(postings.slot[0]);
-    for s in 1..on_gpu {
+    let finished_here = on_gpu == lists.len();
+    // Merge-path steps come first (lists are shortest first, so the ratio only grows); when the
+    // GPU finishes the query, score_and_found searches the other lists itself, in its launch.
+    let steps = (1..on_gpu)
+        .take_while(|&s| !finished_here || merges(plan, na, gpu_lists[s].list.df))
+        .count();
+    for s in 1..=steps {
         let nb = gpu_lists[s].list.df;
         let alive = if s == 1 { 0 } else { found_of(s - 1) };
-        let merge = nb as f64 <= plan.merge_path_ratio * na as f64;
-        let (kernel, config) = match merge {
+        let (kernel, config) = match merges(plan, na, nb) {
             true => (
                 "intersect_merge_path",
                 LaunchConfig {
@@ -177,19 +189,22 @@ pub(super) fn and_topk(
         // merge kernel gets one 256-thread block per 2048 merge elements, the search any grid.
         unsafe { launch.launch(config) }.during(kernel)?;
     }
-    if on_gpu == lists.len() {
+    if finished_here {
         let scores = &mut *postings.acc;
         let function = device.function(KernelModule::Score, "score_and_found")?;
         let starts = postings.slots_and_dfs.slice(..on_gpu);
+        let dfs = postings.slots_and_dfs.slice(on_gpu..);
         let params_at = postings.extra.device_ptr(stream).0;
         let order_at = params_at + 4 * 6 * on_gpu as u64;
-        let lists_u32 = on_gpu as u32;
+        let (lists_u32, stepped) = (on_gpu as u32, 1 + steps as u32);
         let mut launch = stream.launch_builder(function);
         launch
             .arg(postings.docs)
             .arg(postings.tfs)
             .arg(&starts)
+            .arg(&dfs)
             .arg(&found)
+            .arg(&stepped)
             .arg(&order_at)
             .arg(&params_at)
             .arg(&lists_u32)
@@ -197,11 +212,11 @@ pub(super) fn and_topk(
             .arg(postings.doc_len)
             .arg(&mut *scores);
         // SAFETY: `score_and_found(const u32* docs, const u32* tfs, const u32* start, const u32*
-        // found, const u32* order, const float* params, u32 lists, u32 na, const u32* doc_len,
-        // double* out)`: docs/tfs hold list s at start[s] (the query's slots), found the steps'
-        // arrays (unread for one list), the extra words 6 f32 per list then `order`, doc_len
-        // one entry per document, out ≥ na entries (the accumulator: one per document ≥ df);
-        // any 1-D grid.
+        // df, const u32* found, u32 stepped, const u32* order, const float* params, u32 lists,
+        // u32 na, const u32* doc_len, double* out)`: docs/tfs hold list s's df[s] postings at
+        // start[s] (the query's slots and dfs), found the `steps` merge steps' arrays (unread
+        // when stepped < 2), the extra words 6 f32 per list then `order`, doc_len one entry per
+        // document, out ≥ na entries (the accumulator: one per document ≥ df); any 1-D grid.
         unsafe { launch.launch(LaunchConfig::for_num_elems(na)) }.during("score_and_found")?;
         phases::mark(postings.events, Mark::Scored, stream)?;
         let ids = postings

@@ -5,13 +5,15 @@
 // Scoring (score.cu's score_and_found) reads those positions; when the scheduler hands the rest
 // of the query to the CPU, intersect_gather packs the survivors for it.
 //
-// Two ways to run a step, chosen per step by the host from the lists' length ratio:
-// - intersect_merge_path for lists of similar length: the merge of the candidates and the list
-//   is cut into tiles of equal length (merge path: every block does the same work however the
-//   values fall), and each block finds its candidates in its slice of the list, staged in shared
-//   memory. Every posting of both lists is read once, coalesced.
-// - intersect_search for a list much longer than the candidates: a binary search per candidate
-//   over the whole list (Ding et al. WWW'09), which reads only log2(n) entries of it per candidate.
+// Two ways to run a step, chosen per step by the host from the list's length
+// (src/select/gpu/and.rs, select::schedule::DEFAULT_MERGE_PATH_MIN_DF says why):
+// - intersect_merge_path: the merge of the candidates and the list is cut into tiles of equal
+//   length (merge path: every block does the same work however the values fall), and each block
+//   finds its candidates in its slice of the list, staged in shared memory. Every posting of
+//   both lists is read once, coalesced, by as many blocks as the merge has tiles.
+// - intersect_search: a binary search per candidate over the whole list (Ding et al. WWW'09),
+//   log2(n) dependent reads per candidate. When the GPU finishes the query, score.cu's
+//   score_and_found runs these searches itself; this kernel serves a hand-over to the CPU.
 
 
 #define NOT_FOUND 0xffffffffu

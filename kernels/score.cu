@@ -52,25 +52,29 @@ extern "C" __global__ void score_term(const u32* docs, const u32* tfs, u32 df, c
 // Launch: any 1-D grid, grid-stride over na; one thread per candidate (list 0's posting i).
 // Reads:  docs, tfs   the lists' decoded postings, in SvS order (list 0 the shortest), list s's
 //                     df[s] postings starting at start[s] (docIDs increasing)
-//         found       stepped - 1 arrays of na entries (the steps of lists 1 .. stepped - 1:
-//                     candidate i's position in list s at found[(s - 1) * na + i], NOT_FOUND
-//                     when it left the intersection at or before step s); lists stepped .. lists
-//                     - 1 are searched here, shortest first, up to the first that lacks it
+//         found       `steps` arrays of na entries, one per merge-path step in launch order:
+//                     candidate i's position in the step's list, NOT_FOUND when it left the
+//                     intersection at or before that step (so the last array says who is left)
+//         step_of     per list s ≥ 1, the index of its step's array, or NOT_FOUND: list s is
+//                     searched here (shortest first, up to the first list that lacks the
+//                     candidate)
 //         order       order[q] = the list of the query's q-th distinct term
 //         params      6 f32 per list (TermScorer::kernel_params), SvS order
 //         doc_len     scoring length of every document
 // Writes: out[i] = the score of candidate i if every list holds it, else -0.0 (untouched), for
 //         i < na.
 extern "C" __global__ void score_and_found(const u32* docs, const u32* tfs, const u32* start,
-                                           const u32* df, const u32* found, u32 stepped,
-                                           const u32* order, const float* params, u32 lists,
-                                           u32 na, const u32* doc_len, double* out) {
+                                           const u32* df, const u32* found, const u32* step_of,
+                                           u32 steps, const u32* order, const float* params,
+                                           u32 lists, u32 na, const u32* doc_len, double* out) {
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < na; i += (u64)gridDim.x * blockDim.x) {
         const u32 doc = docs[start[0] + i];
-        bool all = stepped < 2 || found[(u64)(stepped - 2) * na + i] != 0xffffffffu;
-        for (u32 s = stepped; s < lists && all; ++s) {
-            const u32 j = lower_bound(docs + start[s], df[s], doc);
-            all = j < df[s] && docs[start[s] + j] == doc;
+        bool all = steps == 0 || found[(u64)(steps - 1) * na + i] != 0xffffffffu;
+        for (u32 s = 1; s < lists && all; ++s) {
+            if (step_of[s] == 0xffffffffu) {
+                const u32 j = lower_bound(docs + start[s], df[s], doc);
+                all = j < df[s] && docs[start[s] + j] == doc;
+            }
         }
         if (!all) {
             out[i] = __longlong_as_double((long long)UNTOUCHED_BITS);
@@ -82,9 +86,9 @@ extern "C" __global__ void score_and_found(const u32* docs, const u32* tfs, cons
             const u32 s = order[q];
             // A searched list's position again: the survivors are few, and their searches hit
             // the cache.
-            const u32 at = s == 0          ? (u32)i
-                           : s < stepped   ? found[(u64)(s - 1) * na + i]
-                                           : lower_bound(docs + start[s], df[s], doc);
+            const u32 at = s == 0                      ? (u32)i
+                           : step_of[s] != 0xffffffffu ? found[(u64)step_of[s] * na + i]
+                                                       : lower_bound(docs + start[s], df[s], doc);
             sum += (double)contribution(params + 6 * s, tfs[start[s] + at], dl);
         }
         out[i] = sum;

@@ -208,23 +208,29 @@ fn caches(device: &Arc<GpuDevice>, index: &Index) -> Vec<(&'static str, PostingC
 }
 
 /// The AND plans every GPU AND and AND_OR check runs: every step by merge path, every step by
-/// binary search, and the survivors handed to the CPU after one list and after two.
+/// binary search, the survivors handed to the CPU after one list and after two, and merge path
+/// for the longer lists only.
 const PLANS: [AndPlan; 4] = [
     AndPlan {
         gpu_lists: usize::MAX,
-        merge_path_ratio: f64::INFINITY,
+        merge_path_min_df: 0,
     },
     AndPlan {
         gpu_lists: usize::MAX,
-        merge_path_ratio: 0.0,
+        merge_path_min_df: u32::MAX,
     },
     AndPlan {
         gpu_lists: 1,
-        merge_path_ratio: f64::INFINITY,
+        merge_path_min_df: 0,
     },
     AndPlan {
         gpu_lists: 2,
-        merge_path_ratio: f64::INFINITY,
+        merge_path_min_df: u32::MAX,
+    },
+    // Merge-path steps over the longer lists only, the shorter ones searched.
+    AndPlan {
+        gpu_lists: usize::MAX,
+        merge_path_min_df: 300,
     },
 ];
 

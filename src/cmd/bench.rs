@@ -320,10 +320,10 @@ pub struct SelectionArgs {
     /// more than this many times the shortest.
     #[arg(long, default_value_t = rankserve::select::schedule::DEFAULT_GRIFFIN_RATIO)]
     griffin_ratio: f64,
-    /// A GPU AND step runs by merge path when its list is at most this many times the shortest
-    /// (else by binary search per candidate): 0 searches always, inf merges always.
-    #[arg(long, default_value_t = rankserve::select::schedule::DEFAULT_MERGE_PATH_RATIO)]
-    merge_path_ratio: f64,
+    /// A GPU AND step runs by merge path when its list has at least this many postings (else by
+    /// binary search per candidate): 0 merges always, 4294967295 never.
+    #[arg(long, default_value_t = rankserve::select::schedule::DEFAULT_MERGE_PATH_MIN_DF)]
+    merge_path_min_df: u32,
     /// With --gpu, one JSON line per query here: its dfs and its CPU, GPU and hybrid times.
     #[arg(long, value_name = "FILE.jsonl")]
     gpu_out: Option<PathBuf>,
@@ -351,7 +351,7 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
     };
     let scheduler = Scheduler {
         griffin_ratio: args.griffin_ratio,
-        merge_path_ratio: args.merge_path_ratio,
+        merge_path_min_df: args.merge_path_min_df,
         ..Scheduler::default()
     };
     let runs =

@@ -17,8 +17,8 @@
 //! ([`crate::select::gpu::AndPlan`]). The intersection's size is estimated before any launch, as
 //! if the terms occurred independently (`|C| ≈ df₀ · Π df_s / N`), so that the lists the CPU will
 //! take are never copied or decoded, and no step waits for the device to learn a count. Each GPU
-//! step runs by merge path when its list is at most `merge_path_ratio` times the shortest, else
-//! by binary search. AND_OR goes where its AND goes (where OR goes when a term is missing, which
+//! step runs by merge path when its list has at least `merge_path_min_df` postings, else by
+//! binary search ([`DEFAULT_MERGE_PATH_MIN_DF`] says why length, not ratio, decides). AND_OR goes where its AND goes (where OR goes when a term is missing, which
 //! empties the AND).
 //!
 //! [`search`] runs a query on the backend asked for (`auto`: the scheduler's choice and plan;
@@ -48,9 +48,15 @@ use crate::select::{dedup_terms, search as cpu_search, term_list, Mode, Query, S
 /// 31.9 µs (PFor) against 128 (200 000 documents: no change).
 pub const DEFAULT_GRIFFIN_RATIO: f64 = 4096.0;
 
-/// The length ratio (a GPU AND step's list over the shortest list) up to which the step runs by
-/// merge path rather than by a binary search per candidate.
-pub const DEFAULT_MERGE_PATH_RATIO: f64 = 16.0;
+/// The postings from which a GPU AND step's list is intersected by merge path rather than by a
+/// binary search per candidate. Not the classic rule (merge for similar lengths, search for
+/// very unequal ones): measured on the H100 (`docs/benchmarks.md`, issue 6, 3 M documents,
+/// two-term AND queries by length ratio), merge path was as fast or faster at every ratio up to
+/// 10⁵ once the longer list held 10⁵ postings or more (90 against 107 µs at 10⁴–10⁵), since a
+/// search over few candidates waits on one dependent load after another while the merge spreads
+/// over every SM; below 10⁴ postings the merge's own launch (the search runs inside the scoring
+/// launch) cost 3–4 µs more. 2¹⁶ lies between.
+pub const DEFAULT_MERGE_PATH_MIN_DF: u32 = 1 << 16;
 
 /// The processor that answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -181,8 +187,8 @@ pub struct Scheduler {
     /// times the shortest, and hands over to the CPU between steps when the next list is more
     /// than this many times the intersection so far.
     pub griffin_ratio: f64,
-    /// A GPU AND step runs by merge path when its list is at most this many times the shortest.
-    pub merge_path_ratio: f64,
+    /// A GPU AND step runs by merge path when its list has at least this many postings.
+    pub merge_path_min_df: u32,
 }
 
 impl Default for Scheduler {
@@ -190,7 +196,7 @@ impl Default for Scheduler {
         Scheduler {
             model: CostModel::default(),
             griffin_ratio: DEFAULT_GRIFFIN_RATIO,
-            merge_path_ratio: DEFAULT_MERGE_PATH_RATIO,
+            merge_path_min_df: DEFAULT_MERGE_PATH_MIN_DF,
         }
     }
 }
@@ -274,7 +280,7 @@ impl Scheduler {
         }
         AndPlan {
             gpu_lists,
-            merge_path_ratio: self.merge_path_ratio,
+            merge_path_min_df: self.merge_path_min_df,
         }
     }
 
@@ -320,7 +326,7 @@ pub fn search(
     if let (true, Some(cache)) = (scheduler.sends_to_gpu(index, query, backend), gpu) {
         let plan = match backend {
             Backend::Auto => scheduler.and_plan(&QueryShape::of(index, query), index.num_docs()),
-            _ => AndPlan::gpu_only(scheduler.merge_path_ratio),
+            _ => AndPlan::gpu_only(scheduler.merge_path_min_df),
         };
         let ran = match query.mode {
             Mode::Or => search_or(cache, index, query),
@@ -449,8 +455,8 @@ mod tests {
         // An estimate under one document counts as one.
         assert_eq!(plan(&[1, 1, 100, 101], 1_000_000), 3);
         assert_eq!(
-            s.and_plan(&shape(&[1, 2]), 0).merge_path_ratio,
-            s.merge_path_ratio
+            s.and_plan(&shape(&[1, 2]), 0).merge_path_min_df,
+            s.merge_path_min_df
         );
     }
 

@@ -4,16 +4,15 @@
 //!
 //! An [`AndPlan`] (the scheduler's, [`crate::select::schedule::Scheduler::and_plan`]) says how
 //! many of the lists, shortest first, the GPU intersects, and which way each step runs:
-//! - merge path (`intersect_merge_path`, `kernels/intersect.cu`) when the step's list is at most
-//!   [`AndPlan::merge_path_ratio`] times the candidates' list: the merge of both cut into equal
-//!   tiles, each list read once and coalesced;
-//! - otherwise a binary search per candidate (`intersect_search`), which reads log2(n) entries of
-//!   a long list per candidate instead of all of it.
+//! - merge path (`intersect_merge_path`, `kernels/intersect.cu`) when the step's list has at
+//!   least [`AndPlan::merge_path_min_df`] postings: the merge of both cut into equal tiles, each
+//!   list read once and coalesced, over every SM however few the candidates;
+//! - otherwise a binary search per candidate (`intersect_search`), log2(n) dependent reads each.
 //!
 //! Only the GPU's lists are copied and decoded. When every list is the GPU's, the binary-search
-//! steps run inside `score_and_found` (after the merge-path steps, which come first since the
-//! lists are shortest first), which sums each survivor's contributions in query order: a query
-//! without merge steps is one launch before the top-k, shared with OR. Otherwise
+//! steps run inside `score_and_found` after the merge-path steps' launches, and it sums each
+//! survivor's contributions in query order: a query without merge steps is one launch before
+//! the top-k, shared with OR. Otherwise
 //! `intersect_gather` packs the survivors (docID and tf per list) and the CPU seeks them in the
 //! remaining lists ([`crate::select::cpu::and_finish`]), through the skip entries, decoding one
 //! block per candidate and list at most. Either way the hits and their bit patterns are the CPU
@@ -41,21 +40,21 @@ const MERGE_THREADS: u32 = 256;
 
 /// How the GPU runs an AND query (see the module docs). The lists are counted shortest first,
 /// ties by their place in the query, as [`crate::select::schedule::QueryShape::dfs`] orders them.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct AndPlan {
     /// Lists the GPU intersects (at least the shortest; more than the query has means all).
     pub gpu_lists: usize,
-    /// A step runs by merge path when its list has at most this many times the shortest
-    /// list's postings, else by binary search per candidate.
-    pub merge_path_ratio: f64,
+    /// A step runs by merge path when its list has at least this many postings, else by binary
+    /// search per candidate.
+    pub merge_path_min_df: u32,
 }
 
 impl AndPlan {
     /// Every list on the GPU.
-    pub fn gpu_only(merge_path_ratio: f64) -> AndPlan {
+    pub fn gpu_only(merge_path_min_df: u32) -> AndPlan {
         AndPlan {
             gpu_lists: usize::MAX,
-            merge_path_ratio,
+            merge_path_min_df,
         }
     }
 }
@@ -75,11 +74,6 @@ pub fn search_and(
     plan: &AndPlan,
 ) -> Result<SearchResult, GpuSelectError> {
     super::timed_search(query, |stats| and_topk(cache, index, query, plan, stats))
-}
-
-/// Whether a step over a list of `nb` postings runs by merge path (see [`AndPlan`]).
-fn merges(plan: &AndPlan, na: u32, nb: u32) -> bool {
-    nb as f64 <= plan.merge_path_ratio * na as f64
 }
 
 /// A query term's list with its place among the query's distinct terms.
@@ -123,9 +117,21 @@ pub(super) fn and_topk(
     }
     let n = index.num_docs() as u64;
     let avgdl = index.avg_scoring_length();
+    // Which lists are stepped by their own launch, in SvS order: the merge-path ones, or every
+    // one when the CPU finishes the query (it reads every step's array); the others are searched
+    // inside score_and_found. step_of[s] is list s's step array (score_and_found's `step_of`).
+    let finished_here = on_gpu == lists.len();
+    let stepped: Vec<usize> = (1..on_gpu)
+        .filter(|&s| !finished_here || gpu_lists[s].list.df >= plan.merge_path_min_df)
+        .collect();
+    let mut step_of = vec![u32::MAX; on_gpu];
+    for (k, &s) in stepped.iter().enumerate() {
+        step_of[s] = k as u32;
+    }
     // Per-query words: 6 f32 BM25 parameters per GPU list (SvS order), then, for each distinct
-    // query term in query order, its list's SvS position (score_and_found's `order`).
-    let mut extra = Vec::with_capacity(7 * on_gpu);
+    // query term in query order, its list's SvS position (score_and_found's `order`), then
+    // step_of.
+    let mut extra = Vec::with_capacity(8 * on_gpu);
     for l in gpu_lists {
         stats.blocks_decoded += l.list.n_blocks() as u64;
         extra.extend(
@@ -137,8 +143,9 @@ pub(super) fn and_topk(
     let mut order: Vec<u32> = (0..on_gpu as u32).collect();
     order.sort_by_key(|&s| gpu_lists[s as usize].qi);
     extra.extend_from_slice(&order);
+    extra.extend_from_slice(&step_of);
     // Scratch: one `found` array per step, then the hand-over's count and rows.
-    let steps_words = (on_gpu - 1) * na as usize;
+    let steps_words = stepped.len() * na as usize;
     let gather_words = match on_gpu < lists.len() {
         true => 1 + na as usize * (1 + on_gpu),
         false => 0,
@@ -150,18 +157,12 @@ pub(super) fn and_topk(
     let docs = postings.docs.device_ptr(stream).0;
     let at = |slot: u32| docs + 4 * slot as u64;
     let found = postings.scratch.device_ptr(stream).0;
-    let found_of = |s: usize| found + 4 * ((s - 1) * na as usize) as u64;
+    let found_of = |k: usize| found + 4 * (k * na as usize) as u64;
     let candidates = at(postings.slot[0]);
-    let finished_here = on_gpu == lists.len();
-    // Merge-path steps come first (lists are shortest first, so the ratio only grows); when the
-    // GPU finishes the query, score_and_found searches the other lists itself, in its launch.
-    let steps = (1..on_gpu)
-        .take_while(|&s| !finished_here || merges(plan, na, gpu_lists[s].list.df))
-        .count();
-    for s in 1..=steps {
+    for (k, &s) in stepped.iter().enumerate() {
         let nb = gpu_lists[s].list.df;
-        let alive = if s == 1 { 0 } else { found_of(s - 1) };
-        let (kernel, config) = match merges(plan, na, nb) {
+        let alive = if k == 0 { 0 } else { found_of(k - 1) };
+        let (kernel, config) = match nb >= plan.merge_path_min_df {
             true => (
                 "intersect_merge_path",
                 LaunchConfig {
@@ -173,7 +174,7 @@ pub(super) fn and_topk(
             false => ("intersect_search", LaunchConfig::for_num_elems(na)),
         };
         let function = device.function(KernelModule::Intersect, kernel)?;
-        let (b, out) = (at(postings.slot[s]), found_of(s));
+        let (b, out) = (at(postings.slot[s]), found_of(k));
         let mut launch = stream.launch_builder(function);
         launch
             .arg(&candidates)
@@ -184,8 +185,8 @@ pub(super) fn and_topk(
             .arg(&out);
         // SAFETY: both kernels are `(const u32* a, const u32* alive, u32 na, const u32* b, u32 nb,
         // u32* found)`: a is list 0's na decoded docIDs, b list s's nb (increasing, decoded
-        // above), alive null or step s − 1's na entries, found step s's na entries of the
-        // scratch (steps_words ≥ (on_gpu − 1) × na); na + nb + 2048 < 2³² (checked above); the
+        // above), alive null or the previous step's na entries, found this step's na entries of
+        // the scratch (steps_words = steps × na); na + nb + 2048 < 2³² (checked above); the
         // merge kernel gets one 256-thread block per 2048 merge elements, the search any grid.
         unsafe { launch.launch(config) }.during(kernel)?;
     }
@@ -196,7 +197,8 @@ pub(super) fn and_topk(
         let dfs = postings.slots_and_dfs.slice(on_gpu..);
         let params_at = postings.extra.device_ptr(stream).0;
         let order_at = params_at + 4 * 6 * on_gpu as u64;
-        let (lists_u32, stepped) = (on_gpu as u32, 1 + steps as u32);
+        let step_of_at = order_at + 4 * on_gpu as u64;
+        let (lists_u32, steps) = (on_gpu as u32, stepped.len() as u32);
         let mut launch = stream.launch_builder(function);
         launch
             .arg(postings.docs)
@@ -204,7 +206,8 @@ pub(super) fn and_topk(
             .arg(&starts)
             .arg(&dfs)
             .arg(&found)
-            .arg(&stepped)
+            .arg(&step_of_at)
+            .arg(&steps)
             .arg(&order_at)
             .arg(&params_at)
             .arg(&lists_u32)
@@ -212,11 +215,12 @@ pub(super) fn and_topk(
             .arg(postings.doc_len)
             .arg(&mut *scores);
         // SAFETY: `score_and_found(const u32* docs, const u32* tfs, const u32* start, const u32*
-        // df, const u32* found, u32 stepped, const u32* order, const float* params, u32 lists,
-        // u32 na, const u32* doc_len, double* out)`: docs/tfs hold list s's df[s] postings at
-        // start[s] (the query's slots and dfs), found the `steps` merge steps' arrays (unread
-        // when stepped < 2), the extra words 6 f32 per list then `order`, doc_len one entry per
-        // document, out ≥ na entries (the accumulator: one per document ≥ df); any 1-D grid.
+        // df, const u32* found, const u32* step_of, u32 steps, const u32* order, const float*
+        // params, u32 lists, u32 na, const u32* doc_len, double* out)`: docs/tfs hold list s's
+        // df[s] postings at start[s] (the query's slots and dfs), found the `steps` arrays the
+        // launches above wrote, the extra words 6 f32 per list, then `order` and `step_of` (a
+        // word per list each), doc_len one entry per document, out ≥ na entries (the
+        // accumulator: one per document ≥ df); any 1-D grid.
         unsafe { launch.launch(LaunchConfig::for_num_elems(na)) }.during("score_and_found")?;
         phases::mark(postings.events, Mark::Scored, stream)?;
         let ids = postings

@@ -210,7 +210,7 @@ fn caches(device: &Arc<GpuDevice>, index: &Index) -> Vec<(&'static str, PostingC
 /// The AND plans every GPU AND and AND_OR check runs: every step by merge path, every step by
 /// binary search, the survivors handed to the CPU after one list and after two, and merge path
 /// for the longer lists only.
-const PLANS: [AndPlan; 4] = [
+const PLANS: [AndPlan; 5] = [
     AndPlan {
         gpu_lists: usize::MAX,
         merge_path_min_df: 0,

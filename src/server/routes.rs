@@ -175,10 +175,11 @@ async fn rank(
     let fe_started = Instant::now();
     let (body, features) = {
         let (loaded, threads) = (Arc::clone(&loaded), state.config.cpu_threads);
+        let engines = Arc::clone(state.scorer.engines());
         tokio::task::spawn_blocking(move || {
             let _stage =
                 tracing::info_span!("fe", ranker = %loaded.name, documents = body.len()).entered();
-            let features = body.feature_matrix(&loaded, threads);
+            let features = engines.on_cpu_pool(|| body.feature_matrix(&loaded, threads));
             (body, features)
         })
         .await

@@ -3,8 +3,9 @@
 # times, each serving the medium ranker on loopback (CPU backend, batching off) while
 # `rankserve replay` sends it production-like 1 000-document MessagePack requests (the same
 # log for every binary) from CONCURRENCY clients for SECONDS. Per binary and round it prints
-# the client's latency and the server's mean timings; at the end, per binary, the median
-# (and range) over rounds of each. Overhead is client latency − FE − scoring, as in
+# the client's latency and the server's mean timings (`handler_rest`: the handler's total less
+# the timed steps; `outside`: the client's latency less the handler's total); at the end, per
+# binary, the median (and range) over rounds of each. Overhead is client latency − FE − scoring, as in
 # scripts/load_check.sh; `overhead@FE0` uses the first binary's FE time of the same round
 # instead, so that a binary which moves decoding into FE is not credited for relabelling it.
 #
@@ -44,17 +45,18 @@ done
 python3 - "$work" "$rounds" "$@" <<'PY'
 import json, statistics, sys
 work, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-keys = ["p50", "mean", "read", "decode", "fe", "me", "outside", "overhead", "overhead@FE0"]
+keys = ["p50", "mean", "read", "decode", "fe", "me", "queue", "handler_rest", "outside", "overhead", "overhead@FE0"]
 rows = {b: {k: [] for k in keys} for b in range(len(bins))}
 for r in range(1, rounds + 1):
     fe0 = None
     for b in range(len(bins)):
         j = json.load(open(f"{work}/r{r}-{b + 1}.json"))
         assert not j["errors"], j["errors"]
-        s = {k: j.get(f"server_{k}_us", {"mean": 0})["mean"] for k in ("read", "decode", "fe", "me")}
+        s = {k: j.get(f"server_{k}_us", {"mean": 0})["mean"] for k in ("read", "decode", "fe", "me", "queue")}
         lat = j["latency_us"]
         fe0 = s["fe"] if fe0 is None else fe0
         v = {"p50": lat["p50"], "mean": lat["mean"], **s,
+             "handler_rest": j["server_total_us"]["mean"] - sum(s.values()),
              "outside": lat["mean"] - j["server_total_us"]["mean"],
              "overhead": 100 * (lat["mean"] - s["fe"] - s["me"]) / lat["mean"],
              "overhead@FE0": 100 * (lat["mean"] - fe0 - s["me"]) / lat["mean"]}

@@ -154,9 +154,13 @@ impl Framed {
                 _ => None,
             },
         };
-        // Zeroed memory comes from the allocator already zero where it is fresh, so the pages
-        // are first touched by the tasks that fill them; every value is overwritten.
-        let mut matrix = vec![0.0; self.len() * width];
+        // Every value is overwritten: the initial zeros are written in parallel, `threads`
+        // tasks, rather than by one thread before the tasks start.
+        let len = self.len() * width;
+        let mut matrix = Vec::new();
+        rayon::iter::repeat_n(0.0, len)
+            .with_min_len(len.div_ceil(threads.max(1)))
+            .collect_into_vec(&mut matrix);
         fill_rows_in_chunks(
             &self.bounds[..self.len()],
             &mut matrix,

@@ -189,15 +189,16 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
 
 /// A request body type and how the [`Coded`] extractor decodes it.
 pub trait RequestBody: Sized {
-    /// Decodes one value from `bytes`, which must hold nothing else.
+    /// Decodes one value from `bytes`, which must hold nothing else (`state` lends the
+    /// server's CPU pool to a decoder that works in parallel).
     ///
     /// # Errors
     /// As [`Format::decode`].
-    fn decode_body(format: Format, bytes: Bytes) -> Result<Self, ApiError>;
+    fn decode_body(format: Format, bytes: Bytes, state: &AppState) -> Result<Self, ApiError>;
 }
 
 impl RequestBody for SearchRequest {
-    fn decode_body(format: Format, bytes: Bytes) -> Result<Self, ApiError> {
+    fn decode_body(format: Format, bytes: Bytes, _: &AppState) -> Result<Self, ApiError> {
         format.decode(&bytes)
     }
 }
@@ -224,7 +225,7 @@ impl<T: RequestBody> FromRequest<AppState> for Coded<T> {
         let (parts, body) = req.into_parts();
         let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
         let decoding = Instant::now();
-        let value = T::decode_body(format, bytes)?;
+        let value = T::decode_body(format, bytes, state)?;
         Ok(Coded {
             value,
             format,

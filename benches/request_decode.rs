@@ -59,7 +59,7 @@ fn bench(c: &mut Criterion) {
                 BenchmarkId::new("decode_one_task", &label),
                 &body,
                 |b, body| {
-                    b.iter(|| msgpack_rank::decode_in_tasks(body, usize::MAX, 1).expect("decodes"))
+                    b.iter(|| msgpack_rank::decode_in_tasks(body, usize::MAX).expect("decodes"))
                 },
             );
             group.bench_function(BenchmarkId::new("fe", &label), |b| {

@@ -189,16 +189,15 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
 
 /// A request body type and how the [`Coded`] extractor decodes it.
 pub trait RequestBody: Sized {
-    /// Decodes one value from `bytes`, which must hold nothing else (`state` lends the
-    /// server's CPU pool to a decoder that works in parallel).
+    /// Decodes one value from `bytes`, which must hold nothing else.
     ///
     /// # Errors
     /// As [`Format::decode`].
-    fn decode_body(format: Format, bytes: Bytes, state: &AppState) -> Result<Self, ApiError>;
+    fn decode_body(format: Format, bytes: Bytes) -> Result<Self, ApiError>;
 }
 
 impl RequestBody for SearchRequest {
-    fn decode_body(format: Format, bytes: Bytes, _: &AppState) -> Result<Self, ApiError> {
+    fn decode_body(format: Format, bytes: Bytes) -> Result<Self, ApiError> {
         format.decode(&bytes)
     }
 }
@@ -225,7 +224,7 @@ impl<T: RequestBody> FromRequest<AppState> for Coded<T> {
         let (parts, body) = req.into_parts();
         let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
         let decoding = Instant::now();
-        let value = T::decode_body(format, bytes, state)?;
+        let value = T::decode_body(format, bytes)?;
         Ok(Coded {
             value,
             format,

@@ -47,17 +47,7 @@ pub fn decode(bytes: &[u8]) -> Option<RankRequest> {
     } else {
         usize::MAX
     };
-    decode_in_tasks(bytes, min_task, framing_segments(bytes.len()))
-}
-
-/// Bytes per framing segment, at least: framing reads about 2 GB/s on the development machine,
-/// so a segment is some 8 µs of work against a few µs for the hand-off to rayon's pool.
-const MIN_SEGMENT_BYTES: usize = 16 << 10;
-
-/// How many byte ranges to frame a body of `len` bytes in (see [`Reader::frame_documents`]):
-/// one per thread of rayon's pool, of at least [`MIN_SEGMENT_BYTES`].
-fn framing_segments(len: usize) -> usize {
-    (len / MIN_SEGMENT_BYTES).clamp(1, rayon::current_num_threads())
+    decode_in_tasks(bytes, min_task)
 }
 
 /// Fewest threads in rayon's pool for which documents are decoded in parallel.
@@ -68,15 +58,13 @@ const MIN_THREADS: usize = 4;
 const MIN_DOCUMENTS_PER_TASK: usize = 64;
 
 /// [`decode`], spreading the documents over rayon's pool in tasks of at least `min_task`
-/// documents, framed in `segments` byte ranges when they are; `usize::MAX` (and 1) decodes on
-/// the calling thread (for tests, which reach the parallel paths with small requests, and
-/// `benches/request_decode.rs`).
-pub fn decode_in_tasks(bytes: &[u8], min_task: usize, segments: usize) -> Option<RankRequest> {
+/// documents; `usize::MAX` decodes on the calling thread (for tests, which reach the parallel
+/// path with small requests, and `benches/request_decode.rs`).
+pub fn decode_in_tasks(bytes: &[u8], min_task: usize) -> Option<RankRequest> {
     let mut reader = Reader {
         bytes,
         pos: 0,
         min_task: min_task.max(1),
-        segments: segments.max(1),
     };
     let request = reader.rank_request(Reader::documents).ok()?;
     (reader.pos == bytes.len()).then_some(request)
@@ -99,17 +87,10 @@ pub struct Framed {
 /// `documents` and finds where each document starts, checking only the documents' framing.
 /// `None` where [`decode`] would also give `None` (a malformed body, or one left to rmp-serde).
 pub fn frame(body: Bytes) -> Option<Framed> {
-    let segments = framing_segments(body.len());
-    frame_in(body, segments)
-}
-
-/// [`frame`] in `segments` byte ranges (tests reach the parallel path with small bodies).
-fn frame_in(body: Bytes, segments: usize) -> Option<Framed> {
     let mut reader = Reader {
         bytes: &body,
         pos: 0,
         min_task: usize::MAX,
-        segments: segments.max(1),
     };
     let mut bounds = Vec::new();
     let head = reader
@@ -191,7 +172,6 @@ impl Framed {
                     bytes: &self.body,
                     pos: 0,
                     min_task: usize::MAX,
-                    segments: 1,
                 };
                 let mut buffers = DocumentBuffers::default();
                 for (i, (&start, row)) in starts.iter().zip(rows.chunks_mut(width)).enumerate() {
@@ -285,8 +265,6 @@ struct Reader<'a> {
     pos: usize,
     /// Fewest documents worth a parallel task.
     min_task: usize,
-    /// Byte ranges to frame documents in (1: on the calling thread).
-    segments: usize,
 }
 
 impl<'a> Reader<'a> {
@@ -526,88 +504,15 @@ impl<'a> Reader<'a> {
 
     /// Moves past an array of values, checking only their framing: where each value starts,
     /// then where the last one ends.
-    ///
-    /// Framing reads every byte, on one thread unless `segments > 1`. Then the rest of the
-    /// body is cut into that many byte ranges, walked on rayon's pool at once, each from a
-    /// guessed document start ([`Reader::walks`]); the walk from the array's first value then
-    /// follows a range's walk wherever it lands on one of its positions, and walks itself
-    /// wherever it does not. Following one is exact, not a guess: where the walk goes from a
-    /// position depends only on the bytes.
     fn frame_documents(&mut self) -> Read<Vec<usize>> {
         let len = self.array_len()?;
-        let walks = self.walks();
         let mut bounds = Vec::with_capacity(self.capacity(len) + 1);
-        // The range walk being followed, and the index of `self.pos` in it.
-        let mut following: Option<(&[usize], usize)> = None;
-        let mut next_walk = 0;
         for _ in 0..len {
             bounds.push(self.pos);
-            while following.is_none() && next_walk < walks.len() {
-                let walk = walks[next_walk].as_slice();
-                if walk.first().is_some_and(|&first| first > self.pos) {
-                    break;
-                }
-                next_walk += 1;
-                following = walk.binary_search(&self.pos).ok().map(|i| (walk, i));
-            }
-            match following {
-                Some((walk, i)) if i + 1 < walk.len() => {
-                    self.pos = walk[i + 1];
-                    following = Some((walk, i + 1));
-                }
-                _ => {
-                    following = None;
-                    self.skip_value()?;
-                }
-            }
+            self.skip_value()?;
         }
         bounds.push(self.pos);
         Ok(bounds)
-    }
-
-    /// For [`Reader::frame_documents`]: the rest of the body cut into `segments` byte ranges,
-    /// and per range the positions of a walk over values ([`Reader::skip_value`]) from its
-    /// first guessed document start (the first range: from `self.pos`) until the walk leaves
-    /// the range or fails; empty where no start is guessed. A guess that is wrong costs time,
-    /// never a wrong frame: walks that start apart meet where they land on the same position.
-    fn walks(&self) -> Vec<Vec<usize>> {
-        if self.segments < 2 {
-            return Vec::new();
-        }
-        let (start, end) = (self.pos, self.bytes.len());
-        let step = (end - start).div_ceil(self.segments).max(1);
-        (0..self.segments)
-            .into_par_iter()
-            .map(|k| {
-                let (from, to) = (start + k * step, (start + (k + 1) * step).min(end));
-                let guess = if k == 0 {
-                    Some(start)
-                } else {
-                    (from..to).find(|&at| self.may_start_document(at))
-                };
-                let Some(guess) = guess else {
-                    return Vec::new();
-                };
-                let mut reader = Reader {
-                    pos: guess,
-                    ..*self
-                };
-                let mut walk = vec![guess];
-                while reader.pos < to && reader.skip_value().is_ok() {
-                    walk.push(reader.pos);
-                }
-                walk
-            })
-            .collect()
-    }
-
-    /// Whether a document of the request may start at `at`: a map of one to three entries
-    /// whose first key is one of [`RankDocument`]'s fields.
-    fn may_start_document(&self, at: usize) -> bool {
-        matches!(self.bytes[at], 0x81..=0x83)
-            && [&b"\xa2id"[..], b"\xa4hits", b"\xa8features"]
-                .iter()
-                .any(|key| self.bytes[at + 1..].starts_with(key))
     }
 
     /// Moves past one value of any type (ext types aside), checking only its framing.
@@ -995,13 +900,9 @@ mod tests {
             let body = msgpack(&request);
             let serde: RankRequest = rmp_serde::from_slice(&body).expect("rmp-serde decodes");
             assert_eq!(serde, request);
-            // In one task, and in parallel tasks of 2 and 7 documents framed in 3 and 16
-            // byte ranges.
-            for (min_task, segments) in [(usize::MAX, 1), (2, 3), (7, 16)] {
-                assert_eq!(
-                    decode_in_tasks(&body, min_task, segments).as_ref(),
-                    Some(&serde)
-                );
+            // In one task, and in parallel tasks of 2 and 7 documents.
+            for min_task in [usize::MAX, 2, 7] {
+                assert_eq!(decode_in_tasks(&body, min_task).as_ref(), Some(&serde));
             }
         }
     }
@@ -1010,13 +911,10 @@ mod tests {
     /// full path succeeds with the same matrix, bit for bit, on 1 and 3 threads; the framed
     /// head is the decoded request without its documents. Returns whether it answered.
     fn fused_equals_the_full_path(body: &[u8], store: &RankerStore) -> bool {
-        let in_ranges = frame_in(Bytes::copy_from_slice(body), 4).map(|f| f.bounds);
-        let Some(framed) = frame_in(Bytes::copy_from_slice(body), 1) else {
+        let Some(framed) = frame(Bytes::copy_from_slice(body)) else {
             assert_eq!(decode(body), None, "a body the reader takes frames");
-            assert_eq!(in_ranges, None);
             return false;
         };
-        assert_eq!(in_ranges.as_ref(), Some(&framed.bounds));
         let full = Format::Msgpack.decode_rank_request(body);
         if let Ok(request) = &full {
             let head = RankRequest {
@@ -1217,9 +1115,9 @@ mod tests {
         #[test]
         fn mutated_bodies_decode_as_rmp_serde_decodes_them(body in mutated_bodies()) {
             let generic = Format::Msgpack.decode::<RankRequest>(&body);
-            // One task, and one task per document framed in 5 byte ranges (the parallel paths).
-            for (min_task, segments) in [(usize::MAX, 1), (1, 5)] {
-                if let Some(fast) = decode_in_tasks(&body, min_task, segments) {
+            // One task, and one task per document (the parallel path).
+            for min_task in [usize::MAX, 1] {
+                if let Some(fast) = decode_in_tasks(&body, min_task) {
                     // Compared as encoded bytes: a changed byte can make a NaN, unequal to itself.
                     let generic = generic.as_ref().expect("rmp-serde accepts what the fast path accepts");
                     prop_assert_eq!(msgpack(&fast), msgpack(generic));

@@ -13,7 +13,6 @@ use super::codec::{Format, RequestBody};
 use super::error::ApiError;
 use super::msgpack_rank::{self, Framed};
 use super::routes::feature_matrix;
-use super::state::AppState;
 use super::store::LoadedRanker;
 
 /// A `/v1/rank` body.
@@ -26,12 +25,9 @@ pub enum RankBody {
 }
 
 impl RequestBody for RankBody {
-    /// MessagePack is framed on the CPU scoring pool, where feature extraction and scoring
-    /// run: its threads are more likely awake than those of rayon's global pool.
-    fn decode_body(format: Format, bytes: Bytes, state: &AppState) -> Result<Self, ApiError> {
+    fn decode_body(format: Format, bytes: Bytes) -> Result<Self, ApiError> {
         if format == Format::Msgpack {
-            let engines = state.scorer.engines();
-            if let Some(framed) = engines.on_cpu_pool(|| msgpack_rank::frame(bytes.clone())) {
+            if let Some(framed) = msgpack_rank::frame(bytes.clone()) {
                 return Ok(RankBody::Framed(framed));
             }
         }

@@ -148,7 +148,7 @@ impl Framed {
             return None;
         }
         let hits = Fused {
-            resolver: fe.ok()?,
+            resolver: fe.ok(),
             query: match (&self.head.query, &self.head.stats) {
                 (Some(query), Some(stats)) => Prepared::new(query, stats).ok(),
                 _ => None,
@@ -191,7 +191,8 @@ impl Framed {
 
 /// What the fused decode needs to extract a hit document's features.
 struct Fused<'r> {
-    resolver: &'r FeatureResolver,
+    /// `None` when the ranker takes feature vectors only.
+    resolver: Option<&'r FeatureResolver>,
     /// `None` when the request lacks `query` or `stats`, or they are invalid.
     query: Option<Prepared<'r>>,
 }
@@ -751,6 +752,7 @@ impl<'a> Reader<'a> {
             return Err(Unhandled);
         }
         if extract {
+            let resolver = fused.resolver.ok_or(Unhandled)?;
             let query = fused.query.as_ref().ok_or(Unhandled)?;
             let statics = &buffers.statics;
             let lookup = |name: &str| {
@@ -760,8 +762,7 @@ impl<'a> Reader<'a> {
                     .find(|(given, _)| *given == name)
                     .map(|&(_, value)| value)
             };
-            fused
-                .resolver
+            resolver
                 .extract_with_statics(query, &buffers.hits, lookup, row)
                 .map_err(|_| Unhandled)?;
         }
@@ -1004,6 +1005,36 @@ mod tests {
         for case in cases {
             assert!(!fused_equals_the_full_path(&msgpack(&case), &store));
         }
+    }
+
+    #[test]
+    fn feature_vectors_need_no_feature_extraction() {
+        let store = store();
+        let mut request = in_order(requests(40).swap_remove(1), &store);
+        let loaded = store.get(&request.ranker).unwrap();
+        let width = loaded.ranker.features.len();
+        let cannot = FeError::UnknownFeature {
+            index: 0,
+            name: "x".into(),
+        };
+        // As bits: missing values are NaN.
+        let bits = |m: Vec<f64>| m.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+        let matrix = |request: &RankRequest, fe| {
+            frame(Bytes::from(msgpack(request)))
+                .unwrap()
+                .feature_matrix(fe, width, 2)
+                .map(bits)
+        };
+        // With hit documents, a ranker FE cannot serve is the full path's error.
+        assert_eq!(matrix(&request, Err(&cannot)), None);
+        request.documents.retain(|d| d.hits.is_none());
+        assert!(request.documents.len() > 10);
+        let fe = loaded.fe.as_ref();
+        assert_eq!(matrix(&request, Err(&cannot)), matrix(&request, fe));
+        assert_eq!(
+            matrix(&request, fe),
+            Some(bits(feature_matrix(&request, &loaded, 1).unwrap()))
+        );
     }
 
     #[test]

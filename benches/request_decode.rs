@@ -1,15 +1,19 @@
-//! What a `/v1/rank` request costs before scoring: decoding the body exactly as the handler
-//! does (`Format::decode_rank_request`, which spreads a MessagePack body's documents over
-//! rayon's pool), the same MessagePack decode on one thread, building the feature matrix from
-//! the decoded request (`routes::feature_matrix`, FE from the hits), and both in a row. The request is one
-//! production-like request of `rankserve requests synth` for the bundled medium ranker: 1 000
-//! hit documents, in MessagePack and in JSON.
+//! What a `/v1/rank` request costs before scoring: decoding the whole body
+//! (`Format::decode_rank_request`, which spreads a MessagePack body's documents over rayon's
+//! pool; the handler's path for JSON and for MessagePack the fused path declines), the same
+//! MessagePack decode on one thread, building the feature matrix from the decoded request
+//! (`routes::feature_matrix`, FE from the hits), and both in a row; for MessagePack also what
+//! the handler now does: framing the body (`msgpack_rank::frame`, every field but the
+//! documents decoded) and decoding the documents during FE (`Framed::feature_matrix`). The
+//! request is one production-like request of `rankserve requests synth` for the bundled
+//! medium ranker: 1 000 hit documents, in MessagePack and in JSON.
 //!
 //! Run: `cargo bench --bench request_decode`. Results: `docs/benchmarks.md`, "Request decoding
 //! (dev machine)".
 
 use std::path::Path;
 
+use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rankserve::bench::replay::synth_requests;
 use rankserve::server::codec::Format;
@@ -60,6 +64,19 @@ fn bench(c: &mut Criterion) {
             );
             group.bench_function(BenchmarkId::new("fe", &label), |b| {
                 b.iter(|| feature_matrix(&request, &loaded, threads).expect("valid hits"))
+            });
+            let bytes = Bytes::from(body.clone());
+            group.bench_function(BenchmarkId::new("frame", &label), |b| {
+                b.iter(|| msgpack_rank::frame(bytes.clone()).expect("frames"))
+            });
+            let width = loaded.ranker.features.len();
+            group.bench_function(BenchmarkId::new("frame_fused_fe", &label), |b| {
+                b.iter(|| {
+                    let framed = msgpack_rank::frame(bytes.clone()).expect("frames");
+                    framed
+                        .feature_matrix(loaded.fe.as_ref(), width, threads)
+                        .expect("valid hits")
+                })
             });
         }
         group.bench_with_input(BenchmarkId::new("decode_fe", &label), &body, |b, body| {

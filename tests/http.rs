@@ -320,6 +320,81 @@ async fn named_features_and_hit_documents_rank_like_their_vectors() {
     assert_eq!(reply.scores, expected_scores(&ranker, &features));
 }
 
+/// MessagePack bodies (their documents decoded during feature extraction) get the statuses and
+/// messages JSON bodies get; a body whose documents do not decode is a 400 `bad_body` even
+/// where the request would fail later for another reason.
+#[tokio::test]
+async fn msgpack_bodies_get_the_errors_json_bodies_get() {
+    let s = server();
+    let answer = |content_type: &str, body: Vec<u8>| {
+        let request = Request::post("/v1/rank")
+            .header(header::CONTENT_TYPE, content_type)
+            .header(header::ACCEPT, "application/json")
+            .body(Body::from(body))
+            .unwrap();
+        let app = s.app.clone();
+        async move {
+            let (status, _, body) = send(&app, request).await;
+            (
+                status,
+                serde_json::from_slice::<serde_json::Value>(&body).unwrap(),
+            )
+        }
+    };
+    let mut gpu = serde_json::json!({"ranker": "small", "backend": "gpu", "documents": [{"features": [1, 2, 3, 4]}]});
+    let mut expired = serde_json::json!({"ranker": "small", "timeout_ms": 0, "documents": [{"features": [1, 2, 3, 4]}]});
+    let cases = [
+        serde_json::json!({"ranker": "small", "documents": [{"features": [1, 2, 3, 4]}, {"features": [1, 2, 3]}]}),
+        serde_json::json!({"ranker": "small", "documents": [{"features": {"no.such": 1.0}}]}),
+        serde_json::json!({"ranker": "small", "documents": [{"features": [1, 2, 3, 4], "hits": {}}]}),
+        serde_json::json!({"ranker": "small", "documents": [{"id": "x"}]}),
+        serde_json::json!({"ranker": "small", "query": {"terms": 2, "idf": [1.0, 2.0]},
+            "stats": {"avg_length": {"body": 100.0}},
+            "documents": [{"features": [1, 2, 3, 4]}, {"hits": {"streams": {"body": {"length": 10, "phrases": [[[0, 1], [5, 2]]]}}}}]}),
+        serde_json::json!({"ranker": "small", "documents": [{"hits": {}}]}),
+        serde_json::json!({"ranker": "nope", "documents": []}),
+        gpu.clone(),
+        expired.clone(),
+    ];
+    for case in &cases {
+        let want = answer("application/json", json(case)).await;
+        assert!(
+            want.0.is_client_error() || want.0.is_server_error(),
+            "{case}"
+        );
+        let got = answer(
+            "application/msgpack",
+            rmp_serde::to_vec_named(case).unwrap(),
+        )
+        .await;
+        assert_eq!(got, want, "{case}");
+    }
+
+    // A document that does not decode, in requests that would also fail after decoding.
+    let unknown_field = serde_json::json!({"features": [1, 2, 3, 4], "zzz": 1});
+    gpu["documents"][0] = unknown_field.clone();
+    expired["documents"][0] = unknown_field.clone();
+    let nope = serde_json::json!({"ranker": "nope", "documents": [unknown_field.clone()]});
+    let small = serde_json::json!({"ranker": "small", "documents": [unknown_field]});
+    for case in [gpu, expired, nope, small] {
+        let (status, body) = answer(
+            "application/msgpack",
+            rmp_serde::to_vec_named(&case).unwrap(),
+        )
+        .await;
+        assert_eq!(
+            (status, &body["error"]["code"]),
+            (StatusCode::BAD_REQUEST, &serde_json::json!("bad_body")),
+            "{case}"
+        );
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("MessagePack body does not parse: unknown field `zzz`"),
+            "{message}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn every_client_error_status_with_its_body() {
     let s = server_with(|c| c.body_limit_bytes = 4096);

@@ -187,25 +187,20 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
     }
 }
 
-/// A request body type and how the [`Coded`] extractor decodes it: [`Format::decode`] unless
-/// the type has a faster decoder.
-pub trait RequestBody: DeserializeOwned {
+/// A request body type and how the [`Coded`] extractor decodes it.
+pub trait RequestBody: Sized {
     /// Decodes one value from `bytes`, which must hold nothing else.
     ///
     /// # Errors
     /// As [`Format::decode`].
-    fn decode_body(format: Format, bytes: &[u8]) -> Result<Self, ApiError> {
-        format.decode(bytes)
-    }
+    fn decode_body(format: Format, bytes: Bytes) -> Result<Self, ApiError>;
 }
 
-impl RequestBody for RankRequest {
-    fn decode_body(format: Format, bytes: &[u8]) -> Result<Self, ApiError> {
-        format.decode_rank_request(bytes)
+impl RequestBody for SearchRequest {
+    fn decode_body(format: Format, bytes: Bytes) -> Result<Self, ApiError> {
+        format.decode(&bytes)
     }
 }
-
-impl RequestBody for SearchRequest {}
 
 /// A request body decoded by its Content-Type.
 pub struct Coded<T> {
@@ -215,7 +210,8 @@ pub struct Coded<T> {
     pub started: Instant,
     /// Time spent receiving the body, after the headers.
     pub read_us: u64,
-    /// Time spent decoding the body (after it was read).
+    /// Time spent decoding the body (after it was read): for a framed `/v1/rank` body, its
+    /// fields and where its documents lie (they are decoded during feature extraction).
     pub decode_us: u64,
 }
 
@@ -228,7 +224,7 @@ impl<T: RequestBody> FromRequest<AppState> for Coded<T> {
         let (parts, body) = req.into_parts();
         let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
         let decoding = Instant::now();
-        let value = T::decode_body(format, &bytes)?;
+        let value = T::decode_body(format, bytes)?;
         Ok(Coded {
             value,
             format,

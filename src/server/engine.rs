@@ -83,6 +83,17 @@ impl Engines {
         self.gpu.get()
     }
 
+    /// Runs `work` on the CPU scoring pool (rayon's global pool when there is none), so that
+    /// its parallel parts use the scoring threads: feature extraction runs there, leaving the
+    /// threads warm for the scoring that follows, rather than on a second pool of as many
+    /// threads competing for the same cores.
+    pub fn on_cpu_pool<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(work),
+            None => work(),
+        }
+    }
+
     /// Scores on the CPU.
     pub fn cpu(&self, loaded: &LoadedRanker, features: &[f64]) -> Vec<f64> {
         match &self.pool {

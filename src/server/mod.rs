@@ -5,6 +5,8 @@
 //! - [`codec`]: body extractor and replies in the negotiated format.
 //! - [`error`]: `ApiError`, its statuses and stable codes.
 //! - [`routes`]: [`router`] and the handlers.
+//! - [`msgpack_rank`]: the fast MessagePack reader of `/v1/rank` bodies; [`rank_body`]: such a
+//!   body as the handler gets it, decoded or framed for decoding during feature extraction.
 //! - [`search`]: `/v1/search` (the pipeline from selection to ranking) and `/v1/index/reload`.
 //! - [`state`]: what handlers share, admission, the request sampler.
 //! - [`store`]: ranker files and the CPU ranker cache.
@@ -19,6 +21,7 @@ pub mod engine;
 pub mod error;
 pub mod metrics;
 pub mod msgpack_rank;
+pub mod rank_body;
 pub mod routes;
 pub mod search;
 pub mod state;

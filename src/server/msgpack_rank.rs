@@ -21,10 +21,14 @@
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use bytes::Bytes;
 use rayon::prelude::*;
 
 use crate::config::Backend;
-use crate::rank::fe::{CorpusStats, HitDocument, HitStream, Phrases, QueryInfo, Streams, STREAMS};
+use crate::rank::fe::{
+    fill_rows_in_chunks, CorpusStats, FeError, FeatureResolver, HitDocument, HitStream, Phrases,
+    Prepared, QueryInfo, Streams, STREAMS,
+};
 use crate::server::api::{FeatureValues, RankDocument, RankRequest};
 
 /// The body is one the fast reader leaves to rmp-serde.
@@ -62,8 +66,174 @@ pub fn decode_in_tasks(bytes: &[u8], min_task: usize) -> Option<RankRequest> {
         pos: 0,
         min_task: min_task.max(1),
     };
-    let request = reader.rank_request().ok()?;
+    let request = reader.rank_request(Reader::documents).ok()?;
     (reader.pos == bytes.len()).then_some(request)
+}
+
+/// A MessagePack `/v1/rank` body read but for its documents: every other field decoded, and
+/// where each document lies in the body. [`Framed::feature_matrix`] then decodes the documents
+/// straight into the feature matrix, running feature extraction on each hit document as it is
+/// read, without building a [`RankDocument`] per document.
+#[derive(Debug)]
+pub struct Framed {
+    /// Every field of the request; `documents` is empty.
+    pub head: RankRequest,
+    body: Bytes,
+    /// Where each document starts in `body`, then where the last one ends.
+    bounds: Vec<usize>,
+}
+
+/// Frames a MessagePack [`RankRequest`] that fills `body` exactly: decodes every field but
+/// `documents` and finds where each document starts, checking only the documents' framing.
+/// `None` where [`decode`] would also give `None` (a malformed body, or one left to rmp-serde).
+pub fn frame(body: Bytes) -> Option<Framed> {
+    let mut reader = Reader {
+        bytes: &body,
+        pos: 0,
+        min_task: usize::MAX,
+    };
+    let mut bounds = Vec::new();
+    let head = reader
+        .rank_request(|r| {
+            bounds = r.frame_documents()?;
+            Ok(Vec::new())
+        })
+        .ok()?;
+    if reader.pos != body.len() || bounds.is_empty() {
+        return None;
+    }
+    Some(Framed { head, body, bounds })
+}
+
+/// Documents per task of [`Framed::feature_matrix`], at least: the hand-off to rayon's pool
+/// costs a few µs, a hit document's decode and FE about 1 µs.
+const MIN_FUSED_CHUNK: usize = 64;
+
+impl Framed {
+    /// The request's documents.
+    pub fn len(&self) -> usize {
+        self.bounds.len() - 1
+    }
+
+    /// Whether it has none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The whole body, as it was read.
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    /// The documents as one row-major `documents × fe.len()` feature matrix (`fe` being the
+    /// ranker's feature map bound to FE, or why it cannot be), decoded and extracted in one
+    /// pass: contiguous chunks of documents on rayon's pool (`threads` of them, of at least 64
+    /// documents), each read from the body into buffers reused from document to document
+    /// (a feature vector into its row, hits into one [`HitDocument`] that FE reads at once).
+    ///
+    /// `None` on any document that is malformed, that this reader leaves to rmp-serde, that
+    /// gives its features by name, or that the full path would refuse (a wrong vector length,
+    /// hits without `query` and `stats`, an invalid hit, a ranker FE cannot serve): the caller
+    /// then decodes the body in full and builds the matrix from the decoded request, which
+    /// gives the same error as before. Where it answers, the matrix is bit for bit the one
+    /// built from the decoded request.
+    pub fn feature_matrix(
+        &self,
+        fe: Result<&FeatureResolver, &FeError>,
+        width: usize,
+        threads: usize,
+    ) -> Option<Vec<f64>> {
+        if width == 0 {
+            // Rows of nothing: the documents would go unread. The full path validates them.
+            return None;
+        }
+        let hits = Fused {
+            resolver: fe.ok(),
+            query: match (&self.head.query, &self.head.stats) {
+                (Some(query), Some(stats)) => Prepared::new(query, stats).ok(),
+                _ => None,
+            },
+        };
+        // Every value is overwritten: the initial zeros are written in parallel, `threads`
+        // tasks, rather than by one thread before the tasks start.
+        let len = self.len() * width;
+        let mut matrix = Vec::new();
+        rayon::iter::repeat_n(0.0, len)
+            .with_min_len(len.div_ceil(threads.max(1)))
+            .collect_into_vec(&mut matrix);
+        fill_rows_in_chunks(
+            &self.bounds[..self.len()],
+            &mut matrix,
+            width,
+            threads,
+            MIN_FUSED_CHUNK,
+            |first, starts, rows| {
+                let mut reader = Reader {
+                    bytes: &self.body,
+                    pos: 0,
+                    min_task: usize::MAX,
+                };
+                let mut buffers = DocumentBuffers::default();
+                for (i, (&start, row)) in starts.iter().zip(rows.chunks_mut(width)).enumerate() {
+                    reader.pos = start;
+                    reader.document_row(&hits, &mut buffers, row)?;
+                    if reader.pos != self.bounds[first + i + 1] {
+                        return Err(Unhandled);
+                    }
+                }
+                Ok(())
+            },
+        )
+        .ok()?;
+        Some(matrix)
+    }
+}
+
+/// What the fused decode needs to extract a hit document's features.
+struct Fused<'r> {
+    /// `None` when the ranker takes feature vectors only.
+    resolver: Option<&'r FeatureResolver>,
+    /// `None` when the request lacks `query` or `stats`, or they are invalid.
+    query: Option<Prepared<'r>>,
+}
+
+/// Buffers one task of [`Framed::feature_matrix`] reuses from document to document.
+#[derive(Default)]
+struct DocumentBuffers<'a> {
+    hits: HitDocument,
+    /// The document's static features, names borrowed from the body.
+    statics: Vec<(&'a str, f64)>,
+    /// Streams of earlier documents, kept for their vectors.
+    spare: Vec<HitStream>,
+}
+
+/// Where a hit document's static features go as they are read: the document's map, or (the
+/// fused decode) a list whose names borrow the body.
+trait StaticSink<'a> {
+    fn clear(&mut self);
+    fn insert(&mut self, name: &'a str, value: f64);
+}
+
+impl StaticSink<'_> for BTreeMap<String, f64> {
+    fn clear(&mut self) {
+        BTreeMap::clear(self);
+    }
+
+    fn insert(&mut self, name: &str, value: f64) {
+        BTreeMap::insert(self, name.to_string(), value);
+    }
+}
+
+impl<'a> StaticSink<'a> for Vec<(&'a str, f64)> {
+    fn clear(&mut self) {
+        Vec::clear(self);
+    }
+
+    /// A repeated name is kept twice; lookups search from the end, so the last value wins as
+    /// in the map.
+    fn insert(&mut self, name: &'a str, value: f64) {
+        self.push((name, value));
+    }
 }
 
 /// A MessagePack number as written.
@@ -79,6 +249,15 @@ fn set_once<T>(field: &mut Option<T>, value: T) -> Read<()> {
         return Err(Unhandled);
     }
     *field = Some(value);
+    Ok(())
+}
+
+/// Marks a struct field decoded in place as seen; a second occurrence is serde's `duplicate
+/// field` error.
+fn first_time(seen: &mut bool) -> Read<()> {
+    if std::mem::replace(seen, true) {
+        return Err(Unhandled);
+    }
     Ok(())
 }
 
@@ -236,13 +415,17 @@ impl<'a> Reader<'a> {
         Ok(map)
     }
 
-    fn rank_request(&mut self) -> Read<RankRequest> {
-        let (mut ranker, mut documents, mut query, mut stats) = (None, None, None, None);
+    /// The request, its `documents` read by `documents`.
+    fn rank_request(
+        &mut self,
+        mut documents: impl FnMut(&mut Self) -> Read<Vec<RankDocument>>,
+    ) -> Read<RankRequest> {
+        let (mut ranker, mut decoded, mut query, mut stats) = (None, None, None, None);
         let (mut k, mut backend, mut explain, mut timeout_ms) = (None, None, None, None);
         for _ in 0..self.map_len()? {
             match self.str_bytes()? {
                 b"ranker" => set_once(&mut ranker, self.string()?)?,
-                b"documents" => set_once(&mut documents, self.documents()?)?,
+                b"documents" => set_once(&mut decoded, documents(self)?)?,
                 b"query" => set_once(&mut query, self.optional(Self::query_info)?)?,
                 b"stats" => set_once(&mut stats, self.optional(Self::corpus_stats)?)?,
                 b"k" => set_once(
@@ -259,7 +442,7 @@ impl<'a> Reader<'a> {
         }
         Ok(RankRequest {
             ranker: ranker.ok_or(Unhandled)?,
-            documents: documents.ok_or(Unhandled)?,
+            documents: decoded.ok_or(Unhandled)?,
             query: query.flatten(),
             stats: stats.flatten(),
             k: k.flatten(),
@@ -280,6 +463,7 @@ impl<'a> Reader<'a> {
     }
 
     fn documents(&mut self) -> Read<Vec<RankDocument>> {
+        let start = self.pos;
         let len = self.array_len()?;
         let tasks = (len / self.min_task).min(rayon::current_num_threads());
         if tasks < 2 {
@@ -292,12 +476,8 @@ impl<'a> Reader<'a> {
         // Decoding builds values (allocations, maps) and costs several times what finding a
         // document's end does: find every document's start on this thread, then decode them
         // on the pool, each reader checked to stop exactly where the next document starts.
-        let mut starts = Vec::with_capacity(self.capacity(len) + 1);
-        for _ in 0..len {
-            starts.push(self.pos);
-            self.skip_value()?;
-        }
-        starts.push(self.pos);
+        self.pos = start;
+        let starts = self.frame_documents()?;
         let failed = AtomicBool::new(false);
         let mut documents = Vec::new();
         starts
@@ -321,6 +501,19 @@ impl<'a> Reader<'a> {
             return Err(Unhandled);
         }
         Ok(documents)
+    }
+
+    /// Moves past an array of values, checking only their framing: where each value starts,
+    /// then where the last one ends.
+    fn frame_documents(&mut self) -> Read<Vec<usize>> {
+        let len = self.array_len()?;
+        let mut bounds = Vec::with_capacity(self.capacity(len) + 1);
+        for _ in 0..len {
+            bounds.push(self.pos);
+            self.skip_value()?;
+        }
+        bounds.push(self.pos);
+        Ok(bounds)
     }
 
     /// Moves past one value of any type (ext types aside), checking only its framing.
@@ -391,61 +584,107 @@ impl<'a> Reader<'a> {
     }
 
     fn hit_document(&mut self) -> Read<HitDocument> {
-        let (mut id, mut streams, mut static_features) = (None, None, None);
+        let mut doc = HitDocument::default();
+        let mut statics = BTreeMap::new();
+        self.hit_document_into(&mut doc, &mut statics, &mut Vec::new())?;
+        doc.static_features = statics;
+        Ok(doc)
+    }
+
+    /// A hit document into `doc`'s id and streams and `statics` (`doc`'s static map is left
+    /// alone), replacing what they held: `spare` gives streams whose vectors are reused and
+    /// takes back those `doc` held.
+    fn hit_document_into(
+        &mut self,
+        doc: &mut HitDocument,
+        statics: &mut impl StaticSink<'a>,
+        spare: &mut Vec<HitStream>,
+    ) -> Read<()> {
+        doc.streams.clear_into(spare);
+        statics.clear();
+        let (mut id, mut streams, mut static_features) = (false, false, false);
         for _ in 0..self.map_len()? {
             match self.str_bytes()? {
-                b"id" => set_once(&mut id, self.optional(Self::string)?)?,
-                b"streams" => set_once(&mut streams, self.streams()?)?,
-                b"static" => set_once(&mut static_features, self.str_map(Self::f64)?)?,
+                b"id" => {
+                    first_time(&mut id)?;
+                    match self.optional(Self::str)? {
+                        Some(given) => {
+                            let kept = doc.id.get_or_insert_with(String::new);
+                            kept.clear();
+                            kept.push_str(given);
+                        }
+                        None => doc.id = None,
+                    }
+                }
+                b"streams" => {
+                    first_time(&mut streams)?;
+                    self.streams_into(&mut doc.streams, spare)?;
+                }
+                b"static" => {
+                    first_time(&mut static_features)?;
+                    for _ in 0..self.map_len()? {
+                        let name = self.str()?;
+                        statics.insert(name, self.f64()?);
+                    }
+                }
                 _ => return Err(Unhandled),
             }
         }
-        Ok(HitDocument {
-            id: id.flatten(),
-            streams: streams.unwrap_or_default(),
-            static_features: static_features.unwrap_or_default(),
-        })
+        if !id {
+            doc.id = None;
+        }
+        Ok(())
     }
 
-    /// Streams by name; a repeated name keeps its last stream, as serde's visitor does.
-    fn streams(&mut self) -> Read<Streams> {
-        let mut streams = Streams::default();
+    /// Streams by name into empty `streams`, each read into a stream taken from `spare` (or a
+    /// new one); a repeated name keeps its last stream, as serde's visitor does.
+    fn streams_into(&mut self, streams: &mut Streams, spare: &mut Vec<HitStream>) -> Read<()> {
         for _ in 0..self.map_len()? {
             let name = self.str_bytes()?;
+            let mut stream = spare.pop().unwrap_or_default();
             // Catalogue names (most streams) are matched as bytes, saving the UTF-8 check and a
             // second lookup by name.
             match STREAMS.iter().position(|stream| stream.as_bytes() == name) {
-                Some(slot) => streams.set_slot(slot, self.hit_stream()?),
+                Some(slot) => {
+                    self.hit_stream_into(&mut stream)?;
+                    spare.extend(streams.set_slot(slot, stream));
+                }
                 None => {
                     let name = std::str::from_utf8(name).map_err(|_| Unhandled)?;
-                    streams.insert(name, self.hit_stream()?);
+                    self.hit_stream_into(&mut stream)?;
+                    streams.insert(name, stream);
                 }
             }
         }
-        Ok(streams)
+        Ok(())
     }
 
-    fn hit_stream(&mut self) -> Read<HitStream> {
-        let (mut length, mut phrases) = (None, None);
+    /// A stream into `stream`, replacing its length and phrases (their vectors are reused).
+    fn hit_stream_into(&mut self, stream: &mut HitStream) -> Read<()> {
+        let (mut length, mut phrases) = (None, false);
+        let (hits, ends) = stream.phrases.parts_mut();
+        hits.clear();
+        ends.clear();
         for _ in 0..self.map_len()? {
             match self.str_bytes()? {
                 b"length" => set_once(&mut length, self.u32()?)?,
-                b"phrases" => set_once(&mut phrases, self.phrases()?)?,
+                b"phrases" => {
+                    first_time(&mut phrases)?;
+                    self.phrases_into(&mut stream.phrases)?;
+                }
                 _ => return Err(Unhandled),
             }
         }
-        Ok(HitStream {
-            length: length.ok_or(Unhandled)?,
-            phrases: phrases.unwrap_or_default(),
-        })
+        stream.length = length.ok_or(Unhandled)?;
+        Ok(())
     }
 
     /// Phrases, each a list of `[term, position]` hits (2-element arrays in fixarray form;
-    /// other forms are left to serde).
-    fn phrases(&mut self) -> Read<Phrases> {
+    /// other forms are left to serde), into empty `phrases`.
+    fn phrases_into(&mut self, phrases: &mut Phrases) -> Read<()> {
+        let (hits, ends) = phrases.parts_mut();
         let phrase_count = self.array_len()?;
-        let mut ends = Vec::with_capacity(self.capacity(phrase_count));
-        let mut hits = Vec::new();
+        ends.reserve(self.capacity(phrase_count));
         for _ in 0..phrase_count {
             let hit_count = self.array_len()?;
             hits.reserve(self.capacity(hit_count));
@@ -457,7 +696,77 @@ impl<'a> Reader<'a> {
             }
             ends.push(hits.len());
         }
-        Ok(Phrases::from_parts(hits, ends))
+        Ok(())
+    }
+
+    /// One document of a framed request into `row` (the ranker's width): its feature vector
+    /// as given, or its hits' features extracted (see [`Framed::feature_matrix`]).
+    fn document_row(
+        &mut self,
+        fused: &Fused<'_>,
+        buffers: &mut DocumentBuffers<'a>,
+        row: &mut [f64],
+    ) -> Read<()> {
+        let (mut id, mut features, mut hits) = (false, false, false);
+        // Whether `features` or `hits` was given (not `nil`), and which.
+        let (mut filled, mut extract) = (false, false);
+        for _ in 0..self.map_len()? {
+            let field = self.str_bytes()?;
+            match field {
+                b"id" => first_time(&mut id)?,
+                b"features" => first_time(&mut features)?,
+                b"hits" => first_time(&mut hits)?,
+                _ => return Err(Unhandled),
+            }
+            if self.peek()? == 0xc0 {
+                self.pos += 1;
+                continue;
+            }
+            match field {
+                b"id" => {
+                    self.str()?;
+                }
+                // Both given is the full path's error.
+                _ if filled => return Err(Unhandled),
+                b"features" => {
+                    filled = true;
+                    if self.array_len()? != row.len() {
+                        return Err(Unhandled);
+                    }
+                    for slot in row.iter_mut() {
+                        *slot = self.optional(Self::f64)?.unwrap_or(f64::NAN);
+                    }
+                }
+                _ => {
+                    (filled, extract) = (true, true);
+                    let DocumentBuffers {
+                        hits,
+                        statics,
+                        spare,
+                    } = buffers;
+                    self.hit_document_into(hits, statics, spare)?;
+                }
+            }
+        }
+        if !filled {
+            return Err(Unhandled);
+        }
+        if extract {
+            let resolver = fused.resolver.ok_or(Unhandled)?;
+            let query = fused.query.as_ref().ok_or(Unhandled)?;
+            let statics = &buffers.statics;
+            let lookup = |name: &str| {
+                statics
+                    .iter()
+                    .rev()
+                    .find(|(given, _)| *given == name)
+                    .map(|&(_, value)| value)
+            };
+            resolver
+                .extract_with_statics(query, &buffers.hits, lookup, row)
+                .map_err(|_| Unhandled)?;
+        }
+        Ok(())
     }
 
     fn query_info(&mut self) -> Read<QueryInfo> {
@@ -501,6 +810,7 @@ mod tests {
     use super::*;
     use crate::bench::replay::synth_requests;
     use crate::server::codec::Format;
+    use crate::server::routes::feature_matrix;
     use crate::server::store::RankerStore;
     use proptest::prelude::*;
 
@@ -508,8 +818,7 @@ mod tests {
     /// all come from FE, feature vectors otherwise), varied over the optional fields, named
     /// features, ids, static features, streams outside the catalogue and empty phrases.
     fn requests(docs: usize) -> Vec<RankRequest> {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers");
-        let store = RankerStore::open(&dir, 1 << 30).expect("the bundled rankers open");
+        let store = store();
         let mut requests = Vec::new();
         for name in ["small", "medium", "large"] {
             let loaded = store.get(name).expect("a bundled ranker loads");
@@ -597,6 +906,135 @@ mod tests {
                 assert_eq!(decode_in_tasks(&body, min_task).as_ref(), Some(&serde));
             }
         }
+    }
+
+    /// Checks [`Framed::feature_matrix`] against the full path on `body`: where it answers, the
+    /// full path succeeds with the same matrix, bit for bit, on 1 and 3 threads; the framed
+    /// head is the decoded request without its documents. Returns whether it answered.
+    fn fused_equals_the_full_path(body: &[u8], store: &RankerStore) -> bool {
+        let Some(framed) = frame(Bytes::copy_from_slice(body)) else {
+            assert_eq!(decode(body), None, "a body the reader takes frames");
+            return false;
+        };
+        let full = Format::Msgpack.decode_rank_request(body);
+        if let Ok(request) = &full {
+            let head = RankRequest {
+                documents: Vec::new(),
+                ..request.clone()
+            };
+            assert_eq!(msgpack(&framed.head), msgpack(&head));
+            assert_eq!(framed.len(), request.documents.len());
+        }
+        let Ok(loaded) = store.get(&framed.head.ranker) else {
+            return false;
+        };
+        let mut answered = false;
+        for threads in [1, 3] {
+            let fused =
+                framed.feature_matrix(loaded.fe.as_ref(), loaded.ranker.features.len(), threads);
+            let Some(fused) = fused else { continue };
+            let full = match &full {
+                Ok(request) => feature_matrix(request, &loaded, threads),
+                Err(err) => panic!("the fused path answered a body that does not decode: {err}"),
+            };
+            let full = full.unwrap_or_else(|err| panic!("the fused path answered, not {err}"));
+            let bits = |m: &[f64]| m.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&fused), bits(&full), "threads = {threads}");
+            answered = true;
+        }
+        answered
+    }
+
+    fn store() -> RankerStore {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers");
+        RankerStore::open(&dir, 1 << 30).expect("the bundled rankers open")
+    }
+
+    /// `request` with the features given by name given in order instead (the fused path
+    /// leaves features by name to the full path).
+    fn in_order(mut request: RankRequest, store: &RankerStore) -> RankRequest {
+        let names = store.get(&request.ranker).unwrap().ranker.features.clone();
+        for document in &mut request.documents {
+            if let Some(FeatureValues::Named(values)) = &document.features {
+                let vector = names.iter().map(|n| values.get(n).copied().flatten());
+                document.features = Some(FeatureValues::Vector(vector.collect()));
+            }
+        }
+        request
+    }
+
+    #[test]
+    fn fused_decode_and_fe_equal_the_decoded_requests_matrix() {
+        let store = store();
+        for request in requests(150) {
+            let request = in_order(request, &store);
+            let answered = fused_equals_the_full_path(&msgpack(&request), &store);
+            // Without `query`, hit documents go to the full path (and its error).
+            assert_eq!(answered, request.query.is_some(), "{:?}", request.k);
+        }
+    }
+
+    #[test]
+    fn fused_decode_declines_what_the_full_path_refuses_or_decodes_otherwise() {
+        let store = store();
+        let mut request = in_order(requests(70).swap_remove(1), &store);
+        assert!(fused_equals_the_full_path(&msgpack(&request), &store));
+        // Features by name; a wrong vector length; both or neither of `features` and `hits`;
+        // an invalid hit; no `stats`.
+        let mut cases = Vec::new();
+        let mut named = request.clone();
+        named.documents[66].features = Some(FeatureValues::Named([("x".into(), None)].into()));
+        named.documents[66].hits = None;
+        cases.push(named);
+        let mut short = request.clone();
+        short.documents[65].features = Some(FeatureValues::Vector(vec![Some(1.0)]));
+        short.documents[65].hits = None;
+        cases.push(short);
+        let mut both = request.clone();
+        both.documents[64].features = Some(FeatureValues::Vector(vec![]));
+        cases.push(both);
+        let mut neither = request.clone();
+        neither.documents[0].hits = None;
+        cases.push(neither);
+        let mut bad_hit = request.clone();
+        let hits = bad_hit.documents[69].hits.as_mut().unwrap();
+        hits.streams.insert("body", HitStream::new(3, [[[0, 7]]]));
+        cases.push(bad_hit);
+        request.stats = None;
+        cases.push(request);
+        for case in cases {
+            assert!(!fused_equals_the_full_path(&msgpack(&case), &store));
+        }
+    }
+
+    #[test]
+    fn feature_vectors_need_no_feature_extraction() {
+        let store = store();
+        let mut request = in_order(requests(40).swap_remove(1), &store);
+        let loaded = store.get(&request.ranker).unwrap();
+        let width = loaded.ranker.features.len();
+        let cannot = FeError::UnknownFeature {
+            index: 0,
+            name: "x".into(),
+        };
+        // As bits: missing values are NaN.
+        let bits = |m: Vec<f64>| m.into_iter().map(f64::to_bits).collect::<Vec<_>>();
+        let matrix = |request: &RankRequest, fe| {
+            frame(Bytes::from(msgpack(request)))
+                .unwrap()
+                .feature_matrix(fe, width, 2)
+                .map(bits)
+        };
+        // With hit documents, a ranker FE cannot serve is the full path's error.
+        assert_eq!(matrix(&request, Err(&cannot)), None);
+        request.documents.retain(|d| d.hits.is_none());
+        assert!(request.documents.len() > 10);
+        let fe = loaded.fe.as_ref();
+        assert_eq!(matrix(&request, Err(&cannot)), matrix(&request, fe));
+        assert_eq!(
+            matrix(&request, fe),
+            Some(bits(feature_matrix(&request, &loaded, 1).unwrap()))
+        );
     }
 
     #[test]
@@ -701,6 +1139,8 @@ mod tests {
             })
     }
 
+    static STORE: std::sync::LazyLock<RankerStore> = std::sync::LazyLock::new(store);
+
     proptest! {
         #![proptest_config(ProptestConfig::with_cases(2000))]
         #[test]
@@ -714,6 +1154,7 @@ mod tests {
                     prop_assert_eq!(msgpack(&fast), msgpack(generic));
                 }
             }
+            fused_equals_the_full_path(&body, &STORE);
             match (Format::Msgpack.decode_rank_request(&body), generic) {
                 (Ok(fast), Ok(generic)) => prop_assert_eq!(msgpack(&fast), msgpack(&generic)),
                 (Err(fast), Err(generic)) => prop_assert_eq!(fast.to_string(), generic.to_string()),

@@ -11,6 +11,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
+use tokio::sync::OwnedSemaphorePermit;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
@@ -24,11 +25,12 @@ use super::api::{
 use super::batch::{ScoreError, Scored};
 use super::codec::{negotiate_errors, read_body, Coded, Negotiated, Reply};
 use super::error::ApiError;
+use super::rank_body::RankBody;
 use super::state::AppState;
 use super::store::{LoadedRanker, StoreError};
 use crate::config::Backend;
 use crate::rank::cpu::model_inputs;
-use crate::rank::fe::{fill_rows_in_chunks, FeatureResolver};
+use crate::rank::fe::fill_rows_in_chunks;
 use crate::rank::model::{Activation, Input};
 
 /// How long a client may take to send its body.
@@ -152,46 +154,42 @@ async fn rank(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
     Coded {
-        value: request,
+        value: body,
         started: arrived,
         read_us,
         decode_us,
         ..
-    }: Coded<RankRequest>,
+    }: Coded<RankBody>,
 ) -> Result<Reply<RankResponse>, ApiError> {
-    let timeout_ms = request.timeout_ms.or(state.config.default_timeout_ms);
+    let head = body.head();
+    let timeout_ms = head.timeout_ms.or(state.config.default_timeout_ms);
     let deadline = timeout_ms.map(|ms| arrived + Duration::from_millis(ms));
-    let backend = request.backend.unwrap_or(state.config.backend);
-    if backend == Backend::Gpu && !state.has_gpu() {
-        return Err(ApiError::GpuUnavailable);
-    }
-    let loaded = ranker(&state, &request.ranker).await?;
-    let _place = state.admit(&request.ranker)?;
-    state.sample(&request);
+    let backend = head.backend.unwrap_or(state.config.backend);
+    let (k, explain_asked, asked) = (head.k, head.explain, head.backend);
+    let (loaded, _place) = match admit(&state, &head.ranker, backend).await {
+        Ok(admitted) => admitted,
+        Err(err) => return Err(body.or_body_error(err)),
+    };
+    let body = state.sample(body)?;
 
     let fe_started = Instant::now();
-    let (request, features) = {
+    let (body, features) = {
         let (loaded, threads) = (Arc::clone(&loaded), state.config.cpu_threads);
+        let engines = Arc::clone(state.scorer.engines());
         tokio::task::spawn_blocking(move || {
-            let _stage = tracing::info_span!("fe", ranker = %loaded.name, documents = request.documents.len()).entered();
-            let features = feature_matrix(&request, &loaded, threads);
-            (request, features)
+            let _stage =
+                tracing::info_span!("fe", ranker = %loaded.name, documents = body.len()).entered();
+            let features = engines.on_cpu_pool(|| body.feature_matrix(&loaded, threads));
+            (body, features)
         })
         .await
         .map_err(ApiError::internal)?
     };
     let features = features?;
     let fe_us = micros(fe_started.elapsed());
-    let RankRequest {
-        documents,
-        k,
-        explain: explain_asked,
-        backend: asked,
-        ..
-    } = request;
-    let n_docs = documents.len();
+    let n_docs = body.len();
     // Freeing a thousand hit documents takes a few hundred microseconds: off the reply's path.
-    tokio::task::spawn_blocking(move || drop(documents));
+    tokio::task::spawn_blocking(move || drop(body));
     let kept = explain_asked.then(|| features.clone());
 
     let work = state.scorer.score(
@@ -232,6 +230,21 @@ async fn rank(
             explain,
         },
     ))
+}
+
+/// The checks between reading a `/v1/rank` body and building its features: the backend it
+/// asks for is there, the ranker exists (loaded), and the ranker's queue admits the request.
+async fn admit(
+    state: &AppState,
+    name: &str,
+    backend: Backend,
+) -> Result<(Arc<LoadedRanker>, OwnedSemaphorePermit), ApiError> {
+    if backend == Backend::Gpu && !state.has_gpu() {
+        return Err(ApiError::GpuUnavailable);
+    }
+    let loaded = ranker(state, name).await?;
+    let place = state.admit(name)?;
+    Ok((loaded, place))
 }
 
 /// Awaits `work` (a [`Scorer::score`](super::batch::Scorer::score) call) until `deadline`.
@@ -296,7 +309,6 @@ fn fill_rows(
     let names = &loaded.ranker.features;
     let width = names.len();
     let mut by_name: Option<HashMap<&str, usize>> = None;
-    let mut resolver: Option<FeatureResolver> = None;
     let invalid = |msg: String| ApiError::InvalidRequest(msg);
     for (i, doc) in (first..).zip(docs) {
         let row = &mut rows[(i - first) * width..(i - first + 1) * width];
@@ -347,19 +359,15 @@ fn fill_rows(
                         "documents[{i}].hits: a request with hit documents needs `query` and `stats`"
                     )));
                 };
-                if resolver.is_none() {
-                    resolver = Some(FeatureResolver::new(names).map_err(|err| {
-                        invalid(format!(
-                            "documents[{i}].hits: ranker {:?} cannot take hit documents, send `features`: {err}",
-                            loaded.name
-                        ))
-                    })?);
-                }
-                if let Some(resolver) = &resolver {
-                    resolver.extract(query, stats, hits, row).map_err(|err| {
-                        invalid(format!("documents[{i}].hits: {}", err.at_index(i)))
-                    })?;
-                }
+                let resolver = loaded.fe.as_ref().map_err(|err| {
+                    invalid(format!(
+                        "documents[{i}].hits: ranker {:?} cannot take hit documents, send `features`: {err}",
+                        loaded.name
+                    ))
+                })?;
+                resolver
+                    .extract(query, stats, hits, row)
+                    .map_err(|err| invalid(format!("documents[{i}].hits: {}", err.at_index(i))))?;
             }
         }
     }

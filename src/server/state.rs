@@ -15,6 +15,7 @@ use super::api::RankRequest;
 use super::batch::{BatchConfig, Scorer};
 use super::codec::Format;
 use super::error::ApiError;
+use super::rank_body::RankBody;
 use super::store::{RankerStore, StoreError};
 use crate::config::{Backend, Config, Sampling};
 use crate::gpu::power::PowerMeter;
@@ -255,11 +256,21 @@ impl State {
             })
     }
 
-    /// Records `request` in the sample log with the configured probability.
-    pub fn sample(&self, request: &RankRequest) {
-        if let Some(sampler) = &self.sampler {
-            sampler.maybe_record(request);
+    /// Records the request in the sample log with the configured probability; a framed body
+    /// drawn for the log is decoded in full first (and returned decoded).
+    ///
+    /// # Errors
+    /// [`ApiError::BadBody`] when a drawn framed body's documents do not decode.
+    pub fn sample(&self, body: RankBody) -> Result<RankBody, ApiError> {
+        let Some(sampler) = &self.sampler else {
+            return Ok(body);
+        };
+        if rand::random::<f64>() >= sampler.rate {
+            return Ok(body);
         }
+        let request = body.decoded()?;
+        sampler.record(&request);
+        Ok(RankBody::Decoded(request))
     }
 }
 
@@ -302,10 +313,7 @@ impl Sampler {
         })
     }
 
-    fn maybe_record(&self, request: &RankRequest) {
-        if rand::random::<f64>() >= self.rate {
-            return;
-        }
+    fn record(&self, request: &RankRequest) {
         let mut frame = match self.format.encode(request) {
             Ok(frame) => frame,
             Err(err) => return tracing::warn!(error = %err, "request not sampled"),

@@ -16,6 +16,7 @@ use parking_lot::Mutex;
 
 use crate::gpu::lru::{ByteLru, LruStats};
 use crate::rank::cpu::CpuPlan;
+use crate::rank::fe::{FeError, FeatureResolver};
 use crate::rank::gpu::crossover::Crossover;
 use crate::rank::import::load_any;
 use crate::rank::model::{Ensemble, Input, Node, Ranker, Tree};
@@ -37,6 +38,9 @@ pub struct LoadedRanker {
     pub plan: CpuPlan,
     /// Its CPU/GPU crossover, measured on first use when there is a GPU.
     pub crossover: OnceLock<Crossover>,
+    /// Its feature map bound to feature extraction, once per load; the error when a feature
+    /// is one FE cannot produce (the ranker then takes feature vectors only).
+    pub fe: Result<FeatureResolver, FeError>,
 }
 
 /// Why a store operation failed.
@@ -283,6 +287,7 @@ impl RankerStore {
             bytes: 2 * estimate_bytes(&ranker),
             plan: CpuPlan::new(&ranker),
             crossover: OnceLock::new(),
+            fe: FeatureResolver::new(&ranker.features),
             ranker,
             file_bytes,
             version: self.next_version.fetch_add(1, Ordering::Relaxed),

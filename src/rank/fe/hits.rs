@@ -75,19 +75,29 @@ impl Streams {
     /// Sets the stream called `name`, replacing any stream of that name.
     pub fn insert(&mut self, name: &str, stream: HitStream) {
         match stream_slot(name) {
-            Some(slot) => self.set_slot(slot, stream),
+            Some(slot) => {
+                self.set_slot(slot, stream);
+            }
             None => {
                 self.others.insert(name.to_string(), stream);
             }
         }
     }
 
-    /// Sets the catalogue stream of `slot` (its index in [`STREAMS`]), replacing any.
+    /// Sets the catalogue stream of `slot` (its index in [`STREAMS`]), returning the one it
+    /// replaces.
     ///
     /// # Panics
     /// When `slot >= STREAMS.len()`.
-    pub(crate) fn set_slot(&mut self, slot: usize, stream: HitStream) {
-        self.catalogue[slot] = Some(stream);
+    pub(crate) fn set_slot(&mut self, slot: usize, stream: HitStream) -> Option<HitStream> {
+        self.catalogue[slot].replace(stream)
+    }
+
+    /// Removes every stream, moving the catalogue streams onto `spare` (a decoder that reuses
+    /// their vectors; `server::msgpack_rank`).
+    pub(crate) fn clear_into(&mut self, spare: &mut Vec<HitStream>) {
+        spare.extend(self.catalogue.iter_mut().filter_map(Option::take));
+        self.others.clear();
     }
 
     /// Every stream, in name order (the order of the wire's map).
@@ -169,7 +179,9 @@ impl<'de> Visitor<'de> for StreamsVisitor {
         while let Some(name) = map.next_key::<StreamName>()? {
             let stream = map.next_value::<HitStream>()?;
             match name {
-                StreamName::Catalogue(slot) => streams.set_slot(slot, stream),
+                StreamName::Catalogue(slot) => {
+                    streams.set_slot(slot, stream);
+                }
                 StreamName::Other(name) => {
                     streams.others.insert(name, stream);
                 }
@@ -282,12 +294,11 @@ impl Phrases {
         self.ends.push(self.hits.len());
     }
 
-    /// Phrases from every hit and, per phrase, the end (exclusive) of its hits in `hits`: for
-    /// a decoder that fills both in one pass (`server::msgpack_rank`).
-    pub(crate) fn from_parts(hits: Vec<[u32; 2]>, ends: Vec<usize>) -> Self {
-        debug_assert!(ends.windows(2).all(|w| w[0] <= w[1]));
-        debug_assert_eq!(ends.last().copied().unwrap_or(0), hits.len());
-        Phrases { hits, ends }
+    /// Every hit and, per phrase, the end (exclusive) of its hits in the former, for a decoder
+    /// that fills both in one pass and reuses their capacity (`server::msgpack_rank`). It keeps
+    /// the ends non-decreasing and the last one equal to the number of hits.
+    pub(crate) fn parts_mut(&mut self) -> (&mut Vec<[u32; 2]>, &mut Vec<usize>) {
+        (&mut self.hits, &mut self.ends)
     }
 }
 

@@ -104,7 +104,24 @@ impl FeatureResolver {
     ) -> Result<(), HitError> {
         self.check_output(1, out.len())?;
         let prepared = Prepared::new(query, stats)?;
-        SCRATCH.with_borrow_mut(|scratch| self.extract_prepared(&prepared, doc, scratch, out))
+        self.extract_with_statics(&prepared, doc, statics_of(doc), out)
+    }
+
+    /// [`FeatureResolver::extract`] for a caller that prepared the query once
+    /// ([`Prepared::new`]) and keeps the document's static features elsewhere: `statics` gives
+    /// a static feature's value by name (without the `static.` prefix), and `doc`'s own static
+    /// map is not read. For a decoder that extracts as it reads (`server::msgpack_rank`).
+    ///
+    /// # Errors
+    /// As [`FeatureResolver::extract`], without checking `out`'s length.
+    pub(crate) fn extract_with_statics(
+        &self,
+        query: &Prepared<'_>,
+        doc: &HitDocument,
+        statics: impl Fn(&str) -> Option<f64>,
+        out: &mut [f64],
+    ) -> Result<(), HitError> {
+        SCRATCH.with_borrow_mut(|scratch| self.extract_prepared(query, doc, statics, scratch, out))
     }
 
     /// Extracts a batch: `out` is row-major `docs.len() × self.len()`. `threads <= 1` runs on
@@ -133,7 +150,7 @@ impl FeatureResolver {
             SCRATCH.with_borrow_mut(|scratch| {
                 for (i, doc) in docs.iter().enumerate() {
                     let row = &mut out[i * width..(i + 1) * width];
-                    self.extract_prepared(&prepared, doc, scratch, row)
+                    self.extract_prepared(&prepared, doc, statics_of(doc), scratch, row)
                         .map_err(|e| e.at_index(first + i))?;
                 }
                 Ok(())
@@ -167,11 +184,23 @@ impl FeatureResolver {
     /// `catalogue.len() == CATALOGUE_LEN` and `out.len() == self.len()`; shorter slices leave
     /// the features past their end unwritten.
     pub fn gather(&self, catalogue: &[f64], doc: &HitDocument, out: &mut [f64]) {
+        self.gather_with(catalogue, statics_of(doc), out);
+    }
+
+    /// [`FeatureResolver::gather`] with the static features given by name (without the
+    /// `static.` prefix) by `statics`.
+    fn gather_with(
+        &self,
+        catalogue: &[f64],
+        statics: impl Fn(&str) -> Option<f64>,
+        out: &mut [f64],
+    ) {
         for (slot, source) in out.iter_mut().zip(&self.sources) {
             *slot = match source {
-                Source::Catalogue(i) => catalogue.get(*i).copied().unwrap_or(f64::NAN),
-                Source::Static(key) => doc.static_features.get(key).copied().unwrap_or(f64::NAN),
-            };
+                Source::Catalogue(i) => catalogue.get(*i).copied(),
+                Source::Static(key) => statics(key),
+            }
+            .unwrap_or(f64::NAN);
         }
     }
 
@@ -204,13 +233,19 @@ impl FeatureResolver {
         &self,
         query: &Prepared<'_>,
         doc: &HitDocument,
+        statics: impl Fn(&str) -> Option<f64>,
         scratch: &mut Scratch,
         out: &mut [f64],
     ) -> Result<(), HitError> {
         extract_all(query, doc, scratch)?;
-        self.gather(&scratch.features, doc, out);
+        self.gather_with(&scratch.features, statics, out);
         Ok(())
     }
+}
+
+/// A document's static features by name, from its own map.
+fn statics_of(doc: &HitDocument) -> impl Fn(&str) -> Option<f64> + '_ {
+    |key| doc.static_features.get(key).copied()
 }
 
 /// Fills `out` (`docs.len()` rows of `width` values) by `fill(first, docs, rows)` over

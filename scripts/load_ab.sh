@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Interleaved A/B of /v1/rank service overhead (issue 3): the binaries given take turns, ROUNDS
+# times, each serving the medium ranker on loopback (CPU backend, batching off) while
+# `rankserve replay` sends it production-like 1 000-document MessagePack requests (the same
+# log for every binary) from CONCURRENCY clients for SECONDS. Per binary and round it prints
+# the client's latency and the server's mean timings (`handler_rest`: the handler's total less
+# the timed steps; `outside`: the client's latency less the handler's total); at the end, per
+# binary, the median (and range) over rounds of each. Overhead is client latency − FE − scoring, as in
+# scripts/load_check.sh; `overhead@FE0` uses the first binary's FE time of the same round
+# instead, so that a binary which moves decoding into FE is not credited for relabelling it.
+#
+#   bash scripts/load_ab.sh SECONDS ROUNDS BINARY...      # e.g. 5 3 before/rankserve after/rankserve
+#
+# DOCS (default 1000) and CONCURRENCY (default 1) override the request size and the clients.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+seconds=$1
+rounds=$2
+shift 2
+docs=${DOCS:-1000}
+concurrency=${CONCURRENCY:-1}
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+"$1" requests synth --ranker medium --docs "$docs" --count 64 --out "$work/requests.msgpack" >/dev/null
+
+port=18520
+for round in $(seq "$rounds"); do
+  for b in $(seq "$#"); do
+    bin=${!b}
+    port=$((port + 1))
+    "$bin" serve --addr "127.0.0.1:$port" --backend cpu --batch-window-us 0 --rankers rankers \
+      >"$work/serve.log" 2>&1 &
+    server=$!
+    for _ in $(seq 100); do
+      curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
+      sleep 0.1
+    done
+    "$bin" replay --url "http://127.0.0.1:$port" --log "$work/requests.msgpack" \
+      --concurrency "$concurrency" --duration "$seconds" --json >"$work/r$round-$b.json"
+    kill "$server"
+    wait "$server" 2>/dev/null || true
+  done
+done
+
+python3 - "$work" "$rounds" "$@" <<'PY'
+import json, statistics, sys
+work, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+keys = ["p50", "mean", "read", "decode", "fe", "me", "queue", "handler_rest", "outside", "overhead", "overhead@FE0"]
+rows = {b: {k: [] for k in keys} for b in range(len(bins))}
+for r in range(1, rounds + 1):
+    fe0 = None
+    for b in range(len(bins)):
+        j = json.load(open(f"{work}/r{r}-{b + 1}.json"))
+        assert not j["errors"], j["errors"]
+        s = {k: j.get(f"server_{k}_us", {"mean": 0})["mean"] for k in ("read", "decode", "fe", "me", "queue")}
+        lat = j["latency_us"]
+        fe0 = s["fe"] if fe0 is None else fe0
+        v = {"p50": lat["p50"], "mean": lat["mean"], **s,
+             "handler_rest": j["server_total_us"]["mean"] - sum(s.values()),
+             "outside": lat["mean"] - j["server_total_us"]["mean"],
+             "overhead": 100 * (lat["mean"] - s["fe"] - s["me"]) / lat["mean"],
+             "overhead@FE0": 100 * (lat["mean"] - fe0 - s["me"]) / lat["mean"]}
+        for k in keys:
+            rows[b][k].append(v[k])
+        print(f"round {r} {bins[b]}: " + ", ".join(f"{k} {v[k]:.0f}" for k in keys))
+print("medians over rounds [min–max] (µs; overheads in %):")
+for b in range(len(bins)):
+    print(f"{bins[b]}: " + ", ".join(
+        f"{k} {statistics.median(x):.0f} [{min(x):.0f}–{max(x):.0f}]" for k, x in rows[b].items()))
+PY

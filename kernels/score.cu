@@ -1,8 +1,9 @@
 // BM25 on the GPU. OR queries term at a time (Ding et al. WWW'09): BM25 contributions scattered
 // into a dense f64 accumulator of one entry per document; AND's candidates after intersect.cu's
-// merge-path steps searched in the other lists and scored in query order; then a top-k by per-block candidates that the host merges. Compiled with --fmad=false (src/gpu/module.rs) so every f32 operation rounds exactly
-// as src/select/bm25.rs's TermScorer::contribution does on the CPU: scores are bit-identical.
-
+// merge-path steps searched in the other lists and scored in query order; then a top-k by
+// per-block candidates that the host merges. Compiled with --fmad=false (src/gpu/module.rs) so
+// every f32 operation rounds exactly as src/select/bm25.rs's TermScorer::contribution does on
+// the CPU: scores are bit-identical.
 
 // An accumulator entry no term has touched: -0.0. Adding a contribution c to -0.0 gives c
 // exactly (as 0.0 + c does on the CPU), and even a +0.0 contribution turns it into +0.0, so
@@ -56,8 +57,8 @@ extern "C" __global__ void score_term(const u32* docs, const u32* tfs, u32 df, c
 //                     candidate i's position in the step's list, NOT_FOUND when it left the
 //                     intersection at or before that step (so the last array says who is left)
 //         step_of     per list s ≥ 1, the index of its step's array, or NOT_FOUND: list s is
-//                     searched here (shortest first, up to the first list that lacks the
-//                     candidate)
+//                     searched here (in query order, up to the first list that lacks
+//                     the candidate)
 //         order       order[q] = the list of the query's q-th distinct term
 //         params      6 f32 per list (TermScorer::kernel_params), SvS order
 //         doc_len     scoring length of every document
@@ -69,29 +70,25 @@ extern "C" __global__ void score_and_found(const u32* docs, const u32* tfs, cons
                                            u32 lists, u32 na, const u32* doc_len, double* out) {
     for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < na; i += (u64)gridDim.x * blockDim.x) {
         const u32 doc = docs[start[0] + i];
+        // One pass in query order, as the kernel before the merge-path steps: a searched list
+        // is sought once, and the first list without the candidate ends its work.
         bool all = steps == 0 || found[(u64)(steps - 1) * na + i] != 0xffffffffu;
-        for (u32 s = 1; s < lists && all; ++s) {
-            if (step_of[s] == 0xffffffffu) {
-                const u32 j = lower_bound(docs + start[s], df[s], doc);
-                all = j < df[s] && docs[start[s] + j] == doc;
+        const u32 dl = all ? doc_len[doc] : 0;
+        double sum = 0.0;
+        for (u32 q = 0; q < lists && all; ++q) {
+            const u32 s = order[q];
+            u32 at = (u32)i;
+            if (s != 0 && step_of[s] != 0xffffffffu) {
+                at = found[(u64)step_of[s] * na + i];
+            } else if (s != 0) {
+                at = lower_bound(docs + start[s], df[s], doc);
+                all = at < df[s] && docs[start[s] + at] == doc;
+            }
+            if (all) {
+                sum += (double)contribution(params + 6 * s, tfs[start[s] + at], dl);
             }
         }
-        if (!all) {
-            out[i] = __longlong_as_double((long long)UNTOUCHED_BITS);
-            continue;
-        }
-        const u32 dl = doc_len[doc];
-        double sum = 0.0;
-        for (u32 q = 0; q < lists; ++q) {
-            const u32 s = order[q];
-            // A searched list's position again: the survivors are few, and their searches hit
-            // the cache.
-            const u32 at = s == 0                      ? (u32)i
-                           : step_of[s] != 0xffffffffu ? found[(u64)step_of[s] * na + i]
-                                                       : lower_bound(docs + start[s], df[s], doc);
-            sum += (double)contribution(params + 6 * s, tfs[start[s] + at], dl);
-        }
-        out[i] = sum;
+        out[i] = all ? sum : __longlong_as_double((long long)UNTOUCHED_BITS);
     }
 }
 

@@ -12,14 +12,18 @@
 //!
 //! For an AND query sent to the GPU, [`Scheduler::and_plan`] then decides per intersection step
 //! (Griffin's rule again, between the intermediate result and the next list): the GPU intersects
-//! the lists, shortest first, while the next list is at most `griffin_ratio` times the
-//! intersection so far, and hands the survivors to the CPU for the rest
-//! ([`crate::select::gpu::AndPlan`]). The intersection's size is estimated before any launch, as
-//! if the terms occurred independently (`|C| ≈ df₀ · Π df_s / N`), so that the lists the CPU will
-//! take are never copied or decoded, and no step waits for the device to learn a count. Each GPU
-//! step runs by merge path when its list has at least `merge_path_min_df` postings, else by
-//! binary search ([`DEFAULT_MERGE_PATH_MIN_DF`] says why length, not ratio, decides). AND_OR goes where its AND goes (where OR goes when a term is missing, which
-//! empties the AND).
+//! the lists, shortest first, while the next list is resident in the GPU posting cache or at
+//! most `griffin_ratio` times the intersection so far, and hands the survivors to the CPU for
+//! the rest ([`crate::select::gpu::AndPlan`]). A resident list always stays: measured on the
+//! H100 (`docs/benchmarks.md`, issue 6), handing a query over before resident lists cost 9–25 µs
+//! more than searching them on the device (a wait for the survivors' count, two copies back, the
+//! CPU's block decodes), so only a list that would cross PCIe is worth leaving to the CPU. The
+//! intersection's size is estimated before any launch, as if the terms occurred independently
+//! (`|C| ≈ df₀ · Π df_s / N`), so that the lists the CPU will take are never copied or decoded,
+//! and no step waits for the device to learn a count. A GPU step runs by merge path when its
+//! list has at least `merge_path_min_df` postings, else by binary search inside the scoring
+//! launch (by default always: [`DEFAULT_MERGE_PATH_MIN_DF`] says why). AND_OR goes where its
+//! AND goes (where OR goes when a term is missing, which empties the AND).
 //!
 //! [`search`] runs a query on the backend asked for (`auto`: the scheduler's choice and plan;
 //! `gpu`: every step on the GPU); any GPU error, [`GpuError::TooLarge`] from the posting cache's
@@ -32,12 +36,12 @@
 
 use crate::config::Backend;
 use crate::gpu::GpuError;
-use crate::index::Index;
+use crate::index::{Index, TermId};
 use crate::select::gpu::{
     search_and, search_and_or, search_or, AndPlan, GpuSelectError, PostingCache,
 };
 use crate::select::{check_params, SelectError};
-use crate::select::{dedup_terms, search as cpu_search, term_list, Mode, Query, SearchResult};
+use crate::select::{dedup_terms, search as cpu_search, term_id_list, Mode, Query, SearchResult};
 
 /// The length ratio above which AND runs on the CPU whatever the estimates say. Griffin's paper
 /// (and DESIGN §1) take 128 for 128-posting blocks; on the H100 host against one core
@@ -49,14 +53,16 @@ use crate::select::{dedup_terms, search as cpu_search, term_list, Mode, Query, S
 pub const DEFAULT_GRIFFIN_RATIO: f64 = 4096.0;
 
 /// The postings from which a GPU AND step's list is intersected by merge path rather than by a
-/// binary search per candidate. Not the classic rule (merge for similar lengths, search for
-/// very unequal ones): measured on the H100 (`docs/benchmarks.md`, issue 6, 3 M documents,
-/// two-term AND queries by length ratio), merge path was as fast or faster at every ratio up to
-/// 10⁵ once the longer list held 10⁵ postings or more (90 against 107 µs at 10⁴–10⁵), since a
-/// search over few candidates waits on one dependent load after another while the merge spreads
-/// over every SM; below 10⁴ postings the merge's own launch (the search runs inside the scoring
-/// launch) cost 3–4 µs more. 2¹⁶ lies between.
-pub const DEFAULT_MERGE_PATH_MIN_DF: u32 = 1 << 16;
+/// binary search per candidate inside the scoring launch: by default never. Measured on the
+/// H100 (`docs/benchmarks.md`, issue 6, 3 M documents, 500 synthetic AND queries, two
+/// interleaved rounds, per-query ratios to the one-launch AND of the commit before the steps):
+/// merging every step cost a median 5–19 % more per query (more with more terms), merging lists
+/// of 2¹⁶ postings or more 4–16 %, searching every list 2–6 %; the shortest list of a real query
+/// is short, so a search reads log₂ n words per candidate where a merge reads the whole long
+/// list. On two-term pairs by length ratio one run had merge path ahead once the longer list
+/// held 10⁵ postings and the next had it behind at almost every pair: not a margin to build on.
+/// Kept configurable (`--merge-path-min-df`) for indexes whose short lists are long.
+pub const DEFAULT_MERGE_PATH_MIN_DF: u32 = u32::MAX;
 
 /// The processor that answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -76,10 +82,12 @@ impl Side {
 }
 
 /// What the cost model reads of a query: the dfs of its distinct terms found in the index,
-/// ascending, whether a term is missing (which empties an AND), and the hits wanted.
+/// ascending (ties by their place in the query, as the AND's SvS order), their term ids in the
+/// same order, whether a term is missing (which empties an AND), and the hits wanted.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct QueryShape {
     pub dfs: Vec<u32>,
+    pub terms: Vec<TermId>,
     pub missing_term: bool,
     pub k: usize,
 }
@@ -87,18 +95,22 @@ pub struct QueryShape {
 impl QueryShape {
     /// The shape of `query` over `index`.
     pub fn of(index: &Index, query: &Query) -> QueryShape {
-        let mut shape = QueryShape {
-            k: query.k,
-            ..QueryShape::default()
-        };
+        let mut lists = Vec::new();
+        let mut missing_term = false;
         for term in dedup_terms(&query.terms) {
-            match term_list(index, term) {
-                Some(list) => shape.dfs.push(list.df),
-                None => shape.missing_term = true,
+            match term_id_list(index, term) {
+                Some((id, list)) => lists.push((list.df, id)),
+                None => missing_term = true,
             }
         }
-        shape.dfs.sort_unstable();
-        shape
+        // A stable sort keeps equal lengths in query order.
+        lists.sort_by_key(|&(df, _)| df);
+        QueryShape {
+            dfs: lists.iter().map(|&(df, _)| df).collect(),
+            terms: lists.iter().map(|&(_, id)| id).collect(),
+            missing_term,
+            k: query.k,
+        }
     }
 
     /// Postings of every list.
@@ -267,13 +279,20 @@ impl Scheduler {
     }
 
     /// How the GPU runs an AND over `shape` on an index of `n_docs` (see the module docs): the
-    /// lists, shortest first, while each is at most `griffin_ratio` times the intersection's
-    /// estimated size so far (the shortest list always).
-    pub fn and_plan(&self, shape: &QueryShape, n_docs: u32) -> AndPlan {
+    /// lists, shortest first (the shortest always), while each is resident in the GPU posting
+    /// cache (`resident` says which terms are) or at most `griffin_ratio` times the
+    /// intersection's estimated size so far.
+    pub fn and_plan(
+        &self,
+        shape: &QueryShape,
+        n_docs: u32,
+        resident: impl Fn(TermId) -> bool,
+    ) -> AndPlan {
         let mut gpu_lists = 1;
         while let Some(&df) = shape.dfs.get(gpu_lists) {
             let so_far = shape.and_estimate(gpu_lists, n_docs);
-            if df as f64 > self.griffin_ratio * so_far.max(1.0) {
+            let copied = !shape.terms.get(gpu_lists).is_some_and(|&t| resident(t));
+            if copied && df as f64 > self.griffin_ratio * so_far.max(1.0) {
                 break;
             }
             gpu_lists += 1;
@@ -325,7 +344,10 @@ pub fn search(
     let mut fallback = None;
     if let (true, Some(cache)) = (scheduler.sends_to_gpu(index, query, backend), gpu) {
         let plan = match backend {
-            Backend::Auto => scheduler.and_plan(&QueryShape::of(index, query), index.num_docs()),
+            Backend::Auto => {
+                let shape = QueryShape::of(index, query);
+                scheduler.and_plan(&shape, index.num_docs(), |t| cache.is_resident(index, t))
+            }
             _ => AndPlan::gpu_only(scheduler.merge_path_min_df),
         };
         let ran = match query.mode {
@@ -359,6 +381,7 @@ mod tests {
     fn shape(dfs: &[u32]) -> QueryShape {
         QueryShape {
             dfs: dfs.to_vec(),
+            terms: (0..dfs.len() as TermId).collect(),
             missing_term: false,
             k: 10,
         }
@@ -442,7 +465,7 @@ mod tests {
             griffin_ratio: 100.0,
             ..Scheduler::default()
         };
-        let plan = |dfs: &[u32], n_docs| s.and_plan(&shape(dfs), n_docs).gpu_lists;
+        let plan = |dfs: &[u32], n_docs| s.and_plan(&shape(dfs), n_docs, |_| false).gpu_lists;
         // 1 000 × 5 000 / 10 000 = 500 estimated after two lists: 50 000 is within 100 × 500,
         // 50 001 is not.
         assert_eq!(plan(&[1_000, 5_000, 50_000], 10_000), 3);
@@ -454,8 +477,13 @@ mod tests {
         assert_eq!(plan(&[], 1_000_000), 1);
         // An estimate under one document counts as one.
         assert_eq!(plan(&[1, 1, 100, 101], 1_000_000), 3);
+        // A resident list stays on the GPU however long: searching it there costs no copy.
+        let resident_second = |t: TermId| t == 1;
+        let plan_resident = |dfs: &[u32]| s.and_plan(&shape(dfs), 1_000_000, resident_second);
+        assert_eq!(plan_resident(&[1_000, 900_000]).gpu_lists, 2);
+        assert_eq!(plan_resident(&[1_000, 900_000, 950_000]).gpu_lists, 2);
         assert_eq!(
-            s.and_plan(&shape(&[1, 2]), 0).merge_path_min_df,
+            s.and_plan(&shape(&[1, 2]), 0, |_| true).merge_path_min_df,
             s.merge_path_min_df
         );
     }

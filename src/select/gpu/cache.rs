@@ -243,6 +243,14 @@ impl PostingCache {
         self.stats
     }
 
+    /// Whether `term`'s list of `index` is resident, so that a query reads it without a copy
+    /// (false until the cache has loaded `index`).
+    pub fn is_resident(&self, index: &Index, term: TermId) -> bool {
+        self.loaded
+            .as_ref()
+            .is_some_and(|l| l.generation == index.generation() && l.resident.contains_key(&term))
+    }
+
     /// Loads `index` unless it is the one loaded: admits its lists, copies them and the
     /// document lengths to the device.
     ///

@@ -305,6 +305,8 @@ fn edge_cases_match_the_cpu_gpu() {
     };
     let index = synthetic(Codec::Pfor);
     let mut caches = caches(&device, index);
+    // The three most common terms: several thousand survivors, so a hand-over's rows take
+    // more than its first copy.
     let common = pick_terms(index, &[(0, 0), (0, 1), (0, 2)]);
     let with_unknown = vec![common[0].clone(), "unknown-term".to_string()];
     let repeated = vec![common[1].clone(), common[0].clone(), common[1].clone()];

@@ -126,12 +126,17 @@ pub enum BenchSelectError {
 }
 
 /// Runs every query of `queries` (text, tokenized like the documents) on the calling thread on
-/// `backend` ([`schedule::search`]: `cpu`, `gpu` through `gpu`'s posting cache, or `auto`, the
-/// scheduler's choice per query); each once to warm up, then `config.reps` times, keeping the
-/// median wall time, the scheduler's estimate included. A backend that may use the GPU first
-/// runs every query once: a GPU left idle (during the CPU-only run) starts at its idle clock, and
-/// the first ten large queries of a 10 M-document run took ≈ 1.07 ms each, where the same
-/// queries later in that run took 120–471 µs (H100), the per-query warm-up notwithstanding.
+/// each of `backends` ([`schedule::search`]: `cpu`, `gpu` through `gpu`'s posting cache, or
+/// `auto`, the scheduler's choice per query), interleaved: per query, one warm-up on each
+/// backend, then `config.reps` rounds that time it once on each backend in turn, keeping the
+/// median wall time per backend, the scheduler's estimate included; one list of runs per backend.
+///
+/// Interleaved because separate passes drift apart: in three passes over the same queries (CPU,
+/// then GPU, then hybrid), the hybrid's CPU-side queries took from 0.6× to 1.8× the CPU pass's
+/// time for the same code in the same process (H100 host, `docs/benchmarks.md`, issue 6). A
+/// backend that may use the GPU first runs every query once: a GPU left idle starts at its idle
+/// clock, and the first ten large queries of a 10 M-document run took ≈ 1.07 ms each, where the
+/// same queries later in that run took 120–471 µs (H100), the per-query warm-up notwithstanding.
 ///
 /// # Errors
 /// The first query's error: invalid BM25 parameters, or a GPU failure (which would otherwise
@@ -140,20 +145,23 @@ pub fn run(
     index: &Index,
     queries: &[String],
     config: &SelectionConfig,
-    backend: Backend,
+    backends: &[Backend],
     mut gpu: Option<&mut PostingCache>,
     scheduler: &Scheduler,
-) -> Result<Vec<QueryRun>, BenchSelectError> {
-    if backend != Backend::Cpu {
+) -> Result<Vec<Vec<QueryRun>>, BenchSelectError> {
+    for &backend in backends.iter().filter(|&&b| b != Backend::Cpu) {
         for text in queries {
             let query = config.query(text);
             schedule::search(index, &query, backend, gpu.as_deref_mut(), scheduler)?;
         }
     }
-    let mut runs = Vec::with_capacity(queries.len());
+    let mut runs: Vec<Vec<QueryRun>> = backends
+        .iter()
+        .map(|_| Vec::with_capacity(queries.len()))
+        .collect();
     for text in queries {
         let query = config.query(text);
-        let mut search = || {
+        let mut search = |backend| {
             let ran = schedule::search(index, &query, backend, gpu.as_deref_mut(), scheduler)?;
             match ran.fallback {
                 Some(source) => Err(BenchSelectError::Fallback {
@@ -163,29 +171,37 @@ pub fn run(
                 None => Ok(ran),
             }
         };
-        let mut ran = search()?;
-        let mut times = Vec::with_capacity(config.reps);
+        let mut last = backends
+            .iter()
+            .map(|&backend| search(backend))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut times = vec![Vec::with_capacity(config.reps); backends.len()];
         for _ in 0..config.reps.max(1) {
-            let started = Instant::now();
-            ran = search()?;
-            times.push(started.elapsed().as_secs_f64() * 1e6);
+            for (b, &backend) in backends.iter().enumerate() {
+                let started = Instant::now();
+                last[b] = search(backend)?;
+                times[b].push(started.elapsed().as_secs_f64() * 1e6);
+            }
         }
-        times.sort_by(f64::total_cmp);
-        let result = ran.result;
-        runs.push(QueryRun {
-            query: text.clone(),
-            us: times[times.len() / 2],
-            ids: result
-                .hits
-                .iter()
-                .map(|&(doc, _)| index.doc_id(doc).to_string())
-                .collect(),
-            scores: result.hits.iter().map(|&(_, score)| score).collect(),
-            blocks_decoded: result.stats.blocks_decoded,
-            docs_scored: result.stats.docs_scored,
-            side: ran.side,
-            dfs: QueryShape::of(index, &query).dfs,
-        });
+        let dfs = QueryShape::of(index, &query).dfs;
+        for ((ran, mut times), out) in last.into_iter().zip(times).zip(&mut runs) {
+            times.sort_by(f64::total_cmp);
+            let result = ran.result;
+            out.push(QueryRun {
+                query: text.clone(),
+                us: times[times.len() / 2],
+                ids: result
+                    .hits
+                    .iter()
+                    .map(|&(doc, _)| index.doc_id(doc).to_string())
+                    .collect(),
+                scores: result.hits.iter().map(|&(_, score)| score).collect(),
+                blocks_decoded: result.stats.blocks_decoded,
+                docs_scored: result.stats.docs_scored,
+                side: ran.side,
+                dfs: dfs.clone(),
+            });
+        }
     }
     Ok(runs)
 }

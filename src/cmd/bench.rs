@@ -329,6 +329,17 @@ pub struct SelectionArgs {
     gpu_out: Option<PathBuf>,
 }
 
+/// `--out`: one JSON line per query's CPU run.
+fn write_runs(out: Option<&std::path::Path>, runs: &[selection::QueryRun]) -> anyhow::Result<()> {
+    let Some(out) = out else { return Ok(()) };
+    let mut lines = String::new();
+    for run in runs {
+        lines += &serde_json::to_string(run).context("encoding a query's run")?;
+        lines.push('\n');
+    }
+    std::fs::write(out, lines).with_context(|| format!("writing {}", out.display()))
+}
+
 fn run_selection(args: SelectionArgs) -> CmdResult {
     let index = Index::open(&args.index).bad_input()?;
     let text = std::fs::read_to_string(&args.queries)
@@ -354,19 +365,9 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         merge_path_min_df: args.merge_path_min_df,
         ..Scheduler::default()
     };
-    let runs =
-        selection::run(&index, &queries, &config, Backend::Cpu, None, &scheduler).bad_input()?;
-    if let Some(out) = &args.out {
-        let mut lines = String::new();
-        for run in &runs {
-            lines += &serde_json::to_string(run).context("encoding a query's run")?;
-            lines.push('\n');
-        }
-        std::fs::write(out, lines).with_context(|| format!("writing {}", out.display()))?;
-    }
     let header = format!(
         "{} queries, mode {:?}, k {}, k1 {}, b {}, {} docs, codec {}",
-        runs.len(),
+        queries.len(),
         args.mode,
         args.k,
         args.k1,
@@ -375,6 +376,10 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         index.codec().name()
     );
     if !args.gpu {
+        let runs = selection::run(&index, &queries, &config, &[Backend::Cpu], None, &scheduler)
+            .bad_input()?
+            .remove(0);
+        write_runs(args.out.as_deref(), &runs)?;
         let s = LatencySummary::of(&runs);
         println!("{header}: µs per query, one thread");
         println!(
@@ -399,26 +404,21 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         .iter()
         .map(|&min_df| Ok((min_df, selection::decode_speed(&cache, &index, min_df, 20)?)))
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let gpu_runs = selection::run(
+    let backends = [Backend::Cpu, Backend::Gpu, Backend::Auto];
+    let [runs, gpu_runs, hybrid_runs]: [Vec<selection::QueryRun>; 3] = selection::run(
         &index,
         &queries,
         &config,
-        Backend::Gpu,
+        &backends,
         Some(&mut cache),
         &scheduler,
     )
-    .context("running the queries on the GPU")?;
+    .context("running the queries on the CPU, the GPU and through the scheduler")?
+    .try_into()
+    .expect("one list of runs per backend");
+    write_runs(args.out.as_deref(), &runs)?;
     let phases = selection::gpu_phases(&index, &queries, &config, &mut cache, &scheduler)
         .context("timing the GPU queries' steps")?;
-    let hybrid_runs = selection::run(
-        &index,
-        &queries,
-        &config,
-        Backend::Auto,
-        Some(&mut cache),
-        &scheduler,
-    )
-    .context("running the queries through the scheduler")?;
     if let Some(out) = &args.gpu_out {
         let mut lines = String::new();
         for ((cpu, gpu), hybrid) in runs.iter().zip(&gpu_runs).zip(&hybrid_runs) {
@@ -458,7 +458,8 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         );
     }
     println!(
-        "latency, mode {:?}, µs per query (median of {} runs each after a warm-up), one thread:",
+        "latency, mode {:?}, µs per query (median of {} runs each after a warm-up, the backends \
+         taking turns per query), one thread:",
         args.mode, args.reps
     );
     println!("| backend | mean | p50 | p95 | p99 | p99.9 | max | on CPU | on GPU |");

@@ -38,6 +38,11 @@ use crate::select::{cpu, dedup_terms, term_id_list, Query, SearchResult, SelectS
 const MERGE_TILE: u64 = 2048;
 const MERGE_THREADS: u32 = 256;
 
+/// Survivor rows that come back in the same copy as their count (a second copy brings any
+/// more): a hand-over happens when the intersection is expected to be small, and a copy's round
+/// trip costs more than these 1 024 rows' few KB.
+const GATHER_FIRST_ROWS: usize = 1024;
+
 /// How the GPU runs an AND query (see the module docs). The lists are counted shortest first,
 /// ties by their place in the query, as [`crate::select::schedule::QueryShape::dfs`] orders them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -283,9 +288,19 @@ fn gather(
     // word `at` (1 + na × (1 + lists) words: the count, zeroed above, and at most na rows);
     // the grid is whole warps (LaunchConfig::for_num_elems gives blocks of 1 024 threads).
     unsafe { launch.launch(LaunchConfig::for_num_elems(na)) }.during("intersect_gather")?;
-    let count = stream
-        .clone_dtoh(&postings.scratch.slice(at..at + 1))
-        .during("hand-over count download")?[0] as usize;
-    let rows = postings.scratch.slice(at + 1..at + 1 + count * stride);
-    stream.clone_dtoh(&rows).during("hand-over rows download")
+    // The count and the first rows in one copy, the rest (if any) in a second.
+    let first = (na as usize).min(GATHER_FIRST_ROWS);
+    let mut rows = stream
+        .clone_dtoh(&postings.scratch.slice(at..at + 1 + first * stride))
+        .during("hand-over download")?;
+    let count = rows[0] as usize;
+    rows.truncate(1 + count.min(first) * stride);
+    rows.remove(0);
+    if count > first {
+        let rest = postings
+            .scratch
+            .slice(at + 1 + first * stride..at + 1 + count * stride);
+        rows.extend(stream.clone_dtoh(&rest).during("hand-over rows download")?);
+    }
+    Ok(rows)
 }

@@ -9,7 +9,7 @@
 
 use super::bm25::TermScorer;
 use super::topk::TopK;
-use super::{dedup_terms, term_list, Mode, Query, SelectStats};
+use super::{Mode, Query, QueryTerms, SelectStats};
 use crate::index::{DocId, Index, PostingCursor, TERMINATED};
 
 /// One distinct query term that is in the index.
@@ -21,15 +21,18 @@ struct Term<'a> {
 }
 
 /// The query's distinct terms; the bool says whether every one of them has postings.
-fn prepare<'a>(index: &'a Index, query: &Query) -> (Vec<Term<'a>>, usize, bool) {
-    let distinct = dedup_terms(&query.terms);
+fn prepare<'a>(
+    index: &Index,
+    query: &Query,
+    lists: &QueryTerms<'a>,
+) -> (Vec<Term<'a>>, usize, bool) {
     let n = index.num_docs() as u64;
     let avgdl = index.avg_scoring_length();
     let mut all_known = true;
-    let mut terms = Vec::with_capacity(distinct.len());
-    for (qi, t) in distinct.iter().enumerate() {
-        match term_list(index, t) {
-            Some(list) => terms.push(Term {
+    let mut terms = Vec::with_capacity(lists.lists.len());
+    for (qi, found) in lists.lists.iter().enumerate() {
+        match found {
+            Some((_, list)) => terms.push(Term {
                 qi,
                 scorer: TermScorer::new(query.params, n, list.df as u64, avgdl),
                 cursor: list.cursor(),
@@ -37,23 +40,27 @@ fn prepare<'a>(index: &'a Index, query: &Query) -> (Vec<Term<'a>>, usize, bool) 
             None => all_known = false,
         }
     }
-    (terms, distinct.len(), all_known)
+    (terms, lists.lists.len(), all_known)
 }
 
 /// Runs the query; returns hits (best first) and counters.
-pub(super) fn run(index: &Index, query: &Query) -> (Vec<(DocId, f64)>, SelectStats) {
+pub(super) fn run(
+    index: &Index,
+    query: &Query,
+    lists: &QueryTerms,
+) -> (Vec<(DocId, f64)>, SelectStats) {
     let mut stats = SelectStats::default();
     if query.k == 0 || query.terms.is_empty() {
         return (Vec::new(), stats);
     }
     let hits = match query.mode {
-        Mode::And => and_topk(index, query, query.k, &mut stats).into_sorted(),
-        Mode::Or => or_topk(index, query, query.k, &mut stats).into_sorted(),
+        Mode::And => and_topk(index, query, lists, &mut stats).into_sorted(),
+        Mode::Or => or_topk(index, query, lists, &mut stats).into_sorted(),
         Mode::AndOr => {
-            let and = and_topk(index, query, query.k, &mut stats).into_sorted();
+            let and = and_topk(index, query, lists, &mut stats).into_sorted();
             match and.len() < query.k {
                 true => {
-                    let or = or_topk(index, query, query.k, &mut stats).into_sorted();
+                    let or = or_topk(index, query, lists, &mut stats).into_sorted();
                     fill_and_or(and, or, query.k)
                 }
                 false => and,
@@ -96,9 +103,9 @@ fn exact_score(contrib: &[f32], present: &[bool]) -> f64 {
 
 /// AND: intersect starting from the shortest list; every other list is `seek`ed to the
 /// candidate, which decodes only the one block (found through the skip entries) that can hold it.
-fn and_topk(index: &Index, query: &Query, k: usize, stats: &mut SelectStats) -> TopK {
-    let mut top = TopK::new(k);
-    let (mut terms, n_distinct, all_known) = prepare(index, query);
+fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectStats) -> TopK {
+    let mut top = TopK::new(query.k);
+    let (mut terms, n_distinct, all_known) = prepare(index, query, lists);
     if !all_known || terms.is_empty() {
         return top;
     }
@@ -143,7 +150,7 @@ pub fn and_finish(
 ) -> (Vec<(DocId, f64)>, SelectStats) {
     let mut stats = SelectStats::default();
     let mut top = TopK::new(query.k);
-    let (terms, n_distinct, all_known) = prepare(index, query);
+    let (terms, n_distinct, all_known) = prepare(index, query, &QueryTerms::of(index, query));
     if !all_known || terms.is_empty() || query.k == 0 {
         return (Vec::new(), stats);
     }
@@ -184,9 +191,9 @@ pub fn and_finish(
 /// OR: MaxScore (Turtle & Flood) over per-term upper bounds taken from the skip entries
 /// (max over blocks of the bound of (max_tf, min_len) for this query's k1, b), refined per
 /// block for the non-essential terms.
-fn or_topk(index: &Index, query: &Query, k: usize, stats: &mut SelectStats) -> TopK {
-    let mut top = TopK::new(k);
-    let (mut terms, n_distinct, _) = prepare(index, query);
+fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectStats) -> TopK {
+    let mut top = TopK::new(query.k);
+    let (mut terms, n_distinct, _) = prepare(index, query, lists);
     if terms.is_empty() {
         return top;
     }

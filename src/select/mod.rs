@@ -112,9 +112,22 @@ pub struct SearchResult {
 /// # Errors
 /// [`SelectError::InvalidParameter`] when k1 < 0, k1 is not finite, or b is outside [0, 1].
 pub fn search(index: &Index, query: &Query) -> Result<SearchResult, SelectError> {
+    search_terms(index, query, &QueryTerms::of(index, query))
+}
+
+/// [`search`] with the query's terms already looked up (`terms` must be
+/// [`QueryTerms::of`] this index and query).
+///
+/// # Errors
+/// As [`search`].
+pub fn search_terms(
+    index: &Index,
+    query: &Query,
+    terms: &QueryTerms,
+) -> Result<SearchResult, SelectError> {
     check_params(query.params)?;
     let started = std::time::Instant::now();
-    let (hits, stats) = cpu::run(index, query);
+    let (hits, stats) = cpu::run(index, query, terms);
     Ok(SearchResult {
         hits,
         select_us: started.elapsed().as_micros() as u64,
@@ -161,6 +174,26 @@ pub fn term_id_list<'a>(index: &'a Index, term: &str) -> Option<(TermId, Posting
     let id = index.term_id(term)?;
     let list = index.postings(id);
     (list.df > 0).then_some((id, list))
+}
+
+/// A query's distinct terms (first-occurrence order) looked up in the index once, so that the
+/// scheduler's estimate and the search share the lookups (each a binary search over the sorted
+/// terms, about a µs on a large index when its pages are cold).
+#[derive(Debug, Clone)]
+pub struct QueryTerms<'a> {
+    /// Per distinct term, its id and posting list ([`term_id_list`]; `None`: not in the index).
+    pub lists: Vec<Option<(TermId, PostingList<'a>)>>,
+}
+
+impl<'a> QueryTerms<'a> {
+    pub fn of(index: &'a Index, query: &Query) -> QueryTerms<'a> {
+        QueryTerms {
+            lists: dedup_terms(&query.terms)
+                .into_iter()
+                .map(|term| term_id_list(index, term))
+                .collect(),
+        }
+    }
 }
 
 /// The query's distinct terms in first-occurrence order.

@@ -42,7 +42,7 @@ use crate::select::gpu::{
     search_and, search_and_or, search_or, AndPlan, GpuSelectError, PostingCache,
 };
 use crate::select::{check_params, SelectError};
-use crate::select::{dedup_terms, search as cpu_search, term_id_list, Mode, Query, SearchResult};
+use crate::select::{search_terms as cpu_search, Mode, Query, QueryTerms, SearchResult};
 
 /// The length ratio above which AND runs on the CPU whatever the estimates say. Griffin's paper
 /// (and DESIGN §1) take 128 for 128-posting blocks; on the H100 host against one core
@@ -96,11 +96,16 @@ pub struct QueryShape {
 impl QueryShape {
     /// The shape of `query` over `index`.
     pub fn of(index: &Index, query: &Query) -> QueryShape {
+        QueryShape::from_terms(&QueryTerms::of(index, query), query.k)
+    }
+
+    /// The shape of a query whose terms are `terms`, wanting `k` hits.
+    pub fn from_terms(terms: &QueryTerms, k: usize) -> QueryShape {
         let mut lists = Vec::new();
         let mut missing_term = false;
-        for term in dedup_terms(&query.terms) {
-            match term_id_list(index, term) {
-                Some((id, list)) => lists.push((list.df, id)),
+        for found in &terms.lists {
+            match found {
+                Some((id, list)) => lists.push((list.df, *id)),
                 None => missing_term = true,
             }
         }
@@ -110,7 +115,7 @@ impl QueryShape {
             dfs: lists.iter().map(|&(df, _)| df).collect(),
             terms: lists.iter().map(|&(_, id)| id).collect(),
             missing_term,
-            k: query.k,
+            k,
         }
     }
 
@@ -342,14 +347,23 @@ pub fn search(
     scheduler: &Scheduler,
 ) -> Result<Scheduled, SelectError> {
     check_params(query.params)?;
+    let n_docs = index.num_docs();
+    // `auto` with a device looks the terms up once, for the estimate and for a search on the
+    // CPU; without one there is nothing to estimate.
+    let auto = (backend == Backend::Auto && gpu.is_some()).then(|| {
+        let terms = QueryTerms::of(index, query);
+        let shape = QueryShape::from_terms(&terms, query.k);
+        (terms, shape)
+    });
+    let to_gpu = match &auto {
+        Some((_, shape)) => scheduler.choose(shape, query.mode, n_docs).side == Side::Gpu,
+        None => backend == Backend::Gpu,
+    };
     let mut fallback = None;
-    if let (true, Some(cache)) = (scheduler.sends_to_gpu(index, query, backend), gpu) {
-        let plan = match backend {
-            Backend::Auto => {
-                let shape = QueryShape::of(index, query);
-                scheduler.and_plan(&shape, index.num_docs(), |t| cache.is_resident(index, t))
-            }
-            _ => AndPlan::gpu_only(scheduler.merge_path_min_df),
+    if let (true, Some(cache)) = (to_gpu, gpu) {
+        let plan = match &auto {
+            Some((_, shape)) => scheduler.and_plan(shape, n_docs, |t| cache.is_resident(index, t)),
+            None => AndPlan::gpu_only(scheduler.merge_path_min_df),
         };
         let ran = match query.mode {
             Mode::Or => search_or(cache, index, query),
@@ -368,8 +382,12 @@ pub fn search(
             Err(GpuSelectError::Gpu(err)) => fallback = Some(err),
         }
     }
+    let terms = match auto {
+        Some((terms, _)) => terms,
+        None => QueryTerms::of(index, query),
+    };
     Ok(Scheduled {
-        result: cpu_search(index, query)?,
+        result: cpu_search(index, query, &terms)?,
         side: Side::Cpu,
         fallback,
     })

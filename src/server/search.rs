@@ -125,8 +125,10 @@ fn select_candidates(
     };
     let ran = match state.scheduler.sends_to_gpu(index, &query, backend) {
         false => schedule::search(index, &query, Backend::Cpu, None, &state.scheduler),
+        // `backend` itself, so that `auto` gets the scheduler's per-step plan (a hand-over to the
+        // CPU before lists the posting cache would have to copy).
         true => state.with_posting_cache(wait, |cache| {
-            schedule::search(index, &query, Backend::Gpu, cache, &state.scheduler)
+            schedule::search(index, &query, backend, cache, &state.scheduler)
         }),
     }
     .map_err(ApiError::internal)?;

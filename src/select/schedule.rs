@@ -16,8 +16,8 @@
 //! most `griffin_ratio` times the intersection so far, and hands the survivors to the CPU for
 //! the rest ([`crate::select::gpu::AndPlan`]). A resident list always stays: measured on the
 //! H100 (`docs/benchmarks.md`, issue 6), handing a query over before resident lists cost 9–25 µs
-//! more than searching them on the device (a wait for the survivors' count, two copies back, the
-//! CPU's block decodes), so only a list that would cross PCIe is worth leaving to the CPU (with
+//! more than searching them on the device (a wait for the survivors, their copy back, the CPU's
+//! block decodes), so only a list that would cross PCIe is worth leaving to the CPU (with
 //! a 16 MB cache, the queries handed over took 20–25 % less than finishing on the GPU). The
 //! intersection's size is estimated before any launch, as if the terms occurred independently
 //! (`|C| ≈ df₀ · Π df_s / N`), so that the lists the CPU will take are never copied or decoded,

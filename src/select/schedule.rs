@@ -18,7 +18,7 @@
 //! H100 (`docs/benchmarks.md`, issue 6), handing a query over before resident lists cost 9–25 µs
 //! more than searching them on the device (a wait for the survivors, their copy back, the CPU's
 //! block decodes), so only a list that would cross PCIe is worth leaving to the CPU (with
-//! a 16 MB cache, the queries handed over took 20–25 % less than finishing on the GPU). The
+//! a 16 MB cache, the queries handed over took 18–31 % less than finishing on the GPU). The
 //! intersection's size is estimated before any launch, as if the terms occurred independently
 //! (`|C| ≈ df₀ · Π df_s / N`), so that the lists the CPU will take are never copied or decoded,
 //! and no step waits for the device to learn a count. A GPU step runs by merge path when its
@@ -58,7 +58,7 @@ pub const DEFAULT_GRIFFIN_RATIO: f64 = 4096.0;
 /// H100 (`docs/benchmarks.md`, issue 6, 3 M documents, 500 synthetic AND queries, two
 /// interleaved rounds, per-query ratios to the one-launch AND of the commit before the steps):
 /// merging every step cost a median 5–19 % more per query (more with more terms), merging lists
-/// of 2¹⁶ postings or more 4–16 %, searching every list 2–6 %; the shortest list of a real query
+/// of 2¹⁶ postings or more 4–18 %, searching every list 2–6 %; the shortest list of a real query
 /// is short, so a search reads log₂ n words per candidate where a merge reads the whole long
 /// list. On two-term pairs by length ratio one run had merge path ahead once the longer list
 /// held 10⁵ postings and the next had it behind at almost every pair: not a margin to build on.
@@ -309,20 +309,43 @@ impl Scheduler {
         }
     }
 
-    /// Whether `backend` sends `query` to the GPU: `gpu` always, `auto` when
-    /// [`choose`](Self::choose) prefers it, `cpu` never. A caller that must take the device
-    /// before using it asks this first, so that a query bound for the CPU does not hold the
-    /// device while it runs there.
-    pub fn sends_to_gpu(&self, index: &Index, query: &Query, backend: Backend) -> bool {
-        match backend {
-            Backend::Cpu => false,
-            Backend::Gpu => true,
+    /// Where `backend` sends `query`: the GPU always for `gpu`, when
+    /// [`choose`](Self::choose) prefers it for `auto`, never for `cpu`. A caller that must take
+    /// the device before using it routes the query first, so that a query bound for the CPU does
+    /// not hold the device while it runs there, then runs the route ([`search_routed`]): the
+    /// terms the estimate looked up serve the search.
+    pub fn route<'a>(&self, index: &'a Index, query: &Query, backend: Backend) -> Route<'a> {
+        let (terms, shape) = match backend {
+            // Nothing to estimate: the GPU path looks its lists up itself.
+            Backend::Gpu => (None, None),
+            Backend::Cpu => (Some(QueryTerms::of(index, query)), None),
             Backend::Auto => {
-                let shape = QueryShape::of(index, query);
-                self.choose(&shape, query.mode, index.num_docs()).side == Side::Gpu
+                let terms = QueryTerms::of(index, query);
+                let shape = QueryShape::from_terms(&terms, query.k);
+                (Some(terms), Some(shape))
             }
+        };
+        let to_gpu = match &shape {
+            Some(shape) => self.choose(shape, query.mode, index.num_docs()).side == Side::Gpu,
+            None => backend == Backend::Gpu,
+        };
+        Route {
+            terms,
+            shape,
+            to_gpu,
         }
     }
+}
+
+/// Where a query goes ([`Scheduler::route`]), and what deciding it looked up.
+#[derive(Debug)]
+pub struct Route<'a> {
+    /// The query's terms, for a search on the CPU (`None` for `gpu`, until a fallback needs them).
+    terms: Option<QueryTerms<'a>>,
+    /// `auto`'s shape, for the per-step plan.
+    shape: Option<QueryShape>,
+    /// Whether the query goes to the GPU.
+    pub to_gpu: bool,
 }
 
 /// A query's answer and where it came from.
@@ -346,23 +369,28 @@ pub fn search(
     gpu: Option<&mut PostingCache>,
     scheduler: &Scheduler,
 ) -> Result<Scheduled, SelectError> {
+    let route = scheduler.route(index, query, backend);
+    search_routed(index, query, route, gpu, scheduler)
+}
+
+/// [`search`] along a route already taken ([`Scheduler::route`] of the same index and query).
+///
+/// # Errors
+/// As [`search`].
+pub fn search_routed(
+    index: &Index,
+    query: &Query,
+    route: Route,
+    gpu: Option<&mut PostingCache>,
+    scheduler: &Scheduler,
+) -> Result<Scheduled, SelectError> {
     check_params(query.params)?;
-    let n_docs = index.num_docs();
-    // `auto` with a device looks the terms up once, for the estimate and for a search on the
-    // CPU; without one there is nothing to estimate.
-    let auto = (backend == Backend::Auto && gpu.is_some()).then(|| {
-        let terms = QueryTerms::of(index, query);
-        let shape = QueryShape::from_terms(&terms, query.k);
-        (terms, shape)
-    });
-    let to_gpu = match &auto {
-        Some((_, shape)) => scheduler.choose(shape, query.mode, n_docs).side == Side::Gpu,
-        None => backend == Backend::Gpu,
-    };
     let mut fallback = None;
-    if let (true, Some(cache)) = (to_gpu, gpu) {
-        let plan = match &auto {
-            Some((_, shape)) => scheduler.and_plan(shape, n_docs, |t| cache.is_resident(index, t)),
+    if let (true, Some(cache)) = (route.to_gpu, gpu) {
+        let plan = match &route.shape {
+            Some(shape) => {
+                scheduler.and_plan(shape, index.num_docs(), |t| cache.is_resident(index, t))
+            }
             None => AndPlan::gpu_only(scheduler.merge_path_min_df),
         };
         let ran = match query.mode {
@@ -382,10 +410,7 @@ pub fn search(
             Err(GpuSelectError::Gpu(err)) => fallback = Some(err),
         }
     }
-    let terms = match auto {
-        Some((terms, _)) => terms,
-        None => QueryTerms::of(index, query),
-    };
+    let terms = route.terms.unwrap_or_else(|| QueryTerms::of(index, query));
     Ok(Scheduled {
         result: cpu_search(index, query, &terms)?,
         side: Side::Cpu,

@@ -123,12 +123,13 @@ fn select_candidates(
         }
         _ => Duration::ZERO,
     };
-    let ran = match state.scheduler.sends_to_gpu(index, &query, backend) {
-        false => schedule::search(index, &query, Backend::Cpu, None, &state.scheduler),
-        // `backend` itself, so that `auto` gets the scheduler's per-step plan (a hand-over to the
-        // CPU before lists the posting cache would have to copy).
+    let route = state.scheduler.route(index, &query, backend);
+    let ran = match route.to_gpu {
+        false => schedule::search_routed(index, &query, route, None, &state.scheduler),
+        // An `auto` route carries the scheduler's per-step plan (a hand-over to the CPU before
+        // lists the posting cache would have to copy).
         true => state.with_posting_cache(wait, |cache| {
-            schedule::search(index, &query, backend, cache, &state.scheduler)
+            schedule::search_routed(index, &query, route, cache, &state.scheduler)
         }),
     }
     .map_err(ApiError::internal)?;

@@ -1,21 +1,25 @@
 #!/usr/bin/env python3
-"""Latency of POST /v1/search against a running `rankserve serve`, one client, keep-alive.
+"""Latency of POST /v1/search against a running `rankserve serve`, keep-alive clients.
 
 Sends every query of a queries file (one per line, as `rankserve queries synth` writes them)
-once per configuration (ranker × candidates), after one warm-up pass, and prints per
-configuration the median and p90 of the client-measured latency and the medians of the server's
-stage timings (select_us, fe_us, me_us, queue_us, total_us). Standard library only.
+once per configuration (ranker × candidates), after one warm-up pass, from `--concurrency`
+clients (threads, one connection each, taking the queries in turn), and prints per configuration
+the throughput, the median, p90 and p99 of the client-measured latency, the medians of the
+server's stage timings (select_us, fe_us, me_us, queue_us, total_us), the p99 of select_us and
+total_us, and how many queries each processor selected (`backends.select`). Standard library only.
 
 Example:
   rankserve serve --index idx --addr 127.0.0.1:8090 &
-  scripts/search_latency.py --url http://127.0.0.1:8090 --queries q.txt \
-      --rankers none,small,medium,large --candidates 100,1000 --mode or
+  scripts/search_latency.py --url http://127.0.0.1:8090 --queries q.txt \\
+      --rankers none,small,medium,large --candidates 100,1000 --mode or --concurrency 4
 """
 
 import argparse
+import collections
 import http.client
 import json
 import statistics
+import threading
 import time
 import urllib.parse
 
@@ -25,6 +29,42 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def run(url, bodies, concurrency):
+    """Sends `bodies` from `concurrency` clients; returns (seconds, [(latency_us, reply)] in order)."""
+    results = [None] * len(bodies)
+    next_body = iter(range(len(bodies)))
+    lock = threading.Lock()
+    failure = []
+
+    def client():
+        conn = http.client.HTTPConnection(url.hostname, url.port)
+        while not failure:
+            with lock:
+                i = next(next_body, None)
+            if i is None:
+                return
+            payload = json.dumps(bodies[i])
+            started = time.perf_counter()
+            conn.request("POST", "/v1/search", payload, {"Content-Type": "application/json"})
+            response = conn.getresponse()
+            data = response.read()
+            elapsed_us = (time.perf_counter() - started) * 1e6
+            if response.status != 200:
+                failure.append(f"{response.status}: {data[:300]!r}")
+                return
+            results[i] = (elapsed_us, json.loads(data))
+
+    threads = [threading.Thread(target=client) for _ in range(concurrency)]
+    started = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if failure:
+        raise SystemExit(failure[0])
+    return time.perf_counter() - started, results
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--url", required=True)
@@ -32,27 +72,19 @@ def main():
     p.add_argument("--rankers", default="none,small,medium,large", help="'none' is BM25 order")
     p.add_argument("--candidates", default="100,1000")
     p.add_argument("--mode", default="or", choices=["and", "or", "and_or"])
+    p.add_argument("--backend", choices=["auto", "cpu", "gpu"], help="the server's default when absent")
     p.add_argument("--k", type=int, default=10)
+    p.add_argument("--concurrency", type=int, default=1)
     args = p.parse_args()
 
     url = urllib.parse.urlparse(args.url)
-    conn = http.client.HTTPConnection(url.hostname, url.port)
     with open(args.queries) as f:
         queries = [line.strip() for line in f if line.strip()]
 
-    def search(body):
-        payload = json.dumps(body)
-        started = time.perf_counter()
-        conn.request("POST", "/v1/search", payload, {"Content-Type": "application/json"})
-        response = conn.getresponse()
-        data = response.read()
-        elapsed_us = (time.perf_counter() - started) * 1e6
-        if response.status != 200:
-            raise SystemExit(f"{response.status}: {data[:300]!r}")
-        return elapsed_us, json.loads(data)
-
-    print(f"{len(queries)} queries, mode {args.mode}, k {args.k}")
-    print("ranker   cand  hits  client_p50_us client_p90_us  select_us fe_us  me_us queue_us total_us")
+    print(f"{len(queries)} queries, mode {args.mode}, k {args.k}, {args.concurrency} clients, "
+          f"backend {args.backend or 'default'}")
+    print("ranker   cand  hits    qps  client_p50_us client_p90_us client_p99_us  select_us select_p99 fe_us  me_us "
+          "queue_us total_us total_p99  selected_by")
     for ranker in args.rankers.split(","):
         for candidates in [int(c) for c in args.candidates.split(",")]:
             if ranker == "none" and candidates != int(args.candidates.split(",")[0]):
@@ -60,21 +92,28 @@ def main():
             body = {"mode": args.mode, "k": args.k, "candidates": candidates}
             if ranker != "none":
                 body["ranker"] = ranker
-            for q in queries:  # warm-up: caches, the ranker's batching thread
-                search(dict(body, query=q))
-            client, timings, hits = [], {}, []
-            for q in queries:
-                elapsed, reply = search(dict(body, query=q))
-                client.append(elapsed)
-                hits.append(len(reply["hits"]))
+            if args.backend:
+                body["backend"] = args.backend
+            bodies = [dict(body, query=q) for q in queries]
+            run(url, bodies, args.concurrency)  # warm-up: caches, the ranker's batching thread
+            seconds, results = run(url, bodies, args.concurrency)
+            client = [elapsed for elapsed, _ in results]
+            timings = {}
+            for _, reply in results:
                 for key, value in reply["timings"].items():
                     if value is not None:
                         timings.setdefault(key, []).append(value)
+            sides = collections.Counter(reply["backends"]["select"] for _, reply in results)
+            hits = statistics.mean(len(reply["hits"]) for _, reply in results)
             med = {key: statistics.median(v) for key, v in timings.items()}
             print(
-                f"{ranker:8} {candidates:5} {statistics.mean(hits):5.1f} {statistics.median(client):13.0f} "
-                f"{percentile(client, 0.9):13.0f} {med['select_us']:10.0f} {med['fe_us']:5.0f} "
-                f"{med['me_us']:6.0f} {med['queue_us']:8.0f} {med['total_us']:8.0f}"
+                f"{ranker:8} {candidates:5} {hits:5.1f} {len(results) / seconds:6.0f} "
+                f"{statistics.median(client):13.0f} {percentile(client, 0.9):13.0f} "
+                f"{percentile(client, 0.99):13.0f} {med['select_us']:10.0f} "
+                f"{percentile(timings['select_us'], 0.99):10.0f} {med['fe_us']:5.0f} "
+                f"{med['me_us']:6.0f} {med['queue_us']:8.0f} {med['total_us']:8.0f} "
+                f"{percentile(timings['total_us'], 0.99):9.0f}  "
+                + " ".join(f"{side}:{n}" for side, n in sorted(sides.items()))
             )
 
 

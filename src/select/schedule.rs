@@ -31,9 +31,19 @@
 //! staging included, runs the same query on the CPU, which gives the same answer, and is
 //! returned beside the result so that the caller counts and logs it.
 //!
-//! Not built (issue 6): the processors' queues in the estimates. The only work stealing is the
-//! server's: an `auto` query that finds the GPU busy runs on the CPU, and a `gpu` query that
-//! waits for it longer than its deadline too (`State::with_posting_cache`).
+//! The processors' queues enter the estimates through a [`Load`] read from a [`Backlog`]: the
+//! device runs one query at a time, so a query bound for it first waits for the estimated
+//! work booked before it; the CPU's queries share the cores, so once more run than there are
+//! cores each takes proportionally longer. [`Scheduler::route`] adds both to the estimates, so
+//! that a heavy OR waits for a busy GPU when the wait plus its GPU time still beats the CPU,
+//! and a CPU-bound query goes to an idle GPU when the cores are oversubscribed (work stealing,
+//! by the idle side taking work at the choice rather than by moving queries already queued);
+//! [`Choice::gpu_margin_us`] bounds how long such a query may then wait for the device before
+//! running on the CPU after all. Not built (issue 6): batches of concurrent queries sharing
+//! launches, and a query jumping the device's queue at its deadline (the device's lock is
+//! fair only eventually).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use crate::config::Backend;
 use crate::gpu::GpuError;
@@ -219,17 +229,154 @@ impl Default for Scheduler {
     }
 }
 
-/// A choice and why.
+/// A choice and why: each processor's estimated time for the query alone, and what its queue
+/// adds under the [`Load`] the choice was made at.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Choice {
     pub side: Side,
     pub cpu_us: f64,
     pub gpu_us: f64,
+    pub cpu_wait_us: f64,
+    pub gpu_wait_us: f64,
+}
+
+impl Choice {
+    /// How long a query sent to the GPU may wait for the device before the CPU, started now,
+    /// would be expected to have finished it: the CPU's estimate (with its queue) less the GPU's.
+    pub fn gpu_margin_us(&self) -> f64 {
+        (self.cpu_us + self.cpu_wait_us - self.gpu_us).max(0.0)
+    }
+}
+
+/// What the processors already have to do when a query is routed ([`Backlog::load`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Load {
+    /// The estimated time of the queries holding or waiting for the device.
+    pub gpu_queued_us: f64,
+    /// The selections running on the CPU.
+    pub cpu_running: usize,
+    /// The cores they share.
+    pub cpu_cores: usize,
+}
+
+impl Load {
+    /// No queue on either side.
+    pub const IDLE: Load = Load {
+        gpu_queued_us: 0.0,
+        cpu_running: 0,
+        cpu_cores: 1,
+    };
+
+    /// How much longer a CPU query takes than alone: the running ones and it share the cores.
+    fn cpu_stretch(&self) -> f64 {
+        ((self.cpu_running + 1) as f64 / self.cpu_cores.max(1) as f64).max(1.0)
+    }
+}
+
+/// The work handed to each processor and not yet finished, shared by the threads that route
+/// queries: a [`Booking`] adds a query while it waits and runs and takes it away when dropped.
+#[derive(Debug)]
+pub struct Backlog {
+    /// Estimated microseconds of the queries booked on the device.
+    gpu_us: AtomicU64,
+    cpu_running: AtomicUsize,
+    cpu_cores: usize,
+}
+
+impl Backlog {
+    /// An empty backlog for a CPU of `cpu_cores` cores.
+    pub fn new(cpu_cores: usize) -> Backlog {
+        Backlog {
+            gpu_us: AtomicU64::new(0),
+            cpu_running: AtomicUsize::new(0),
+            cpu_cores: cpu_cores.max(1),
+        }
+    }
+
+    /// The queues now.
+    pub fn load(&self) -> Load {
+        Load {
+            gpu_queued_us: self.gpu_us.load(Ordering::Relaxed) as f64,
+            cpu_running: self.cpu_running.load(Ordering::Relaxed),
+            cpu_cores: self.cpu_cores,
+        }
+    }
+
+    /// Books a query on `side`: on the GPU, its estimate `gpu_us` (whole microseconds, at least
+    /// one, so that a queue is never empty while a query holds the device); on the CPU, one
+    /// more query sharing the cores.
+    pub fn book(&self, side: Side, gpu_us: f64) -> Booking<'_> {
+        let us = match side {
+            Side::Gpu => {
+                let us = gpu_us.ceil().max(1.0) as u64;
+                self.gpu_us.fetch_add(us, Ordering::Relaxed);
+                us
+            }
+            Side::Cpu => {
+                self.cpu_running.fetch_add(1, Ordering::Relaxed);
+                0
+            }
+        };
+        Booking {
+            backlog: self,
+            side,
+            us,
+        }
+    }
+}
+
+/// A query's place in a [`Backlog`], given back when dropped.
+#[derive(Debug)]
+pub struct Booking<'a> {
+    backlog: &'a Backlog,
+    side: Side,
+    us: u64,
+}
+
+impl Drop for Booking<'_> {
+    fn drop(&mut self) {
+        match self.side {
+            Side::Gpu => {
+                self.backlog.gpu_us.fetch_sub(self.us, Ordering::Relaxed);
+            }
+            Side::Cpu => {
+                self.backlog.cpu_running.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+    }
 }
 
 impl Scheduler {
-    /// The processor expected to finish `mode` over `shape` first, on an index of `n_docs`.
+    /// The processor expected to finish `mode` over `shape` first, on an index of `n_docs`,
+    /// with no queue on either side.
     pub fn choose(&self, shape: &QueryShape, mode: Mode, n_docs: u32) -> Choice {
+        self.choose_under(shape, mode, n_docs, &Load::IDLE)
+    }
+
+    /// [`choose`](Self::choose) with the queues of `load`: the GPU's booked work is waited for
+    /// before the query's own time; the CPU's time stretches with the queries sharing its cores.
+    /// Griffin's rule (an AND's second list over `griffin_ratio` times its first stays on the
+    /// CPU) holds at any load.
+    pub fn choose_under(&self, shape: &QueryShape, mode: Mode, n_docs: u32, load: &Load) -> Choice {
+        let Estimate {
+            cpu_us,
+            gpu_us,
+            gpu_allowed,
+        } = self.estimate(shape, mode, n_docs);
+        let cpu_wait_us = cpu_us * (load.cpu_stretch() - 1.0);
+        let gpu_wait_us = load.gpu_queued_us;
+        let gpu_wins = gpu_allowed && gpu_us + gpu_wait_us < cpu_us + cpu_wait_us;
+        Choice {
+            side: if gpu_wins { Side::Gpu } else { Side::Cpu },
+            cpu_us,
+            gpu_us,
+            cpu_wait_us,
+            gpu_wait_us,
+        }
+    }
+
+    /// Each processor's time for `mode` over `shape` alone, and whether the GPU may take it.
+    fn estimate(&self, shape: &QueryShape, mode: Mode, n_docs: u32) -> Estimate {
         let m = &self.model;
         let sum_df = shape.sum_df() as f64;
         let gpu_us = m.gpu_fixed_us
@@ -243,44 +390,35 @@ impl Scheduler {
                 Mode::And => m.cpu_and_probe_us * shape.cpu_and_probes() as f64,
                 _ => m.cpu_or_posting_us * sum_df,
             };
-        let gpu_wins = match mode {
+        let gpu_allowed = match mode {
             // An AND with a missing term is empty: nothing to send anywhere.
-            Mode::And => {
-                !shape.missing_term && shape.length_ratio() <= self.griffin_ratio && gpu_us < cpu_us
-            }
-            Mode::Or => !shape.dfs.is_empty() && gpu_us < cpu_us,
-            Mode::AndOr => return self.choose_and_or(shape, n_docs),
+            Mode::And => !shape.missing_term && shape.length_ratio() <= self.griffin_ratio,
+            Mode::Or => !shape.dfs.is_empty(),
+            Mode::AndOr => return self.estimate_and_or(shape, n_docs),
         };
-        Choice {
-            side: if gpu_wins { Side::Gpu } else { Side::Cpu },
+        Estimate {
             cpu_us,
             gpu_us,
+            gpu_allowed,
         }
     }
-}
 
-impl Scheduler {
-    /// AND_OR: where its OR goes when a missing term empties the AND; where its AND goes when
-    /// the AND is expected to find k hits ([`QueryShape::and_estimate`]); otherwise both run, and
-    /// the processor with the smaller sum of the two estimates takes the query.
-    fn choose_and_or(&self, shape: &QueryShape, n_docs: u32) -> Choice {
-        let or = self.choose(shape, Mode::Or, n_docs);
+    /// AND_OR: its OR's estimate when a missing term empties the AND; its AND's when the AND is
+    /// expected to find k hits ([`QueryShape::and_estimate`]); otherwise both run, and each
+    /// processor's estimate is the sum of the two.
+    fn estimate_and_or(&self, shape: &QueryShape, n_docs: u32) -> Estimate {
+        let or = self.estimate(shape, Mode::Or, n_docs);
         if shape.missing_term {
             return or;
         }
-        let and = self.choose(shape, Mode::And, n_docs);
+        let and = self.estimate(shape, Mode::And, n_docs);
         if shape.and_estimate(shape.dfs.len(), n_docs) >= shape.k as f64 {
             return and;
         }
-        let (cpu_us, gpu_us) = (and.cpu_us + or.cpu_us, and.gpu_us + or.gpu_us);
-        Choice {
-            side: if gpu_us < cpu_us {
-                Side::Gpu
-            } else {
-                Side::Cpu
-            },
-            cpu_us,
-            gpu_us,
+        Estimate {
+            cpu_us: and.cpu_us + or.cpu_us,
+            gpu_us: and.gpu_us + or.gpu_us,
+            gpu_allowed: true,
         }
     }
 
@@ -309,43 +447,61 @@ impl Scheduler {
         }
     }
 
-    /// Where `backend` sends `query`: the GPU always for `gpu`, when
-    /// [`choose`](Self::choose) prefers it for `auto`, never for `cpu`. A caller that must take
-    /// the device before using it routes the query first, so that a query bound for the CPU does
-    /// not hold the device while it runs there, then runs the route ([`search_routed`]): the
-    /// terms the estimate looked up serve the search.
-    pub fn route<'a>(&self, index: &'a Index, query: &Query, backend: Backend) -> Route<'a> {
-        let (terms, shape) = match backend {
-            // Nothing to estimate: the GPU path looks its lists up itself.
-            Backend::Gpu => (None, None),
-            Backend::Cpu => (Some(QueryTerms::of(index, query)), None),
-            Backend::Auto => {
-                let terms = QueryTerms::of(index, query);
-                let shape = QueryShape::from_terms(&terms, query.k);
-                (Some(terms), Some(shape))
-            }
-        };
-        let to_gpu = match &shape {
-            Some(shape) => self.choose(shape, query.mode, index.num_docs()).side == Side::Gpu,
-            None => backend == Backend::Gpu,
+    /// Where `backend` sends `query` under `load`: the GPU always for `gpu`, when
+    /// [`choose_under`](Self::choose_under) prefers it for `auto`, never for `cpu`. A caller that
+    /// must take the device before using it routes the query first, so that a query bound for
+    /// the CPU does not hold the device while it runs there, books it ([`Backlog::book`] with
+    /// [`Route::choice`]) and runs the route ([`search_routed`]): the terms the estimate looked
+    /// up serve the search.
+    pub fn route<'a>(
+        &self,
+        index: &'a Index,
+        query: &Query,
+        backend: Backend,
+        load: &Load,
+    ) -> Route<'a> {
+        let terms = QueryTerms::of(index, query);
+        let shape = QueryShape::from_terms(&terms, query.k);
+        let mut choice = self.choose_under(&shape, query.mode, index.num_docs(), load);
+        choice.side = match backend {
+            Backend::Auto => choice.side,
+            Backend::Cpu => Side::Cpu,
+            Backend::Gpu => Side::Gpu,
         };
         Route {
             terms,
-            shape,
-            to_gpu,
+            // `gpu` runs every step on the GPU; only `auto` plans the hand-over.
+            shape: (backend == Backend::Auto).then_some(shape),
+            choice,
         }
     }
+}
+
+/// Each processor's time for a query alone.
+#[derive(Debug, Clone, Copy)]
+struct Estimate {
+    cpu_us: f64,
+    gpu_us: f64,
+    /// Whether the query may run on the GPU at all (Griffin's rule, a query with no list).
+    gpu_allowed: bool,
 }
 
 /// Where a query goes ([`Scheduler::route`]), and what deciding it looked up.
 #[derive(Debug)]
 pub struct Route<'a> {
-    /// The query's terms, for a search on the CPU (`None` for `gpu`, until a fallback needs them).
-    terms: Option<QueryTerms<'a>>,
+    /// The query's terms, for a search on the CPU (the GPU path looks its lists up itself).
+    terms: QueryTerms<'a>,
     /// `auto`'s shape, for the per-step plan.
     shape: Option<QueryShape>,
+    /// The processor it goes to and the estimates behind it.
+    pub choice: Choice,
+}
+
+impl Route<'_> {
     /// Whether the query goes to the GPU.
-    pub to_gpu: bool,
+    pub fn to_gpu(&self) -> bool {
+        self.choice.side == Side::Gpu
+    }
 }
 
 /// A query's answer and where it came from.
@@ -357,8 +513,9 @@ pub struct Scheduled {
     pub fallback: Option<GpuError>,
 }
 
-/// Runs `query` on the backend `backend` asks for (see the module docs); `gpu` is the posting
-/// cache of the device, `None` without one (every query then runs on the CPU).
+/// Runs `query` on the backend `backend` asks for (see the module docs), routed as if both
+/// processors were idle; `gpu` is the posting cache of the device, `None` without one (every
+/// query then runs on the CPU).
 ///
 /// # Errors
 /// [`SelectError::InvalidParameter`] for BM25 parameters out of range, on any backend.
@@ -369,7 +526,7 @@ pub fn search(
     gpu: Option<&mut PostingCache>,
     scheduler: &Scheduler,
 ) -> Result<Scheduled, SelectError> {
-    let route = scheduler.route(index, query, backend);
+    let route = scheduler.route(index, query, backend, &Load::IDLE);
     search_routed(index, query, route, gpu, scheduler)
 }
 
@@ -386,7 +543,7 @@ pub fn search_routed(
 ) -> Result<Scheduled, SelectError> {
     check_params(query.params)?;
     let mut fallback = None;
-    if let (true, Some(cache)) = (route.to_gpu, gpu) {
+    if let (true, Some(cache)) = (route.to_gpu(), gpu) {
         let plan = match &route.shape {
             Some(shape) => {
                 scheduler.and_plan(shape, index.num_docs(), |t| cache.is_resident(index, t))
@@ -410,9 +567,8 @@ pub fn search_routed(
             Err(GpuSelectError::Gpu(err)) => fallback = Some(err),
         }
     }
-    let terms = route.terms.unwrap_or_else(|| QueryTerms::of(index, query));
     Ok(Scheduled {
-        result: cpu_search(index, query, &terms)?,
+        result: cpu_search(index, query, &route.terms)?,
         side: Side::Cpu,
         fallback,
     })
@@ -501,6 +657,87 @@ mod tests {
             assert_eq!(and_or.gpu_us, and.gpu_us + or.gpu_us);
             assert_eq!(and_or.side, side, "{dfs:?}");
         }
+    }
+
+    #[test]
+    fn queues_move_queries_to_the_other_processor() {
+        let s = Scheduler::default();
+        let n_docs = 1_000_000;
+        // A heavy OR: 2 M postings, about 20 ms on the CPU, 135 µs on the GPU.
+        let heavy = shape(&[1_000_000, 1_000_000]);
+        let idle = s.choose(&heavy, Mode::Or, n_docs);
+        assert_eq!(idle.side, Side::Gpu);
+        assert_eq!((idle.cpu_wait_us, idle.gpu_wait_us), (0.0, 0.0));
+        assert_eq!(idle.gpu_margin_us(), idle.cpu_us - idle.gpu_us);
+        let queued = |gpu_queued_us| Load {
+            gpu_queued_us,
+            cpu_running: 0,
+            cpu_cores: 16,
+        };
+        // It waits behind a queue shorter than its margin, not behind a longer one.
+        let margin = idle.gpu_margin_us();
+        let behind = s.choose_under(&heavy, Mode::Or, n_docs, &queued(margin - 1.0));
+        assert_eq!(behind.side, Side::Gpu);
+        assert_eq!(behind.gpu_wait_us, margin - 1.0);
+        assert_eq!(
+            s.choose_under(&heavy, Mode::Or, n_docs, &queued(margin + 1.0))
+                .side,
+            Side::Cpu
+        );
+        // A query the CPU wins alone goes to an idle GPU once the cores are oversubscribed:
+        // 3 000 postings, 32 µs on one core, 42 µs on the GPU; twice as many queries as cores
+        // make the CPU's 64 µs.
+        let light = shape(&[1_500, 1_500]);
+        assert_eq!(s.choose(&light, Mode::Or, 100_000).side, Side::Cpu);
+        let busy_cores = Load {
+            gpu_queued_us: 0.0,
+            cpu_running: 31,
+            cpu_cores: 16,
+        };
+        let stolen = s.choose_under(&light, Mode::Or, 100_000, &busy_cores);
+        assert_eq!(stolen.side, Side::Gpu);
+        assert_eq!(stolen.cpu_wait_us, stolen.cpu_us);
+        // Up to as many running as cores, a CPU query is not slowed.
+        let full = Load {
+            cpu_running: 15,
+            ..busy_cores
+        };
+        assert_eq!(
+            s.choose_under(&light, Mode::Or, 100_000, &full).cpu_wait_us,
+            0.0
+        );
+        // Griffin's rule holds at any load.
+        let unequal = shape(&[10, 10_000_000]);
+        let cpu_swamped = Load {
+            cpu_running: 1_000,
+            ..busy_cores
+        };
+        assert_eq!(
+            s.choose_under(&unequal, Mode::And, 20_000_000, &cpu_swamped)
+                .side,
+            Side::Cpu
+        );
+    }
+
+    #[test]
+    fn bookings_last_as_long_as_their_queries() {
+        let backlog = Backlog::new(0);
+        assert_eq!(backlog.load().cpu_cores, 1);
+        let first = backlog.book(Side::Gpu, 120.4);
+        let second = backlog.book(Side::Gpu, 0.0);
+        let cpu = backlog.book(Side::Cpu, 500.0);
+        let load = backlog.load();
+        assert_eq!((load.gpu_queued_us, load.cpu_running), (122.0, 1));
+        drop(first);
+        assert_eq!(backlog.load().gpu_queued_us, 1.0);
+        drop((second, cpu));
+        assert_eq!(
+            backlog.load(),
+            Load {
+                cpu_cores: 1,
+                ..Load::IDLE
+            }
+        );
     }
 
     #[test]

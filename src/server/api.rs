@@ -233,7 +233,7 @@ pub struct SearchTimings {
 /// Which backend ran each stage.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SearchBackends {
-    /// `cpu` (the GPU document stage is not built yet).
+    /// `cpu` or `gpu`: the processor that selected the candidates.
     pub select: String,
     /// `cpu` or `gpu`; `none` when no ranker ran (BM25 order).
     pub rank: String,

@@ -10,8 +10,9 @@
 //!
 //! The request's `backend` drives both stages. Selection runs through
 //! [`schedule::search`](crate::select::schedule::search) with the served index's GPU posting
-//! cache: `cpu` never touches the GPU, `gpu` waits for the device, `auto` asks the scheduler and
-//! runs on the CPU when another query holds the device. A GPU failure runs the query on the
+//! cache: `cpu` never touches the GPU, `gpu` waits for the device (up to `gpu_queue_ms`), `auto`
+//! asks the scheduler, which counts the queries already booked on each processor, and waits for
+//! the device only as long as waiting still beats the CPU. A GPU failure runs the query on the
 //! CPU (same answer), counted in `rankserve_gpu_fallback_total{stage="select"}`;
 //! `backends.select` says which ran.
 //!
@@ -111,24 +112,36 @@ fn select_candidates(
     let query = Query::new(terms, wanted.min(n_docs), request.mode);
     let backend = request.backend.unwrap_or(state.config.backend);
     // The choice comes before the GPU's lock: a query bound for the CPU must not hold the
-    // device while it runs there (another would then find the GPU busy and go to the CPU too).
-    // One bound for the GPU under `auto` takes it if free, else runs on the CPU; under `gpu` it
-    // waits for it up to `gpu_queue_ms` (never past the request's deadline), then does the same.
+    // device while it runs there. It sees the queues (the work booked on the device, the
+    // selections sharing the cores) and books its own place until it is done. Bound for the
+    // GPU, an `auto` query waits for the device as long as waiting still beats the CPU (its
+    // estimated margin), a `gpu` one up to `gpu_queue_ms`, never past the request's deadline;
+    // then it runs on the CPU.
+    let route = state
+        .scheduler
+        .route(index, &query, backend, &state.backlog.load());
+    let booking = state.backlog.book(route.choice.side, route.choice.gpu_us);
     let wait = match backend {
-        Backend::Gpu => {
-            let queue = Duration::from_millis(state.config.gpu_queue_ms);
-            deadline.map_or(queue, |at| {
-                queue.min(at.saturating_duration_since(Instant::now()))
-            })
-        }
-        _ => Duration::ZERO,
+        Backend::Gpu => Duration::from_millis(state.config.gpu_queue_ms),
+        Backend::Auto => Duration::from_secs_f64(route.choice.gpu_margin_us() / 1e6),
+        Backend::Cpu => Duration::ZERO,
     };
-    let route = state.scheduler.route(index, &query, backend);
-    let ran = match route.to_gpu {
+    let wait = deadline.map_or(wait, |at| {
+        wait.min(at.saturating_duration_since(Instant::now()))
+    });
+    let ran = match route.to_gpu() {
         false => schedule::search_routed(index, &query, route, None, &state.scheduler),
         // An `auto` route carries the scheduler's per-step plan (a hand-over to the CPU before
         // lists the posting cache would have to copy).
         true => state.with_posting_cache(wait, |cache| {
+            // A query that did not get the device runs on the CPU: its place moves there.
+            let _booking = match cache {
+                Some(_) => booking,
+                None => {
+                    drop(booking);
+                    state.backlog.book(Side::Cpu, 0.0)
+                }
+            };
             schedule::search_routed(index, &query, route, cache, &state.scheduler)
         }),
     }

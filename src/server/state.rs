@@ -22,7 +22,7 @@ use crate::gpu::power::PowerMeter;
 use crate::gpu::GpuDevice;
 use crate::index::{Index, IndexError};
 use crate::select::gpu::{PostingCache, PostingCacheConfig, PostingCacheStats};
-use crate::select::schedule::Scheduler;
+use crate::select::schedule::{Backlog, Scheduler};
 
 /// What handlers share.
 pub type AppState = Arc<State>;
@@ -40,6 +40,8 @@ pub struct State {
     posting_cache: Mutex<Option<PostingCache>>,
     /// The selection stage's CPU/GPU choice.
     pub scheduler: Scheduler,
+    /// The selections booked on each processor, which the choice counts.
+    pub backlog: Backlog,
     admission: Mutex<HashMap<String, Arc<Semaphore>>>,
     ready: AtomicBool,
     gpu_probe: Mutex<Option<String>>,
@@ -80,6 +82,9 @@ impl State {
             index: RwLock::new(index),
             posting_cache: Mutex::new(None),
             scheduler,
+            // Selections run on the blocking pool, which has a thread for each: they share
+            // every core.
+            backlog: Backlog::new(std::thread::available_parallelism().map_or(1, usize::from)),
             admission: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
             gpu_probe: Mutex::new(None),

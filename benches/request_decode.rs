@@ -4,7 +4,8 @@
 //! MessagePack decode on one thread, building the feature matrix from the decoded request
 //! (`routes::feature_matrix`, FE from the hits), and both in a row; for MessagePack also what
 //! the handler now does: framing the body (`msgpack_rank::frame`, every field but the
-//! documents decoded) and decoding the documents during FE (`Framed::feature_matrix`). The
+//! documents decoded; parallel walks on a pool of four threads or more, and the same on one
+//! walk) and decoding the documents during FE (`Framed::feature_matrix`). The
 //! request is one production-like request of `rankserve requests synth` for the bundled
 //! medium ranker: 1 000 hit documents, in MessagePack and in JSON.
 //!
@@ -68,6 +69,10 @@ fn bench(c: &mut Criterion) {
             let bytes = Bytes::from(body.clone());
             group.bench_function(BenchmarkId::new("frame", &label), |b| {
                 b.iter(|| msgpack_rank::frame(bytes.clone()).expect("frames"))
+            });
+            // Framed by one walk whatever the pool: the parallel walks' baseline.
+            group.bench_function(BenchmarkId::new("frame_one_task", &label), |b| {
+                b.iter(|| msgpack_rank::frame_in_tasks(bytes.clone(), usize::MAX).expect("frames"))
             });
             let width = loaded.ranker.features.len();
             group.bench_function(BenchmarkId::new("frame_fused_fe", &label), |b| {

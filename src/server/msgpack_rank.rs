@@ -40,14 +40,18 @@ type Read<T> = Result<T, Unhandled>;
 /// Decodes a MessagePack [`RankRequest`] that fills `bytes` exactly; `None` when the body is
 /// malformed or of a form this reader leaves to rmp-serde.
 pub fn decode(bytes: &[u8]) -> Option<RankRequest> {
-    // With two threads the parallel decode measured slower than one task (0.66 vs 0.47 ms for
-    // 1 000 documents on the development machine), with sixteen 40 % faster (the H100 host).
-    let min_task = if rayon::current_num_threads() >= MIN_THREADS {
+    decode_in_tasks(bytes, min_task())
+}
+
+/// Fewest documents worth a parallel task of decoding or framing on this pool: with two
+/// threads the parallel decode measured slower than one task (0.66 vs 0.47 ms for 1 000
+/// documents on the development machine), with sixteen 40 % faster (the H100 host).
+fn min_task() -> usize {
+    if rayon::current_num_threads() >= MIN_THREADS {
         MIN_DOCUMENTS_PER_TASK
     } else {
         usize::MAX
-    };
-    decode_in_tasks(bytes, min_task)
+    }
 }
 
 /// Fewest threads in rayon's pool for which documents are decoded in parallel.
@@ -87,10 +91,16 @@ pub struct Framed {
 /// `documents` and finds where each document starts, checking only the documents' framing.
 /// `None` where [`decode`] would also give `None` (a malformed body, or one left to rmp-serde).
 pub fn frame(body: Bytes) -> Option<Framed> {
+    frame_in_tasks(body, min_task())
+}
+
+/// [`frame`], the documents framed by parallel walks of at least `min_task` documents' worth
+/// of bytes each; `usize::MAX` frames them on the calling thread.
+pub fn frame_in_tasks(body: Bytes, min_task: usize) -> Option<Framed> {
     let mut reader = Reader {
         bytes: &body,
         pos: 0,
-        min_task: usize::MAX,
+        min_task: min_task.max(1),
     };
     let mut bounds = Vec::new();
     let head = reader
@@ -259,6 +269,95 @@ fn first_time(seen: &mut bool) -> Read<()> {
         return Err(Unhandled);
     }
     Ok(())
+}
+
+/// Where each of the `len` values from `first` starts, then where the last one ends (as the
+/// sequential walk of [`Reader::frame_documents`] finds them), from `tasks` walks at once over
+/// equal shares of the bytes from `first` to the end of `bytes`.
+///
+/// MessagePack cannot be read from the middle, so every walk but the first starts at a guess:
+/// the first byte of its share that looks like the start of a `/v1/rank` document (a map of
+/// one to three entries whose first key is `id`, `features` or `hits`). A guess can be wrong
+/// (the same bytes inside a string or a float, a hit document's own map), and the walk from it
+/// is garbage until it lands on a real value boundary; from there on it is the true walk,
+/// since each step only skips the value where the last one ended. The chain then follows the
+/// true walk from `first`: from a bound it knows to be true, the next one is the next bound of
+/// any walk that passed through it. Where no walk did (a wrong guess that never fell into
+/// step), the chain skips that value itself, so a wrong guess costs time, never a wrong bound.
+fn frame_in_parallel(bytes: &[u8], first: usize, len: usize, tasks: usize) -> Read<Vec<usize>> {
+    let share = (bytes.len() - first).div_ceil(tasks).max(1);
+    let walks: Vec<Vec<usize>> = (0..tasks)
+        .into_par_iter()
+        .map(|task| {
+            let from = first + task * share;
+            let to = (from + share).min(bytes.len());
+            let start = match task {
+                0 => Some(first),
+                _ => guess_document_start(bytes, from, to),
+            };
+            start.map_or_else(Vec::new, |start| walk_values(bytes, start, to, len + 1))
+        })
+        .collect();
+    let mut bounds = Vec::with_capacity(len + 1);
+    bounds.push(first);
+    // The walk and the place in it of the last true bound, when a walk passed through it.
+    let mut at = Some((0, 0));
+    while bounds.len() <= len {
+        let pos = *bounds.last().expect("the first bound");
+        let in_walk = at.and_then(|(walk, i)| Some((walk, i + 1, *walks[walk].get(i + 1)?)));
+        let next = match in_walk {
+            Some((walk, i, next)) => {
+                at = Some((walk, i));
+                next
+            }
+            None => {
+                let mut reader = Reader {
+                    bytes,
+                    pos,
+                    min_task: usize::MAX,
+                };
+                reader.skip_value()?;
+                at = None;
+                reader.pos
+            }
+        };
+        bounds.push(next);
+        // At the end of its walk (or of none), join the walk of the share it reached.
+        let walk_ended = at.is_none_or(|(walk, i)| i + 1 == walks[walk].len());
+        let share_of_next = (next - first) / share;
+        if walk_ended && share_of_next < tasks {
+            if let Ok(i) = walks[share_of_next].binary_search(&next) {
+                at = Some((share_of_next, i));
+            }
+        }
+    }
+    Ok(bounds)
+}
+
+/// The first position from `from` up to `to` that looks like the start of a `/v1/rank`
+/// document: a map of one to three entries whose first key is `id`, `features` or `hits`.
+fn guess_document_start(bytes: &[u8], from: usize, to: usize) -> Option<usize> {
+    (from..to).find(|&pos| {
+        matches!(bytes[pos], 0x81..=0x83) && {
+            let key = &bytes[pos + 1..];
+            key.starts_with(b"\xa2id") || key.starts_with(b"\xa4hits") || key.starts_with(b"\xa8features")
+        }
+    })
+}
+
+/// The value boundaries from `start`: where each value starts, walking one after the other,
+/// until one ends at or past `to`, one does not parse, or `max` bounds are found.
+fn walk_values(bytes: &[u8], start: usize, to: usize, max: usize) -> Vec<usize> {
+    let mut reader = Reader {
+        bytes,
+        pos: start,
+        min_task: usize::MAX,
+    };
+    let mut bounds = vec![start];
+    while reader.pos < to && bounds.len() < max && reader.skip_value().is_ok() {
+        bounds.push(reader.pos);
+    }
+    bounds
 }
 
 struct Reader<'a> {
@@ -504,15 +603,23 @@ impl<'a> Reader<'a> {
     }
 
     /// Moves past an array of values, checking only their framing: where each value starts,
-    /// then where the last one ends.
+    /// then where the last one ends. An array of at least two tasks' worth of values is framed
+    /// by parallel walks ([`frame_in_parallel`]).
     fn frame_documents(&mut self) -> Read<Vec<usize>> {
         let len = self.array_len()?;
-        let mut bounds = Vec::with_capacity(self.capacity(len) + 1);
-        for _ in 0..len {
+        let tasks = (len / self.min_task).min(rayon::current_num_threads());
+        let bounds = if tasks >= 2 {
+            frame_in_parallel(self.bytes, self.pos, len, tasks)?
+        } else {
+            let mut bounds = Vec::with_capacity(self.capacity(len) + 1);
+            for _ in 0..len {
+                bounds.push(self.pos);
+                self.skip_value()?;
+            }
             bounds.push(self.pos);
-            self.skip_value()?;
-        }
-        bounds.push(self.pos);
+            bounds
+        };
+        self.pos = *bounds.last().expect("the end of the array");
         Ok(bounds)
     }
 
@@ -905,6 +1012,79 @@ mod tests {
             for min_task in [usize::MAX, 2, 7] {
                 assert_eq!(decode_in_tasks(&body, min_task).as_ref(), Some(&serde));
             }
+        }
+    }
+
+    /// Where `body`'s documents start (after the array's header), how many there are, and the
+    /// sequential walk's answer for their bounds.
+    fn sequential_framing(body: &[u8]) -> (usize, usize, Read<Vec<usize>>) {
+        let mut reader = Reader {
+            bytes: body,
+            pos: 0,
+            min_task: usize::MAX,
+        };
+        let mut found = None;
+        let _ = reader.rank_request(|r| {
+            let mut header = Reader { ..*r };
+            let len = header.array_len()?;
+            found = Some((header.pos, len, r.frame_documents()));
+            Ok(Vec::new())
+        });
+        found.expect("the body has documents")
+    }
+
+    #[test]
+    fn parallel_framing_finds_the_sequential_walks_bounds() {
+        let mut bodies: Vec<Vec<u8>> = requests(60).iter().map(msgpack).collect();
+        // Ids whose UTF-8 bytes look like a document's start (0x82 0xa2 "id", 0x83 0xa4 "hits",
+        // 0x81 0xa8 "features"), in every document, so that guesses land inside strings.
+        let mut request = requests(60).swap_remove(0);
+        for (d, document) in request.documents.iter_mut().enumerate() {
+            document.id = Some(["\u{10a2}id", "\u{10e4}hits", "\u{1068}features"][d % 3].repeat(d % 5));
+        }
+        bodies.push(msgpack(&request));
+        for body in &bodies {
+            let (first, len, sequential) = sequential_framing(body);
+            assert!(sequential.is_ok());
+            for tasks in [2, 3, 5, 16, 61, 200] {
+                assert_eq!(frame_in_parallel(body, first, len, tasks), sequential, "{tasks} tasks");
+            }
+        }
+        // Through `frame`: the same bounds as one task's.
+        let parallel = frame_in_tasks(Bytes::from(bodies[0].clone()), 2).expect("frames");
+        let one = frame_in_tasks(Bytes::from(bodies[0].clone()), usize::MAX).expect("frames");
+        assert_eq!(parallel.bounds, one.bounds);
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(64))]
+        /// A corrupted body frames in parallel exactly as in sequence: the same bounds, or an
+        /// error for both.
+        #[test]
+        fn parallel_framing_of_corrupted_bodies(
+            at in 0.0f64..1.0,
+            byte in any::<u8>(),
+            cut in prop::option::of(0.0f64..1.0),
+            tasks in 2usize..40,
+        ) {
+            let mut body = msgpack(&requests(30).swap_remove(1));
+            let (first, len, _) = sequential_framing(&body);
+            let pos = first + ((body.len() - first) as f64 * at) as usize;
+            let last = body.len() - 1;
+            body[pos.min(last)] = byte;
+            if let Some(cut) = cut {
+                body.truncate(first + ((body.len() - first) as f64 * cut) as usize);
+            }
+            let mut reader = Reader { bytes: &body, pos: first, min_task: usize::MAX };
+            let sequential: Read<Vec<usize>> = (|| {
+                let mut bounds = vec![first];
+                for _ in 0..len {
+                    reader.skip_value()?;
+                    bounds.push(reader.pos);
+                }
+                Ok(bounds)
+            })();
+            prop_assert_eq!(frame_in_parallel(&body, first, len, tasks), sequential);
         }
     }
 

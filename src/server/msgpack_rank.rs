@@ -40,18 +40,14 @@ type Read<T> = Result<T, Unhandled>;
 /// Decodes a MessagePack [`RankRequest`] that fills `bytes` exactly; `None` when the body is
 /// malformed or of a form this reader leaves to rmp-serde.
 pub fn decode(bytes: &[u8]) -> Option<RankRequest> {
-    decode_in_tasks(bytes, min_task())
-}
-
-/// Fewest documents worth a parallel task of decoding or framing on this pool: with two
-/// threads the parallel decode measured slower than one task (0.66 vs 0.47 ms for 1 000
-/// documents on the development machine), with sixteen 40 % faster (the H100 host).
-fn min_task() -> usize {
-    if rayon::current_num_threads() >= MIN_THREADS {
+    // With two threads the parallel decode measured slower than one task (0.66 vs 0.47 ms for
+    // 1 000 documents on the development machine), with sixteen 40 % faster (the H100 host).
+    let min_task = if rayon::current_num_threads() >= MIN_THREADS {
         MIN_DOCUMENTS_PER_TASK
     } else {
         usize::MAX
-    }
+    };
+    decode_in_tasks(bytes, min_task)
 }
 
 /// Fewest threads in rayon's pool for which documents are decoded in parallel.
@@ -91,7 +87,9 @@ pub struct Framed {
 /// `documents` and finds where each document starts, checking only the documents' framing.
 /// `None` where [`decode`] would also give `None` (a malformed body, or one left to rmp-serde).
 pub fn frame(body: Bytes) -> Option<Framed> {
-    frame_in_tasks(body, min_task())
+    // Unlike decoding, framing in parallel pays from two threads: 151 -> 94 µs for 1 000
+    // documents on the 2-core development machine (`benches/request_decode.rs`).
+    frame_in_tasks(body, MIN_DOCUMENTS_PER_TASK)
 }
 
 /// [`frame`], the documents framed by parallel walks of at least `min_task` documents' worth
@@ -340,7 +338,9 @@ fn guess_document_start(bytes: &[u8], from: usize, to: usize) -> Option<usize> {
     (from..to).find(|&pos| {
         matches!(bytes[pos], 0x81..=0x83) && {
             let key = &bytes[pos + 1..];
-            key.starts_with(b"\xa2id") || key.starts_with(b"\xa4hits") || key.starts_with(b"\xa8features")
+            key.starts_with(b"\xa2id")
+                || key.starts_with(b"\xa4hits")
+                || key.starts_with(b"\xa8features")
         }
     })
 }
@@ -1040,14 +1040,19 @@ mod tests {
         // 0x81 0xa8 "features"), in every document, so that guesses land inside strings.
         let mut request = requests(60).swap_remove(0);
         for (d, document) in request.documents.iter_mut().enumerate() {
-            document.id = Some(["\u{10a2}id", "\u{10e4}hits", "\u{1068}features"][d % 3].repeat(d % 5));
+            document.id =
+                Some(["\u{10a2}id", "\u{10e4}hits", "\u{1068}features"][d % 3].repeat(d % 5));
         }
         bodies.push(msgpack(&request));
         for body in &bodies {
             let (first, len, sequential) = sequential_framing(body);
             assert!(sequential.is_ok());
             for tasks in [2, 3, 5, 16, 61, 200] {
-                assert_eq!(frame_in_parallel(body, first, len, tasks), sequential, "{tasks} tasks");
+                assert_eq!(
+                    frame_in_parallel(body, first, len, tasks),
+                    sequential,
+                    "{tasks} tasks"
+                );
             }
         }
         // Through `frame`: the same bounds as one task's.

@@ -11,7 +11,7 @@ use rankserve::index::corpus::{write_synth, SynthSpec};
 use rankserve::index::{DocId, Index, TERMINATED};
 use rankserve::select::bm25::TermScorer;
 use rankserve::select::cpu::and_finish;
-use rankserve::select::{dedup_terms, search, Bm25Params, Mode, Query, SelectError};
+use rankserve::select::{dedup_terms, search, Bm25Params, Mode, Query, QueryTerms, SelectError};
 
 /// Scores every document exhaustively: the definition the fast paths must match exactly.
 fn reference(index: &Index, q: &Query) -> Vec<(DocId, f64)> {
@@ -350,7 +350,7 @@ proptest! {
         // Rows arrive in any order.
         rows.sort_by_key(|r| (r[0] as u64).wrapping_mul(seed | 1) >> 7);
         let done: Vec<usize> = lists.iter().map(|(qi, _)| *qi).collect();
-        let (got, _) = and_finish(index, &q, &done, &rows.concat());
+        let (got, _) = and_finish(index, &q, &QueryTerms::of(index, &q), &done, &rows.concat());
         let bits = |h: &[(DocId, f64)]| h.iter().map(|&(d, s)| (d, s.to_bits())).collect::<Vec<_>>();
         prop_assert_eq!(bits(&got), bits(&search(index, &q).unwrap().hits), "query {:?}, done {:?}", q, done);
     }

@@ -25,7 +25,7 @@ use rankserve::select::gpu::{
     PostingCache, PostingCacheConfig,
 };
 use rankserve::select::schedule::{self, Scheduler, Side};
-use rankserve::select::{search, Bm25Params, Mode, Query, SelectError};
+use rankserve::select::{search, Bm25Params, Mode, Query, QueryTerms, SelectError};
 
 use crate::selection::{fixture, pick_terms, query_strategy, synthetic};
 
@@ -242,11 +242,12 @@ fn check_with(cache: &mut PostingCache, what: &str, index: &Index, q: &Query) {
         Mode::Or => &PLANS[..1],
         Mode::And | Mode::AndOr => &PLANS[..],
     };
+    let terms = QueryTerms::of(index, q);
     for plan in plans {
         let gpu = match q.mode {
-            Mode::Or => search_or(cache, index, q),
-            Mode::And => search_and(cache, index, q, plan),
-            Mode::AndOr => search_and_or(cache, index, q, plan),
+            Mode::Or => search_or(cache, index, q, &terms),
+            Mode::And => search_and(cache, index, q, &terms, plan),
+            Mode::AndOr => search_and_or(cache, index, q, &terms, plan),
         };
         assert_eq!(
             bits(&gpu.unwrap().hits),
@@ -332,7 +333,7 @@ fn edge_cases_match_the_cpu_gpu() {
     let mut bad = Query::new(common, 10, Mode::Or);
     bad.params.b = 1.5;
     assert!(matches!(
-        search_or(&mut caches[0].1, index, &bad),
+        search_or(&mut caches[0].1, index, &bad, &QueryTerms::of(index, &bad)),
         Err(GpuSelectError::Query(SelectError::InvalidParameter {
             name: "b",
             ..
@@ -341,7 +342,13 @@ fn edge_cases_match_the_cpu_gpu() {
     bad.params.b = 0.4;
     bad.params.k1 = f32::NAN;
     assert!(matches!(
-        search_and(&mut caches[0].1, index, &bad, &PLANS[0]),
+        search_and(
+            &mut caches[0].1,
+            index,
+            &bad,
+            &QueryTerms::of(index, &bad),
+            &PLANS[0]
+        ),
         Err(GpuSelectError::Query(SelectError::InvalidParameter {
             name: "k1",
             ..
@@ -420,7 +427,7 @@ fn a_query_larger_than_the_staging_buffer_is_refused_gpu() {
     let mut cache = PostingCache::new(device.clone(), config, &[]).unwrap();
     let q = Query::new(pick_terms(index, &[(0, 0), (0, 1)]), 10, Mode::And);
     assert!(matches!(
-        search_and(&mut cache, index, &q, &PLANS[0]),
+        search_and(&mut cache, index, &q, &QueryTerms::of(index, &q), &PLANS[0]),
         Err(GpuSelectError::Gpu(GpuError::TooLarge { .. }))
     ));
     // Through the scheduler the same query falls back to the CPU: same answer, error reported.

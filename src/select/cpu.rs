@@ -145,12 +145,13 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
 pub fn and_finish(
     index: &Index,
     query: &Query,
+    lists: &QueryTerms,
     done: &[usize],
     rows: &[u32],
 ) -> (Vec<(DocId, f64)>, SelectStats) {
     let mut stats = SelectStats::default();
     let mut top = TopK::new(query.k);
-    let (terms, n_distinct, all_known) = prepare(index, query, &QueryTerms::of(index, query));
+    let (terms, n_distinct, all_known) = prepare(index, query, lists);
     if !all_known || terms.is_empty() || query.k == 0 {
         return (Vec::new(), stats);
     }

@@ -489,7 +489,7 @@ struct Estimate {
 /// Where a query goes ([`Scheduler::route`]), and what deciding it looked up.
 #[derive(Debug)]
 pub struct Route<'a> {
-    /// The query's terms, for a search on the CPU (the GPU path looks its lists up itself).
+    /// The query's terms, looked up once for the estimate and the search on either side.
     terms: QueryTerms<'a>,
     /// `auto`'s shape, for the per-step plan.
     shape: Option<QueryShape>,
@@ -551,9 +551,9 @@ pub fn search_routed(
             None => AndPlan::gpu_only(scheduler.merge_path_min_df),
         };
         let ran = match query.mode {
-            Mode::Or => search_or(cache, index, query),
-            Mode::And => search_and(cache, index, query, &plan),
-            Mode::AndOr => search_and_or(cache, index, query, &plan),
+            Mode::Or => search_or(cache, index, query, &route.terms),
+            Mode::And => search_and(cache, index, query, &route.terms, &plan),
+            Mode::AndOr => search_and_or(cache, index, query, &route.terms, &plan),
         };
         match ran {
             Ok(result) => {

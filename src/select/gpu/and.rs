@@ -31,7 +31,7 @@ use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError, KernelModule};
 use crate::index::{DocId, Index, PostingList, TermId};
 use crate::select::bm25::TermScorer;
-use crate::select::{cpu, dedup_terms, term_id_list, Query, SearchResult, SelectStats};
+use crate::select::{cpu, Query, QueryTerms, SearchResult, SelectStats};
 
 /// Merge elements per `intersect_merge_path` block, and its threads (`MERGE_TILE`,
 /// `MERGE_THREADS` in `kernels/intersect.cu`).
@@ -77,9 +77,12 @@ pub fn search_and(
     cache: &mut PostingCache,
     index: &Index,
     query: &Query,
+    terms: &QueryTerms,
     plan: &AndPlan,
 ) -> Result<SearchResult, GpuSelectError> {
-    super::timed_search(query, |stats| and_topk(cache, index, query, plan, stats))
+    super::timed_search(query, |stats| {
+        and_topk(cache, index, query, terms, plan, stats)
+    })
 }
 
 /// A query term's list with its place among the query's distinct terms.
@@ -93,14 +96,16 @@ pub(super) fn and_topk(
     cache: &mut PostingCache,
     index: &Index,
     query: &Query,
+    terms: &QueryTerms,
     plan: &AndPlan,
     stats: &mut SelectStats,
 ) -> Result<Vec<(DocId, f64)>, GpuError> {
     // Any unknown term empties the result, as on the CPU.
-    let Some(mut lists) = dedup_terms(&query.terms)
-        .into_iter()
+    let Some(mut lists) = terms
+        .lists
+        .iter()
         .enumerate()
-        .map(|(qi, t)| term_id_list(index, t).map(|(id, list)| QueryList { qi, id, list }))
+        .map(|(qi, found)| found.map(|(id, list)| QueryList { qi, id, list }))
         .collect::<Option<Vec<QueryList>>>()
     else {
         return Ok(Vec::new());
@@ -244,7 +249,7 @@ pub(super) fn and_topk(
     }
     let rows = gather(&device, &mut postings, found, steps_words, on_gpu, na)?;
     let done: Vec<usize> = gpu_lists.iter().map(|l| l.qi).collect();
-    let (hits, cpu_stats) = cpu::and_finish(index, query, &done, &rows);
+    let (hits, cpu_stats) = cpu::and_finish(index, query, terms, &done, &rows);
     stats.blocks_decoded += cpu_stats.blocks_decoded;
     stats.docs_scored += cpu_stats.docs_scored;
     Ok(hits)

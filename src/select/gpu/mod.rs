@@ -28,7 +28,7 @@ pub use phases::SelectPhases;
 
 use std::time::Instant;
 
-use super::{check_params, cpu, Query, SearchResult, SelectError, SelectStats};
+use super::{check_params, cpu, Query, QueryTerms, SearchResult, SelectError, SelectStats};
 use crate::gpu::GpuError;
 use crate::index::{DocId, Index};
 
@@ -72,14 +72,15 @@ pub fn search_and_or(
     cache: &mut PostingCache,
     index: &Index,
     query: &Query,
+    terms: &QueryTerms,
     plan: &AndPlan,
 ) -> Result<SearchResult, GpuSelectError> {
     timed_search(query, |stats| {
-        let and = and::and_topk(cache, index, query, plan, stats)?;
+        let and = and::and_topk(cache, index, query, terms, plan, stats)?;
         if and.len() >= query.k {
             return Ok(and);
         }
-        let or = or::or_topk(cache, index, query, stats)?;
+        let or = or::or_topk(cache, index, query, terms, stats)?;
         Ok(cpu::fill_and_or(and, or, query.k))
     })
 }

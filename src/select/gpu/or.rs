@@ -21,7 +21,7 @@ use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuError, KernelModule};
 use crate::index::{DocId, Index};
 use crate::select::bm25::TermScorer;
-use crate::select::{dedup_terms, term_id_list, Query, SearchResult, SelectStats};
+use crate::select::{Query, QueryTerms, SearchResult, SelectStats};
 
 /// Runs one query in OR mode on the GPU (whatever `query.mode` says): the same hits as
 /// [`crate::select::search`] with [`crate::select::Mode::Or`], in the same order, with
@@ -35,20 +35,19 @@ pub fn search_or(
     cache: &mut PostingCache,
     index: &Index,
     query: &Query,
+    terms: &QueryTerms,
 ) -> Result<SearchResult, GpuSelectError> {
-    super::timed_search(query, |stats| or_topk(cache, index, query, stats))
+    super::timed_search(query, |stats| or_topk(cache, index, query, terms, stats))
 }
 
 pub(super) fn or_topk(
     cache: &mut PostingCache,
     index: &Index,
     query: &Query,
+    terms: &QueryTerms,
     stats: &mut SelectStats,
 ) -> Result<Vec<(DocId, f64)>, GpuError> {
-    let lists: Vec<_> = dedup_terms(&query.terms)
-        .into_iter()
-        .filter_map(|t| term_id_list(index, t))
-        .collect();
+    let lists: Vec<_> = terms.lists.iter().flatten().copied().collect();
     if query.k == 0 || lists.is_empty() {
         return Ok(Vec::new());
     }

@@ -39,9 +39,8 @@
 //! and a CPU-bound query goes to an idle GPU when the cores are oversubscribed (work stealing,
 //! by the idle side taking work at the choice rather than by moving queries already queued);
 //! [`Choice::gpu_margin_us`] bounds how long such a query may then wait for the device before
-//! running on the CPU after all. Not built (issue 6): batches of concurrent queries sharing
-//! launches, and a query jumping the device's queue at its deadline (the device's lock is
-//! fair only eventually).
+//! running on the CPU after all (the server gives the device's turns by due time:
+//! `server::turns`). Not built (issue 6): batches of concurrent queries sharing launches.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 

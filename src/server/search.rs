@@ -91,7 +91,8 @@ struct Candidates {
     select_side: Side,
 }
 
-/// Selects the candidates of `terms` and, with `ranker`, extracts their features (blocking).
+/// Selects the candidates of `terms` for a request that arrived at `arrived` and must answer by
+/// `deadline`, and, with `ranker`, extracts their features (blocking).
 ///
 /// # Errors
 /// [`ApiError::InvalidRequest`] when the ranker's features cannot be extracted from hits;
@@ -102,6 +103,7 @@ fn select_candidates(
     terms: Vec<String>,
     request: &SearchRequest,
     ranker: Option<&LoadedRanker>,
+    arrived: Instant,
     deadline: Option<Instant>,
 ) -> Result<Candidates, ApiError> {
     let n_docs = index.num_docs() as usize;
@@ -116,13 +118,16 @@ fn select_candidates(
     // selections sharing the cores) and books its own place until it is done. Bound for the
     // GPU, an `auto` query waits for the device as long as waiting still beats the CPU (its
     // estimated margin), a `gpu` one up to `gpu_queue_ms`, never past the request's deadline;
-    // then it runs on the CPU.
+    // then it runs on the CPU. The device's turns go by due time: the deadline, or
+    // `gpu_queue_ms` after arrival when that comes first.
     let route = state
         .scheduler
         .route(index, &query, backend, &state.backlog.load());
     let booking = state.backlog.book(route.choice.side, route.choice.gpu_us);
+    let queue = Duration::from_millis(state.config.gpu_queue_ms);
+    let due = deadline.map_or(arrived + queue, |at| at.min(arrived + queue));
     let wait = match backend {
-        Backend::Gpu => Duration::from_millis(state.config.gpu_queue_ms),
+        Backend::Gpu => queue,
         Backend::Auto => Duration::from_secs_f64(route.choice.gpu_margin_us() / 1e6),
         Backend::Cpu => Duration::ZERO,
     };
@@ -133,7 +138,7 @@ fn select_candidates(
         false => schedule::search_routed(index, &query, route, None, &state.scheduler),
         // An `auto` route carries the scheduler's per-step plan (a hand-over to the CPU before
         // lists the posting cache would have to copy).
-        true => state.with_posting_cache(wait, |cache| {
+        true => state.with_posting_cache(due, wait, |cache| {
             // A query that did not get the device runs on the CPU: its place moves there.
             let _booking = match cache {
                 Some(_) => booking,
@@ -388,8 +393,15 @@ pub(super) async fn search(
         let at = deadline.at;
         tokio::task::spawn_blocking(move || {
             let _stage = tracing::info_span!("search", terms = terms.len()).entered();
-            let candidates =
-                select_candidates(&state, &index, terms, &request, loaded.as_deref(), at);
+            let candidates = select_candidates(
+                &state,
+                &index,
+                terms,
+                &request,
+                loaded.as_deref(),
+                arrived,
+                at,
+            );
             (request, candidates)
         })
         .await

@@ -18,7 +18,7 @@
 //! | `gpu_cache_bytes` | `RANKSERVE_GPU_CACHE_BYTES` | 4 GiB (device copies of rankers) |
 //! | `gpu_posting_cache_bytes` | `RANKSERVE_GPU_POSTING_CACHE_BYTES` | 1 GiB (posting lists resident on the device; 0: every list copied per query) |
 //! | `griffin_ratio` | `RANKSERVE_GRIFFIN_RATIO` | 4096 (AND runs on the CPU when the second shortest list is more than this many times the shortest, and hands over between steps when the next list is not resident on the GPU and more than this many times the intersection so far) |
-//! | `gpu_queue_ms` | `RANKSERVE_GPU_QUEUE_MS` | 500 (the longest a `backend=gpu` selection waits for the device, busy with other queries, before it runs on the CPU; also when a query without an earlier deadline is due for the device's turn) |
+//! | `gpu_queue_ms` | `RANKSERVE_GPU_QUEUE_MS` | 500 (the longest a `backend=gpu` selection waits for the device, busy with other queries, before it runs on the CPU) |
 //! | `queue_capacity` | `RANKSERVE_QUEUE_CAPACITY` | 256 requests per ranker |
 //! | `batch_window_us` | `RANKSERVE_BATCH_WINDOW_US` | 200 (0 turns batching off) |
 //! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 4096 |
@@ -158,8 +158,7 @@ pub struct Config {
     pub gpu_posting_cache_bytes: u64,
     /// Griffin's threshold of the selection scheduler (`select::schedule`).
     pub griffin_ratio: f64,
-    /// The longest a `backend=gpu` selection waits for the device before it runs on the CPU,
-    /// and how long after its arrival a query is due for the device's turn (at the latest).
+    /// The longest a `backend=gpu` selection waits for the device before it runs on the CPU.
     pub gpu_queue_ms: u64,
     pub queue_capacity: usize,
     /// 0: batching off.

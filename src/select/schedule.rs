@@ -39,8 +39,12 @@
 //! and a CPU-bound query goes to an idle GPU when the cores are oversubscribed (work stealing,
 //! by the idle side taking work at the choice rather than by moving queries already queued);
 //! [`Choice::gpu_margin_us`] bounds how long such a query may then wait for the device before
-//! running on the CPU after all (the server gives the device's turns by due time:
-//! `server::turns`). Not built (issue 6): batches of concurrent queries sharing launches.
+//! running on the CPU after all. Not built (issue 6): batches of concurrent queries sharing
+//! launches, and a query jumping the device's queue at its deadline: the device's lock is
+//! fair only eventually, and a strict queue by due time (one condition variable, every waiter
+//! woken at each hand-off) measured slower under 16 clients on the H100 host (throughput
+//! 2 650–3 130 → 2 040–2 850 queries/s, the server's p99 9.6–11.5 → 11.8–44.3 ms;
+//! `docs/benchmarks.md`, issue 6, run G), so it was taken out again.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 

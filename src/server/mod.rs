@@ -26,7 +26,6 @@ pub mod routes;
 pub mod search;
 pub mod state;
 pub mod store;
-pub mod turns;
 
 pub use routes::router;
 pub use state::{AppState, State};

@@ -91,8 +91,7 @@ struct Candidates {
     select_side: Side,
 }
 
-/// Selects the candidates of `terms` for a request that arrived at `arrived` and must answer by
-/// `deadline`, and, with `ranker`, extracts their features (blocking).
+/// Selects the candidates of `terms` and, with `ranker`, extracts their features (blocking).
 ///
 /// # Errors
 /// [`ApiError::InvalidRequest`] when the ranker's features cannot be extracted from hits;
@@ -103,7 +102,6 @@ fn select_candidates(
     terms: Vec<String>,
     request: &SearchRequest,
     ranker: Option<&LoadedRanker>,
-    arrived: Instant,
     deadline: Option<Instant>,
 ) -> Result<Candidates, ApiError> {
     let n_docs = index.num_docs() as usize;
@@ -118,16 +116,13 @@ fn select_candidates(
     // selections sharing the cores) and books its own place until it is done. Bound for the
     // GPU, an `auto` query waits for the device as long as waiting still beats the CPU (its
     // estimated margin), a `gpu` one up to `gpu_queue_ms`, never past the request's deadline;
-    // then it runs on the CPU. The device's turns go by due time: the deadline, or
-    // `gpu_queue_ms` after arrival when that comes first.
+    // then it runs on the CPU.
     let route = state
         .scheduler
         .route(index, &query, backend, &state.backlog.load());
     let booking = state.backlog.book(route.choice.side, route.choice.gpu_us);
-    let queue = Duration::from_millis(state.config.gpu_queue_ms);
-    let due = deadline.map_or(arrived + queue, |at| at.min(arrived + queue));
     let wait = match backend {
-        Backend::Gpu => queue,
+        Backend::Gpu => Duration::from_millis(state.config.gpu_queue_ms),
         Backend::Auto => Duration::from_secs_f64(route.choice.gpu_margin_us() / 1e6),
         Backend::Cpu => Duration::ZERO,
     };
@@ -138,7 +133,7 @@ fn select_candidates(
         false => schedule::search_routed(index, &query, route, None, &state.scheduler),
         // An `auto` route carries the scheduler's per-step plan (a hand-over to the CPU before
         // lists the posting cache would have to copy).
-        true => state.with_posting_cache(due, wait, |cache| {
+        true => state.with_posting_cache(wait, |cache| {
             // A query that did not get the device runs on the CPU: its place moves there.
             let _booking = match cache {
                 Some(_) => booking,
@@ -393,15 +388,8 @@ pub(super) async fn search(
         let at = deadline.at;
         tokio::task::spawn_blocking(move || {
             let _stage = tracing::info_span!("search", terms = terms.len()).entered();
-            let candidates = select_candidates(
-                &state,
-                &index,
-                terms,
-                &request,
-                loaded.as_deref(),
-                arrived,
-                at,
-            );
+            let candidates =
+                select_candidates(&state, &index, terms, &request, loaded.as_deref(), at);
             (request, candidates)
         })
         .await

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -17,7 +17,6 @@ use super::codec::Format;
 use super::error::ApiError;
 use super::rank_body::RankBody;
 use super::store::{RankerStore, StoreError};
-use super::turns::Turns;
 use crate::config::{Backend, Config, Sampling};
 use crate::gpu::power::PowerMeter;
 use crate::gpu::GpuDevice;
@@ -39,8 +38,6 @@ pub struct State {
     /// The GPU posting cache of the served index, once the probe found a GPU (one query on the
     /// device at a time: the cache holds the query's buffers).
     posting_cache: Mutex<Option<PostingCache>>,
-    /// Whose turn it is on the device, by due time.
-    turns: Turns,
     /// The selection stage's CPU/GPU choice.
     pub scheduler: Scheduler,
     /// The selections booked on each processor, which the choice counts.
@@ -84,7 +81,6 @@ impl State {
             scorer,
             index: RwLock::new(index),
             posting_cache: Mutex::new(None),
-            turns: Turns::default(),
             scheduler,
             // Selections run on the blocking pool, which has a thread for each: they share
             // every core.
@@ -190,23 +186,22 @@ impl State {
         }
     }
 
-    /// Runs `select` with the GPU posting cache once it is this query's turn on the device
-    /// ([`Turns`]: by `due`, earliest first): `None` without a GPU, and when the turn does not
-    /// come within `wait` (the device is busy: the caller's CPU is free). A query that gave up
-    /// waiting is counted in `rankserve_gpu_queue_timeouts_total`.
+    /// Runs `select` with the GPU posting cache: `None` without a GPU, and when other queries
+    /// hold it for longer than `wait` (the device is busy: the caller's CPU is free). A query
+    /// that gave up waiting is counted in `rankserve_gpu_queue_timeouts_total`.
     pub fn with_posting_cache<T>(
         &self,
-        due: Instant,
         wait: Duration,
         select: impl FnOnce(Option<&mut PostingCache>) -> T,
     ) -> T {
-        let turn = self.turns.wait(due, Instant::now() + wait);
-        if turn.is_none() && !wait.is_zero() {
+        let mut held = match wait.is_zero() {
+            true => self.posting_cache.try_lock(),
+            false => self.posting_cache.try_lock_for(wait),
+        };
+        if held.is_none() && !wait.is_zero() {
             metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
                 .increment(1);
         }
-        // Held by this turn's query only (and briefly by a reload or the metrics).
-        let mut held = turn.as_ref().map(|_| self.posting_cache.lock());
         select(held.as_mut().and_then(|cache| cache.as_mut()))
     }
 

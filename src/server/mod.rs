@@ -42,8 +42,16 @@ pub async fn serve(
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
     let warm = std::sync::Arc::clone(&state);
     tokio::task::spawn_blocking(move || warm.warm_up());
+    // Replies go out as soon as they are written, not held back by Nagle's algorithm until
+    // the client acknowledges the previous segment (axum leaves it on).
+    let listener = listener.tap_io(|stream| {
+        if let Err(err) = stream.set_nodelay(true) {
+            tracing::debug!(error = %err, "TCP_NODELAY not set on a connection");
+        }
+    });
     axum::serve(listener, router(state))
         .with_graceful_shutdown(shutdown)
         .await

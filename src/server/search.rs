@@ -8,13 +8,15 @@
 //! top-k, ties by smaller docID. Without a ranker, or on an index without a forward index (a
 //! CIFF import), the hits are the BM25 top-k and `backends.rank` is `none`.
 //!
-//! The request's `backend` drives both stages. Selection runs through
-//! [`schedule::search`](crate::select::schedule::search) with the served index's GPU posting
-//! cache: `cpu` never touches the GPU, `gpu` waits for the device (up to `gpu_queue_ms`), `auto`
-//! asks the scheduler, which counts the queries already booked on each processor, and waits for
-//! the device only as long as waiting still beats the CPU. A GPU failure runs the query on the
-//! CPU (same answer), counted in `rankserve_gpu_fallback_total{stage="select"}`;
-//! `backends.select` says which ran.
+//! The request's `backend` drives both stages. Selection is routed by the scheduler
+//! ([`Scheduler::route`](crate::select::schedule::Scheduler::route)) and run with the served
+//! index's GPU posting cache ([`schedule::search_routed`]): `cpu` never touches the GPU, `gpu`
+//! waits for the device (up to `gpu_queue_ms`), `auto` asks the scheduler, which counts the
+//! queries already booked on each processor, and waits for the device only as long as waiting
+//! still beats the CPU. A selection the scheduler expects to take the CPU less than
+//! [`INLINE_SELECT_US`] runs on the request's own task; the others, and FE, on the blocking
+//! pool. A GPU failure runs the query on the CPU (same answer), counted in
+//! `rankserve_gpu_fallback_total{stage="select"}`; `backends.select` says which ran.
 //!
 //! Inputs that select nothing are not errors (`docs/api.md` lists them): an empty query, a query
 //! of unknown terms, `k = 0` answer no hits; `k` and `candidates` above the collection's size
@@ -41,8 +43,8 @@ use crate::config::Backend;
 use crate::index::tokenize::Tokenizer;
 use crate::index::{DocId, Index};
 use crate::rank::fe::{CorpusStats, FeatureResolver, HitDocument, HitStream, QueryInfo};
-use crate::select::schedule::{self, Side};
-use crate::select::{bm25, dedup_terms, Query};
+use crate::select::schedule::{self, Route, Side};
+use crate::select::{bm25, dedup_terms, Query, SearchResult};
 
 /// Most terms a query may have (before duplicates are removed). Removing duplicates and FE both
 /// grow with the term count, and a body of 64 MiB holds millions of terms: a bound keeps one
@@ -91,35 +93,51 @@ struct Candidates {
     select_side: Side,
 }
 
-/// Selects the candidates of `terms` and, with `ranker`, extracts their features (blocking).
-///
-/// # Errors
-/// [`ApiError::InvalidRequest`] when the ranker's features cannot be extracted from hits;
-/// [`ApiError::Internal`] when the forward index does not decode.
-fn select_candidates(
-    state: &State,
+/// The selection query of `request` over `index`: its terms, the hits wanted (the candidates
+/// when a ranker will rank them, else `k`; at most the collection), its mode.
+fn selection_query(
     index: &Index,
     terms: Vec<String>,
     request: &SearchRequest,
-    ranker: Option<&LoadedRanker>,
-    deadline: Option<Instant>,
-) -> Result<Candidates, ApiError> {
-    let n_docs = index.num_docs() as usize;
-    let wanted = match ranker {
-        Some(_) => request.candidates.max(request.k),
-        None => request.k,
+    ranked: bool,
+) -> Query {
+    let wanted = match ranked {
+        true => request.candidates.max(request.k),
+        false => request.k,
     };
-    let query = Query::new(terms, wanted.min(n_docs), request.mode);
-    let backend = request.backend.unwrap_or(state.config.backend);
-    // The choice comes before the GPU's lock: a query bound for the CPU must not hold the
-    // device while it runs there. It sees the queues (the work booked on the device, the
+    Query::new(terms, wanted.min(index.num_docs() as usize), request.mode)
+}
+
+/// Estimated CPU time under which a selection runs on the request's own task instead of the
+/// blocking pool: waking a pooled thread and coming back costs more than such a query (an AND
+/// of a few hundred probes takes 10–30 µs on one core).
+const INLINE_SELECT_US: f64 = 50.0;
+
+/// Whether `route` is a selection cheap enough to run inline ([`INLINE_SELECT_US`]).
+fn runs_inline(route: &Route) -> bool {
+    !route.to_gpu() && route.choice.cpu_us + route.choice.cpu_wait_us <= INLINE_SELECT_US
+}
+
+/// Runs `query` along `route` ([`Scheduler::route`](crate::select::schedule::Scheduler::route)
+/// of the same index and query under the backlog's load), booked on its processor until done
+/// (blocking while it waits for the device).
+///
+/// # Errors
+/// [`ApiError::Internal`] for BM25 parameters out of range (the server's own).
+fn select_routed(
+    state: &State,
+    index: &Index,
+    query: &Query,
+    route: Route,
+    backend: Backend,
+    deadline: Option<Instant>,
+) -> Result<(SearchResult, Side), ApiError> {
+    // The choice came before the GPU's lock: a query bound for the CPU must not hold the
+    // device while it runs there. It saw the queues (the work booked on the device, the
     // selections sharing the cores) and books its own place until it is done. Bound for the
     // GPU, an `auto` query waits for the device as long as waiting still beats the CPU (its
     // estimated margin), a `gpu` one up to `gpu_queue_ms`, never past the request's deadline;
     // then it runs on the CPU.
-    let route = state
-        .scheduler
-        .route(index, &query, backend, &state.backlog.load());
     let booking = state.backlog.book(route.choice.side, route.choice.gpu_us);
     let wait = match backend {
         Backend::Gpu => Duration::from_millis(state.config.gpu_queue_ms),
@@ -130,7 +148,7 @@ fn select_candidates(
         wait.min(at.saturating_duration_since(Instant::now()))
     });
     let ran = match route.to_gpu() {
-        false => schedule::search_routed(index, &query, route, None, &state.scheduler),
+        false => schedule::search_routed(index, query, route, None, &state.scheduler),
         // An `auto` route carries the scheduler's per-step plan (a hand-over to the CPU before
         // lists the posting cache would have to copy).
         true => state.with_posting_cache(wait, |cache| {
@@ -142,7 +160,7 @@ fn select_candidates(
                     state.backlog.book(Side::Cpu, 0.0)
                 }
             };
-            schedule::search_routed(index, &query, route, cache, &state.scheduler)
+            schedule::search_routed(index, query, route, cache, &state.scheduler)
         }),
     }
     .map_err(ApiError::internal)?;
@@ -151,7 +169,41 @@ fn select_candidates(
     }
     metrics::counter!("rankserve_select_backend_total", "backend" => ran.side.as_str())
         .increment(1);
-    let (result, select_side) = (ran.result, ran.side);
+    Ok((ran.result, ran.side))
+}
+
+/// Routes and runs `query`, then, with `ranker`, extracts the candidates' features (blocking).
+///
+/// # Errors
+/// As [`select_routed`] and [`candidates`].
+fn select_candidates(
+    state: &State,
+    index: &Index,
+    query: &Query,
+    backend: Backend,
+    ranker: Option<&LoadedRanker>,
+    deadline: Option<Instant>,
+) -> Result<Candidates, ApiError> {
+    let route = state
+        .scheduler
+        .route(index, query, backend, &state.backlog.load());
+    let selected = select_routed(state, index, query, route, backend, deadline)?;
+    candidates(state, index, &query.terms, selected, ranker)
+}
+
+/// The candidates of a selection of the query `terms`, and with `ranker` their features
+/// (blocking: FE decodes each candidate's forward-index entry).
+///
+/// # Errors
+/// [`ApiError::InvalidRequest`] when the ranker's features cannot be extracted from hits;
+/// [`ApiError::Internal`] when the forward index does not decode.
+fn candidates(
+    state: &State,
+    index: &Index,
+    terms: &[String],
+    (result, select_side): (SearchResult, Side),
+    ranker: Option<&LoadedRanker>,
+) -> Result<Candidates, ApiError> {
     let Some(ranker) = ranker else {
         return Ok(Candidates {
             selected: result.hits,
@@ -170,7 +222,7 @@ fn select_candidates(
             ranker.name
         ))
     })?;
-    let (query_info, stats, documents) = hit_requests(index, &query.terms, &selected)?;
+    let (query_info, stats, documents) = hit_requests(index, terms, &selected)?;
     let mut features = vec![f64::NAN; selected.len() * resolver.len()];
     resolver
         .extract_batch(
@@ -383,17 +435,39 @@ pub(super) async fn search(
     let loaded = loaded.filter(|_| index.has_forward());
     deadline.check()?;
 
-    let (request, candidates) = {
-        let (state, index, loaded) = (Arc::clone(&state), Arc::clone(&index), loaded.clone());
-        let at = deadline.at;
-        tokio::task::spawn_blocking(move || {
-            let _stage = tracing::info_span!("search", terms = terms.len()).entered();
-            let candidates =
-                select_candidates(&state, &index, terms, &request, loaded.as_deref(), at);
-            (request, candidates)
-        })
-        .await
-        .map_err(ApiError::internal)?
+    let query = selection_query(&index, terms, &request, loaded.is_some());
+    let route = state
+        .scheduler
+        .route(&index, &query, backend, &state.backlog.load());
+    // A cheap CPU selection runs here; the rest (the GPU's waits and launches, long lists, FE)
+    // on the blocking pool, where a query sent there is routed again under the load it meets.
+    let selected = match runs_inline(&route) {
+        true => Some(select_routed(
+            &state,
+            &index,
+            &query,
+            route,
+            backend,
+            deadline.at,
+        )?),
+        false => None,
+    };
+    let candidates = match (selected, &loaded) {
+        (Some(selected), None) => candidates(&state, &index, &query.terms, selected, None),
+        (selected, _) => {
+            let (state, index, loaded) = (Arc::clone(&state), Arc::clone(&index), loaded.clone());
+            let at = deadline.at;
+            tokio::task::spawn_blocking(move || {
+                let _stage = tracing::info_span!("search", terms = query.terms.len()).entered();
+                let ranker = loaded.as_deref();
+                match selected {
+                    Some(selected) => candidates(&state, &index, &query.terms, selected, ranker),
+                    None => select_candidates(&state, &index, &query, backend, ranker, at),
+                }
+            })
+            .await
+            .map_err(ApiError::internal)?
+        }
     };
     let Candidates {
         selected,

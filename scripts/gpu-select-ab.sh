@@ -16,10 +16,7 @@ read -r -a bins <<< "${BINS:?BINS=\"name=path ...\"}"
 first=${bins[0]#*=}
 work=$(mktemp -d)
 start=$(date +%s)
-"$first" corpus synth --docs "${DOCS:-3000000}" --seed 1 --out "$work/corpus.jsonl" 2>&1 | tail -1
-"$first" index build --corpus "$work/corpus.jsonl" --out "$work/ef" --codec ef 2>&1 | tail -1
-rm "$work/corpus.jsonl"
-"$first" queries synth --index "$work/ef" --count "${QUERIES:-500}" --out "$work/queries.txt"
+bash "$(dirname "$0")/synth_index.sh" "$first" "$work"
 sets=("queries")
 if [ "${RATIO:-0}" = 1 ]; then
   python3 scripts/ratio-queries.py > "$work/ratio.txt"

@@ -17,10 +17,7 @@ first=${bins[0]#*=}
 work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 start=$(date +%s)
-"$first" corpus synth --docs "${DOCS:-3000000}" --seed 1 --out "$work/corpus.jsonl" 2>&1 | tail -1
-"$first" index build --corpus "$work/corpus.jsonl" --out "$work/ef" --codec ef 2>&1 | tail -1
-rm "$work/corpus.jsonl"
-"$first" queries synth --index "$work/ef" --count "${QUERIES:-500}" --out "$work/queries.txt"
+bash "$(dirname "$0")/synth_index.sh" "$first" "$work"
 echo "index and queries: $(($(date +%s) - start)) s"
 port=18600
 for bin in "${bins[@]}"; do

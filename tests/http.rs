@@ -754,6 +754,9 @@ async fn ops_routes_describe_list_ready_and_metrics() {
         "rankserve_batch_documents_bucket",
         "rankserve_ranker_cache_hits_total",
         "rankserve_gpu_fallback_total",
+        // Gauges of the selection's queues (no index here: nothing queued).
+        "rankserve_select_gpu_queued_microseconds",
+        "rankserve_select_cpu_running",
     ] {
         assert!(text.contains(name), "{name} missing from /metrics:\n{text}");
     }

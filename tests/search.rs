@@ -995,6 +995,8 @@ async fn gpu_search_selects_exactly_the_cpus_hits() {
         "rankserve_posting_cache_hits_total",
         "rankserve_posting_cache_copied_bytes_total",
         "rankserve_posting_cache_bytes",
+        "rankserve_select_gpu_queued_microseconds",
+        "rankserve_select_cpu_running",
     ];
     if faulty {
         expected.push("rankserve_select_backend_total{backend=\"cpu\"}");

@@ -98,6 +98,10 @@ pub fn render(state: &State) -> String {
         metrics::gauge!("rankserve_posting_cache_bytes").set(stats.resident_bytes as f64);
         metrics::gauge!("rankserve_posting_cache_lists").set(stats.resident_lists as f64);
     }
+    // The selection scheduler's view of the queues at this instant.
+    let load = state.backlog.load();
+    metrics::gauge!("rankserve_select_gpu_queued_microseconds").set(load.gpu_queued_us);
+    metrics::gauge!("rankserve_select_cpu_running").set(load.cpu_running as f64);
     if let Some(meter) = state.power() {
         match (meter.power_w(), meter.energy_j()) {
             (Ok(watts), Ok(joules)) => {

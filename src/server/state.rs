@@ -82,8 +82,8 @@ impl State {
             index: RwLock::new(index),
             posting_cache: Mutex::new(None),
             scheduler,
-            // Selections run on the blocking pool, which has a thread for each: they share
-            // every core.
+            // Selections run on the blocking pool (a thread each) or, the cheapest, on the
+            // runtime's workers: either way they share every core.
             backlog: Backlog::new(std::thread::available_parallelism().map_or(1, usize::from)),
             admission: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),

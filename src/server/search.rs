@@ -109,8 +109,9 @@ fn selection_query(
 }
 
 /// Estimated CPU time under which a selection runs on the request's own task instead of the
-/// blocking pool: waking a pooled thread and coming back costs more than such a query (an AND
-/// of a few hundred probes takes 10–30 µs on one core).
+/// blocking pool: the hand-off costs more than such a query. Measured on the H100 host
+/// (`docs/benchmarks.md`, issue 6, run I, 3 M documents, one client): AND selections with a
+/// median of 17–22 µs cost the server a median 77–128 µs through the pool, 37–44 µs inline.
 const INLINE_SELECT_US: f64 = 50.0;
 
 /// Whether `route` is a selection cheap enough to run inline ([`INLINE_SELECT_US`]).

@@ -324,10 +324,14 @@ fn chain_walks(
     // A forged length cannot make a huge reservation.
     let mut bounds = Vec::with_capacity(reader.capacity(len) + 1);
     bounds.push(first);
+    // The share the walk has reached, and where the next one starts (no division per value).
+    let (mut reached, mut next_share) = (0, first.saturating_add(share));
     while bounds.len() <= len {
-        let walk = walks
-            .get((reader.pos - first) / share)
-            .and_then(OnceLock::get);
+        while reader.pos >= next_share {
+            reached += 1;
+            next_share = next_share.saturating_add(share);
+        }
+        let walk = walks.get(reached).and_then(OnceLock::get);
         let joined = walk.and_then(|walk| Some((walk, walk.binary_search(&reader.pos).ok()?)));
         match joined {
             Some((walk, at)) if at + 1 < walk.len() => {

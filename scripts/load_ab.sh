@@ -12,6 +12,9 @@
 #   bash scripts/load_ab.sh SECONDS ROUNDS BINARY...      # e.g. 5 3 before/rankserve after/rankserve
 #
 # DOCS (default 1000) and CONCURRENCY (default 1) override the request size and the clients.
+# FLOOR=PATH (the `http_floor` example, `cargo build --release --example http_floor`) adds, in
+# each round, that server held for the first binary's FE + scoring of the round: its overhead
+# is the transport floor (body transfer, HTTP, wake-ups) that no handler removes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=$1
@@ -40,9 +43,23 @@ for round in $(seq "$rounds"); do
     kill "$server"
     wait "$server" 2>/dev/null || true
   done
+  if [ -n "${FLOOR:-}" ]; then
+    port=$((port + 1))
+    hold=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["server_fe_us"]["mean"] + j["server_me_us"]["mean"]))' "$work/r$round-1.json")
+    "$FLOOR" --addr "127.0.0.1:$port" --docs "$docs" --hold-us "$hold" >"$work/floor.log" 2>&1 &
+    server=$!
+    for _ in $(seq 100); do
+      curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
+      sleep 0.1
+    done
+    "$1" replay --url "http://127.0.0.1:$port" --log "$work/requests.msgpack" \
+      --concurrency "$concurrency" --duration "$seconds" --json >"$work/r$round-$(($# + 1)).json"
+    kill "$server"
+    wait "$server" 2>/dev/null || true
+  fi
 done
 
-python3 - "$work" "$rounds" "$@" <<'PY'
+python3 - "$work" "$rounds" "$@" ${FLOOR:+floor} <<'PY'
 import json, statistics, sys
 work, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
 keys = ["p50", "mean", "read", "decode", "fe", "me", "queue", "handler_rest", "outside", "overhead", "overhead@FE0"]
@@ -59,7 +76,8 @@ for r in range(1, rounds + 1):
              "handler_rest": j["server_total_us"]["mean"] - sum(s.values()),
              "outside": lat["mean"] - j["server_total_us"]["mean"],
              "overhead": 100 * (lat["mean"] - s["fe"] - s["me"]) / lat["mean"],
-             "overhead@FE0": 100 * (lat["mean"] - fe0 - s["me"]) / lat["mean"]}
+             # The floor's held time stands for FE and scoring together (its `me`).
+             "overhead@FE0": 100 * (lat["mean"] - (0 if bins[b] == "floor" else fe0) - s["me"]) / lat["mean"]}
         for k in keys:
             rows[b][k].append(v[k])
         print(f"round {r} {bins[b]}: " + ", ".join(f"{k} {v[k]:.0f}" for k in keys))

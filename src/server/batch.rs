@@ -118,28 +118,24 @@ impl Scorer {
         let n_features = ranker.ranker.features.len();
         let n_docs = features.len().checked_div(n_features).unwrap_or(0);
         let submitted = Instant::now();
-        if bypass || !self.batching() || n_docs >= self.config.max_docs {
+        if self.scores_at_once(n_docs, bypass) {
             let engines = Arc::clone(&self.engines);
-            return tokio::task::spawn_blocking(move || {
-                if deadline.is_some_and(|d| Instant::now() >= d) {
-                    return Err(ScoreError::DeadlineExceeded);
-                }
-                let started = Instant::now();
-                let _stage =
-                    tracing::debug_span!("score", ranker = %ranker.name, documents = n_docs)
-                        .entered();
-                let (scores, ran) = engines.evaluate(&ranker, &features, n_docs, backend);
-                Ok(Scored {
-                    scores,
-                    queue_us: micros(started - submitted),
-                    eval_us: micros(started.elapsed()),
-                    batch_docs: n_docs,
-                    batch_requests: 1,
-                    backend: ran,
-                })
-            })
-            .await
-            .map_err(|e| ScoreError::Internal(e.to_string()))?;
+            let score = move || {
+                score_now(
+                    &engines, &ranker, &features, n_docs, backend, deadline, submitted,
+                )
+            };
+            // Scoring that may wait for the GPU's turn must not hold a CPU pool thread.
+            return if self.engines.cpu_only(backend) {
+                self.engines
+                    .on_cpu_pool_task(score)
+                    .await
+                    .map_err(|e| ScoreError::Internal(e.to_string()))?
+            } else {
+                tokio::task::spawn_blocking(score)
+                    .await
+                    .map_err(|e| ScoreError::Internal(e.to_string()))?
+            };
         }
         let (reply, receive) = oneshot::channel();
         let job = Job {
@@ -159,6 +155,12 @@ impl Scorer {
             .map_err(|_| ScoreError::Internal("batch thread dropped the request".into()))?
     }
 
+    /// Whether a request of `n_docs` documents is scored at once, without a batch: batching
+    /// is off, the request asked for the CPU itself (`bypass`), or it fills a batch alone.
+    pub fn scores_at_once(&self, n_docs: usize, bypass: bool) -> bool {
+        bypass || !self.batching() || n_docs >= self.config.max_docs
+    }
+
     fn queue_for(&self, name: &str) -> Result<mpsc::Sender<Job>, ScoreError> {
         let mut queues = self.queues.lock();
         if let Some(queue) = queues.get(name) {
@@ -173,6 +175,38 @@ impl Scorer {
         queues.insert(name.to_string(), send.clone());
         Ok(send)
     }
+}
+
+/// Scores one request's `features` now, on the calling thread (its parallel parts on the CPU
+/// pool), unless `deadline` passed: how [`Scorer::score`] scores a request it does not batch,
+/// and how the `/v1/rank` handler scores one right after its feature extraction, on the same
+/// pool thread, when [`Scorer::scores_at_once`] on the CPU.
+///
+/// # Errors
+/// [`ScoreError::DeadlineExceeded`] when `deadline` passed before scoring started.
+pub fn score_now(
+    engines: &Engines,
+    ranker: &LoadedRanker,
+    features: &[f64],
+    n_docs: usize,
+    backend: Backend,
+    deadline: Option<Instant>,
+    submitted: Instant,
+) -> Result<Scored, ScoreError> {
+    if deadline.is_some_and(|d| Instant::now() >= d) {
+        return Err(ScoreError::DeadlineExceeded);
+    }
+    let started = Instant::now();
+    let _stage = tracing::debug_span!("score", ranker = %ranker.name, documents = n_docs).entered();
+    let (scores, ran) = engines.evaluate(ranker, features, n_docs, backend);
+    Ok(Scored {
+        scores,
+        queue_us: micros(started - submitted),
+        eval_us: micros(started.elapsed()),
+        batch_docs: n_docs,
+        batch_requests: 1,
+        backend: ran,
+    })
 }
 
 fn micros(d: Duration) -> u64 {

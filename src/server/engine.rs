@@ -83,15 +83,39 @@ impl Engines {
         self.gpu.get()
     }
 
-    /// Runs `work` on the CPU scoring pool (rayon's global pool when there is none), so that
-    /// its parallel parts use the scoring threads: feature extraction runs there, leaving the
-    /// threads warm for the scoring that follows, rather than on a second pool of as many
-    /// threads competing for the same cores.
-    pub fn on_cpu_pool<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
-        match &self.pool {
-            Some(pool) => pool.install(work),
-            None => work(),
-        }
+    /// Runs `work` on the CPU scoring pool and waits for it without holding an async worker or
+    /// a blocking-pool thread: the pool's thread sends the result straight to the waiting task.
+    /// Feature extraction runs there too, so that its parallel parts leave the scoring threads
+    /// warm for the scoring that follows, rather than compete with a second pool for the cores.
+    /// A trip through `spawn_blocking` and then the pool's `install` wakes two threads more
+    /// on the request's path. Without a pool (one scoring thread) `work` runs on the blocking
+    /// pool. A panic in `work` becomes an error, as it does for `spawn_blocking`.
+    ///
+    /// # Errors
+    /// [`PoolTaskFailed`] when `work` panicked.
+    pub async fn on_cpu_pool_task<R: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> R + Send + 'static,
+    ) -> Result<R, PoolTaskFailed> {
+        let Some(pool) = &self.pool else {
+            return tokio::task::spawn_blocking(work)
+                .await
+                .map_err(|err| PoolTaskFailed(err.to_string()));
+        };
+        let (send, receive) = tokio::sync::oneshot::channel();
+        pool.spawn(move || {
+            let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            let _ = send.send(ran.map_err(|_| PoolTaskFailed("it panicked".into())));
+        });
+        receive
+            .await
+            .map_err(|_| PoolTaskFailed("the pool dropped it".into()))?
+    }
+
+    /// Whether [`Engines::evaluate`] with `backend` runs on the CPU whatever the batch: the CPU
+    /// was asked for, or there is no GPU.
+    pub fn cpu_only(&self, backend: Backend) -> bool {
+        backend == Backend::Cpu || self.gpu().is_none()
     }
 
     /// Scores on the CPU.
@@ -167,6 +191,11 @@ impl Engines {
     }
 }
 
+/// A task on the CPU scoring pool did not finish.
+#[derive(Debug, thiserror::Error)]
+#[error("a task on the CPU scoring pool failed: {0}")]
+pub struct PoolTaskFailed(String);
+
 /// Logs and counts a GPU failure of `stage` (`rank` or `select`) whose work moved to the CPU;
 /// `subject` names the ranker or the query.
 pub(super) fn fell_back(stage: &'static str, subject: &str, err: &GpuError) {
@@ -177,4 +206,28 @@ pub(super) fn fell_back(stage: &'static str, subject: &str, err: &GpuError) {
     tracing::warn!(stage, subject, error = %err, "GPU failed: running on the CPU");
     metrics::counter!("rankserve_gpu_fallback_total", "stage" => stage, "reason" => reason)
         .increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_pool_task_returns_its_result_or_an_error_when_it_panics() {
+        for threads in [1, 2] {
+            let engines = Engines::new(threads);
+            let on_pool = engines
+                .on_cpu_pool_task(|| rayon::current_thread_index().is_some())
+                .await
+                .expect("ran");
+            // One thread: no pool, the blocking pool runs it.
+            assert_eq!(on_pool, threads > 1);
+            let failed = engines
+                .on_cpu_pool_task(|| -> u32 { panic!("a task that fails") })
+                .await;
+            assert!(failed.is_err(), "{threads} threads: {failed:?}");
+            // The pool survives a task's panic.
+            assert_eq!(engines.on_cpu_pool_task(|| 7).await.expect("ran"), 7);
+        }
+    }
 }

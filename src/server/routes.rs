@@ -22,7 +22,7 @@ use super::api::{
     Explanation, FeatureValues, LayerShape, RankDocument, RankRequest, RankResponse,
     RankerDescription, RankerList, Readiness, Timings,
 };
-use super::batch::{ScoreError, Scored};
+use super::batch::{score_now, ScoreError, Scored};
 use super::codec::{negotiate_errors, read_body, Coded, Negotiated, Reply};
 use super::error::ApiError;
 use super::rank_body::RankBody;
@@ -172,34 +172,61 @@ async fn rank(
     };
     let body = state.sample(body)?;
 
+    let n_docs = body.len();
+    // Scored on the CPU at once anyway: scored by the pool thread that extracted the
+    // features, right after, so the request makes one trip to the pool instead of two.
+    let at_once = state
+        .scorer
+        .scores_at_once(n_docs, asked == Some(Backend::Cpu))
+        && state.scorer.engines().cpu_only(backend);
     let fe_started = Instant::now();
-    let (body, features) = {
+    let job = {
         let (loaded, threads) = (Arc::clone(&loaded), state.config.cpu_threads);
         let engines = Arc::clone(state.scorer.engines());
-        tokio::task::spawn_blocking(move || {
-            let _stage =
-                tracing::info_span!("fe", ranker = %loaded.name, documents = body.len()).entered();
-            let features = engines.on_cpu_pool(|| body.feature_matrix(&loaded, threads));
-            (body, features)
+        state.scorer.engines().on_cpu_pool_task(move || {
+            let features = {
+                let _stage =
+                    tracing::info_span!("fe", ranker = %loaded.name, documents = n_docs).entered();
+                body.feature_matrix(&loaded, threads)
+            };
+            let fe_done = Instant::now();
+            let scored = match (&features, at_once) {
+                (Ok(features), true) => Some(score_now(
+                    &engines, &loaded, features, n_docs, backend, deadline, fe_done,
+                )),
+                _ => None,
+            };
+            (body, features, fe_done, scored)
         })
-        .await
-        .map_err(ApiError::internal)?
     };
+    // The deadline covers the scoring done in the same trip.
+    let (body, features, fe_done, scored) = match at_once {
+        true => until_deadline(job, deadline, timeout_ms).await?,
+        false => job.await,
+    }
+    .map_err(ApiError::internal)?;
     let features = features?;
-    let fe_us = micros(fe_started.elapsed());
-    let n_docs = body.len();
-    // Freeing a thousand hit documents takes a few hundred microseconds: off the reply's path.
-    tokio::task::spawn_blocking(move || drop(body));
+    let fe_us = micros(fe_done - fe_started);
+    // Freeing a thousand decoded hit documents takes a few hundred microseconds: off the
+    // reply's path. A framed body is one buffer.
+    if matches!(body, RankBody::Decoded(_)) {
+        tokio::task::spawn_blocking(move || drop(body));
+    }
     let kept = explain_asked.then(|| features.clone());
 
-    let work = state.scorer.score(
-        Arc::clone(&loaded),
-        features,
-        deadline,
-        backend,
-        asked == Some(Backend::Cpu),
-    );
-    let scored = before_deadline(work, deadline, timeout_ms).await?;
+    let scored = match scored {
+        Some(scored) => scored.map_err(|err| scoring_error(err, timeout_ms))?,
+        None => {
+            let work = state.scorer.score(
+                Arc::clone(&loaded),
+                features,
+                deadline,
+                backend,
+                asked == Some(Backend::Cpu),
+            );
+            before_deadline(work, deadline, timeout_ms).await?
+        }
+    };
 
     let order = k.map(|k| top_k(&scored.scores, k));
     let explain = kept.map(|features| explain(&loaded, &features));
@@ -247,6 +274,25 @@ async fn admit(
     Ok((loaded, place))
 }
 
+/// Awaits `work` until `deadline`.
+///
+/// # Errors
+/// [`ApiError::DeadlineExceeded`] (naming `timeout_ms`) when the deadline fires first.
+async fn until_deadline<T>(
+    work: impl std::future::Future<Output = T>,
+    deadline: Option<Instant>,
+    timeout_ms: Option<u64>,
+) -> Result<T, ApiError> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), work)
+            .await
+            .map_err(|_| ApiError::DeadlineExceeded {
+                timeout_ms: timeout_ms.unwrap_or(0),
+            }),
+        None => Ok(work.await),
+    }
+}
+
 /// Awaits `work` (a [`Scorer::score`](super::batch::Scorer::score) call) until `deadline`.
 ///
 /// # Errors
@@ -257,19 +303,19 @@ pub(super) async fn before_deadline(
     deadline: Option<Instant>,
     timeout_ms: Option<u64>,
 ) -> Result<Scored, ApiError> {
-    let expired = || ApiError::DeadlineExceeded {
-        timeout_ms: timeout_ms.unwrap_or(0),
-    };
-    match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline.into(), work)
-            .await
-            .map_err(|_| expired())?,
-        None => work.await,
-    }
-    .map_err(|err| match err {
-        ScoreError::DeadlineExceeded => expired(),
+    until_deadline(work, deadline, timeout_ms)
+        .await?
+        .map_err(|err| scoring_error(err, timeout_ms))
+}
+
+/// The answer to a request whose scoring failed with `err`.
+fn scoring_error(err: ScoreError, timeout_ms: Option<u64>) -> ApiError {
+    match err {
+        ScoreError::DeadlineExceeded => ApiError::DeadlineExceeded {
+            timeout_ms: timeout_ms.unwrap_or(0),
+        },
         ScoreError::Internal(detail) => ApiError::internal(detail),
-    })
+    }
 }
 
 /// The request's documents as one row-major `n_docs × n_features` matrix (public for

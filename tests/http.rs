@@ -320,6 +320,34 @@ async fn named_features_and_hit_documents_rank_like_their_vectors() {
     assert_eq!(reply.scores, expected_scores(&ranker, &features));
 }
 
+/// A MessagePack body's fields after `documents` are read from its end before the documents are
+/// framed; where the last field's bytes read like request fields (here the stats' stream `k`),
+/// the request is still ranked by its own fields: the same reply as the JSON request, no `order`.
+#[tokio::test]
+async fn msgpack_fields_misread_from_the_end_are_read_again() {
+    let s = server();
+    // {ranker: "small", documents: [[1, 2, 3, 4], [4, 3, 2, 1]], stats: {avg_length: {k: 1}}}
+    let msgpack: &[u8] = b"\x83\xa6ranker\xa5small\xa9documents\x92\
+        \x81\xa8features\x94\x01\x02\x03\x04\x81\xa8features\x94\x04\x03\x02\x01\
+        \xa5stats\x81\xaaavg_length\x81\xa1k\x01";
+    let same = serde_json::json!({"ranker": "small", "stats": {"avg_length": {"k": 1}},
+        "documents": [{"features": [1, 2, 3, 4]}, {"features": [4, 3, 2, 1]}]});
+    let mut replies = Vec::new();
+    for (content_type, body) in [
+        ("application/msgpack", msgpack.to_vec()),
+        ("application/json", json(&same)),
+    ] {
+        let (status, _, reply) = send(&s.app, post("/v1/rank", content_type, body)).await;
+        assert_eq!(status, StatusCode::OK, "{content_type}");
+        let reply: RankResponse = rmp_serde::from_slice(&reply)
+            .or_else(|_| serde_json::from_slice(&reply).map_err(|e| e.to_string()))
+            .unwrap();
+        replies.push((reply.scores, reply.order));
+    }
+    assert_eq!(replies[0], replies[1]);
+    assert_eq!(replies[0].1, None);
+}
+
 /// MessagePack bodies (their documents decoded during feature extraction) get the statuses and
 /// messages JSON bodies get; a body whose documents do not decode is a 400 `bad_body` even
 /// where the request would fail later for another reason.

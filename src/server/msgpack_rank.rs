@@ -67,52 +67,108 @@ pub fn decode_in_tasks(bytes: &[u8], min_task: usize) -> Option<RankRequest> {
         pos: 0,
         min_task: min_task.max(1),
     };
-    let request = reader.rank_request(Reader::documents).ok()?;
+    let request = reader.rank_request(|r, _| r.documents()).ok()?;
     (reader.pos == bytes.len()).then_some(request)
 }
 
 /// A MessagePack `/v1/rank` body read but for its documents: every other field decoded, and
-/// where each document lies in the body. [`Framed::feature_matrix`] then decodes the documents
-/// straight into the feature matrix, running feature extraction on each hit document as it is
-/// read, without building a [`RankDocument`] per document.
+/// (once [`Framed::frame_documents`] has run) where each document lies in the body.
+/// [`Framed::feature_matrix`] then decodes the documents straight into the feature matrix,
+/// running feature extraction on each hit document as it is read, without building a
+/// [`RankDocument`] per document.
 #[derive(Debug)]
 pub struct Framed {
     /// Every field of the request; `documents` is empty.
     pub head: RankRequest,
     body: Bytes,
-    /// Where each document starts in `body`, then where the last one ends.
+    /// Where the first document starts, and how many the array announces.
+    first: usize,
+    len: usize,
+    /// Where the documents end, as the head's reading assumed (see [`frame`]).
+    end: usize,
+    /// Where each document starts, then where the last one ends; empty until framed.
     bounds: Vec<usize>,
 }
 
-/// Frames a MessagePack [`RankRequest`] that fills `body` exactly: decodes every field but
-/// `documents` and finds where each document starts, checking only the documents' framing.
-/// `None` where [`decode`] would also give `None` (a malformed body, or one left to rmp-serde).
+/// Reads a MessagePack [`RankRequest`] that fills `body` exactly but for its documents: every
+/// other field decoded; the documents are framed later, by [`Framed::frame_documents`].
+/// `None` where [`decode`] would also give `None` (a malformed body, or one left to rmp-serde),
+/// and where the fields after `documents` are not found (below).
+///
+/// Where the documents end is only known by walking them, and the fields a handler needs first
+/// (`backend`, `timeout_ms`, `k`, `query`, …) usually follow them, so the fields after the
+/// documents are found from the body's end instead ([`guess_tail`]): the walk, 222 KB for 1 000
+/// hit documents, then runs in parallel on the CPU pool with feature extraction rather than on
+/// the async worker that read the body (`docs/benchmarks.md`, issue 3). The guess is checked by
+/// that walk: where the documents do not end where it assumed, [`Framed::frame_documents`]
+/// says so and the caller decodes the body in full.
 pub fn frame(body: Bytes) -> Option<Framed> {
-    // Unlike decoding, framing in parallel pays from two threads: 139.7 -> 67.8 µs for 1 000
-    // documents on the 2-core development machine (`RAYON_NUM_THREADS=2 cargo bench --bench
-    // request_decode -- frame`, `frame_one_task` against `frame`).
-    frame_in_tasks(body, MIN_DOCUMENTS_PER_TASK)
-}
-
-/// [`frame`], the documents framed by parallel walks of at least `min_task` documents' worth
-/// of bytes each; `usize::MAX` frames them on the calling thread.
-pub fn frame_in_tasks(body: Bytes, min_task: usize) -> Option<Framed> {
     let mut reader = Reader {
         bytes: &body,
         pos: 0,
-        min_task: min_task.max(1),
+        min_task: usize::MAX,
     };
-    let mut bounds = Vec::new();
+    let mut documents = None;
     let head = reader
-        .rank_request(|r| {
-            bounds = r.frame_documents(Some(&body))?;
+        .rank_request(|r, after| {
+            let len = r.array_len()?;
+            let first = r.pos;
+            r.pos = guess_tail(r.bytes, first, after).ok_or(Unhandled)?;
+            documents = Some((first, len, r.pos));
             Ok(Vec::new())
         })
         .ok()?;
-    if reader.pos != body.len() || bounds.is_empty() {
-        return None;
-    }
-    Some(Framed { head, body, bounds })
+    let (first, len, end) = documents?;
+    (reader.pos == body.len()).then_some(Framed {
+        head,
+        body,
+        first,
+        len,
+        end,
+        bounds: Vec::new(),
+    })
+}
+
+/// [`frame`] and [`Framed::frame_documents`] in a row, by parallel walks of at least
+/// `min_task` documents' worth of bytes each (`usize::MAX`: on the calling thread); `None`
+/// where either fails.
+pub fn frame_in_tasks(body: Bytes, min_task: usize) -> Option<Framed> {
+    let mut framed = frame(body)?;
+    framed.frame_documents_in_tasks(min_task).then_some(framed)
+}
+
+/// How far back from the body's end [`guess_tail`] looks for the fields after the documents.
+const TAIL_SEARCH_BYTES: usize = 64 << 10;
+
+/// The names of the fields that may follow `documents`.
+const TAIL_FIELDS: [&[u8]; 7] = [
+    b"ranker",
+    b"query",
+    b"stats",
+    b"k",
+    b"backend",
+    b"explain",
+    b"timeout_ms",
+];
+
+/// Where the `fields` fields after a request's documents (which start at `first`) begin, found
+/// from the end of `bytes`: the last position, within the last [`TAIL_SEARCH_BYTES`], from
+/// which `fields` values named as request fields read exactly to the end. Bytes inside the
+/// last of them can also read that way (a stream named `k` in `stats`), so this is a guess
+/// until the documents are walked ([`Framed::frame_documents`]).
+fn guess_tail(bytes: &[u8], first: usize, fields: usize) -> Option<usize> {
+    let lowest = first.max(bytes.len().saturating_sub(TAIL_SEARCH_BYTES));
+    (lowest..=bytes.len()).rev().find(|&pos| {
+        let mut reader = Reader {
+            bytes,
+            pos,
+            min_task: usize::MAX,
+        };
+        (0..fields).all(|_| {
+            matches!(reader.str_bytes(), Ok(name) if TAIL_FIELDS.contains(&name))
+                && reader.skip_value().is_ok()
+        }) && reader.pos == bytes.len()
+    })
 }
 
 /// Documents per task of [`Framed::feature_matrix`], at least: the hand-off to rayon's pool
@@ -122,7 +178,35 @@ const MIN_FUSED_CHUNK: usize = 64;
 impl Framed {
     /// The request's documents.
     pub fn len(&self) -> usize {
-        self.bounds.len() - 1
+        self.len
+    }
+
+    /// Finds where each document starts, in parallel on the current rayon pool (the caller's
+    /// walk is the true one, helpers' walks from guessed starts shorten it: see
+    /// [`frame_in_parallel`]). `false` when the documents do not frame or do not end where
+    /// [`frame`]'s reading of the fields after them assumed: the head may then be wrong, and
+    /// the body must be decoded in full.
+    pub fn frame_documents(&mut self) -> bool {
+        self.frame_documents_in_tasks(MIN_DOCUMENTS_PER_TASK)
+    }
+
+    fn frame_documents_in_tasks(&mut self, min_task: usize) -> bool {
+        if !self.bounds.is_empty() {
+            return true;
+        }
+        let tasks = (self.len / min_task.max(1)).min(rayon::current_num_threads());
+        let bounds = match tasks >= 2 {
+            true => frame_in_parallel(&self.body, self.first, self.len, tasks),
+            // No helpers: the true walk alone.
+            false => chain_walks(&self.body, self.first, self.len, usize::MAX, &[]),
+        };
+        match bounds {
+            Ok(bounds) if bounds.last() == Some(&self.end) => {
+                self.bounds = bounds;
+                true
+            }
+            _ => false,
+        }
     }
 
     /// Whether it has none.
@@ -153,8 +237,9 @@ impl Framed {
         width: usize,
         threads: usize,
     ) -> Option<Vec<f64>> {
-        if width == 0 {
-            // Rows of nothing: the documents would go unread. The full path validates them.
+        if width == 0 || self.bounds.is_empty() {
+            // Rows of nothing: the documents would go unread. The full path validates them (and
+            // decodes a body not framed).
             return None;
         }
         let hits = Fused {
@@ -558,17 +643,18 @@ impl<'a> Reader<'a> {
         Ok(map)
     }
 
-    /// The request, its `documents` read by `documents`.
+    /// The request, its `documents` read by `documents` (given how many fields follow them).
     fn rank_request(
         &mut self,
-        mut documents: impl FnMut(&mut Self) -> Read<Vec<RankDocument>>,
+        mut documents: impl FnMut(&mut Self, usize) -> Read<Vec<RankDocument>>,
     ) -> Read<RankRequest> {
         let (mut ranker, mut decoded, mut query, mut stats) = (None, None, None, None);
         let (mut k, mut backend, mut explain, mut timeout_ms) = (None, None, None, None);
-        for _ in 0..self.map_len()? {
+        let fields = self.map_len()?;
+        for field in 0..fields {
             match self.str_bytes()? {
                 b"ranker" => set_once(&mut ranker, self.string()?)?,
-                b"documents" => set_once(&mut decoded, documents(self)?)?,
+                b"documents" => set_once(&mut decoded, documents(self, fields - field - 1)?)?,
                 b"query" => set_once(&mut query, self.optional(Self::query_info)?)?,
                 b"stats" => set_once(&mut stats, self.optional(Self::corpus_stats)?)?,
                 b"k" => set_once(
@@ -620,7 +706,7 @@ impl<'a> Reader<'a> {
         // document's end does: find every document's start on this thread, then decode them
         // on the pool, each reader checked to stop exactly where the next document starts.
         self.pos = start;
-        let starts = self.frame_documents(None)?;
+        let starts = self.frame_documents()?;
         let failed = AtomicBool::new(false);
         let mut documents = Vec::new();
         starts
@@ -647,17 +733,10 @@ impl<'a> Reader<'a> {
     }
 
     /// Moves past an array of values, checking only their framing: where each value starts,
-    /// then where the last one ends. With `body` (the bytes read, owned), an array of at least
-    /// two tasks' worth of values is framed with helpers on rayon's pool
-    /// ([`frame_in_parallel`]).
-    fn frame_documents(&mut self, body: Option<&Bytes>) -> Read<Vec<usize>> {
+    /// then where the last one ends.
+    fn frame_documents(&mut self) -> Read<Vec<usize>> {
         let len = self.array_len()?;
-        let tasks = (len / self.min_task).min(rayon::current_num_threads());
-        let bounds = match (tasks >= 2, body) {
-            (true, Some(body)) => frame_in_parallel(body, self.pos, len, tasks)?,
-            // No helpers: the true walk alone.
-            _ => chain_walks(self.bytes, self.pos, len, usize::MAX, &[])?,
-        };
+        let bounds = chain_walks(self.bytes, self.pos, len, usize::MAX, &[])?;
         self.pos = *bounds.last().expect("the end of the array");
         Ok(bounds)
     }
@@ -1063,10 +1142,10 @@ mod tests {
             min_task: usize::MAX,
         };
         let mut found = None;
-        let _ = reader.rank_request(|r| {
+        let _ = reader.rank_request(|r, _| {
             let mut header = Reader { ..*r };
             let len = header.array_len()?;
-            found = Some((header.pos, len, r.frame_documents(None)));
+            found = Some((header.pos, len, r.frame_documents()));
             Ok(Vec::new())
         });
         found.expect("the body has documents")
@@ -1130,6 +1209,42 @@ mod tests {
     }
 
     #[test]
+    fn the_fields_after_the_documents_are_found_from_the_end() {
+        for request in requests(30) {
+            let body = msgpack(&request);
+            let (_, _, walked) = sequential_framing(&body);
+            let mut framed = frame(Bytes::from(body)).expect("fields were read");
+            assert_eq!(framed.end, *walked.unwrap().last().unwrap());
+            assert!(framed.frame_documents());
+            let head = RankRequest {
+                documents: Vec::new(),
+                ..request
+            };
+            assert_eq!(framed.head, head);
+        }
+    }
+
+    /// `{ranker: "small", documents: [[1, 2, 3, 4], [4, 3, 2, 1]], stats: {avg_length: {k: 1}}}`
+    /// (the documents as feature vectors): the stats' last entry reads like the field `k`.
+    const STATS_ENDING_LIKE_A_FIELD: &[u8] = b"\x83\xa6ranker\xa5small\xa9documents\x92\
+        \x81\xa8features\x94\x01\x02\x03\x04\x81\xa8features\x94\x04\x03\x02\x01\
+        \xa5stats\x81\xaaavg_length\x81\xa1k\x01";
+
+    #[test]
+    fn fields_misread_from_the_end_fail_to_frame() {
+        let body = STATS_ENDING_LIKE_A_FIELD;
+        let request = decode(body).expect("decodes");
+        assert_eq!((request.k, request.stats.is_some()), (None, true));
+        let mut framed = frame(Bytes::from_static(body)).expect("fields were read");
+        // Read from the end, the stats' entry was taken for `k`.
+        assert_eq!(
+            (framed.head.k, framed.head.stats.is_some()),
+            (Some(1), false)
+        );
+        assert!(!framed.frame_documents());
+    }
+
+    #[test]
     fn a_forged_documents_length_fails_to_frame_without_reserving_it() {
         let mut body = msgpack(&requests(20).swap_remove(1));
         let (first, _, _) = sequential_framing(&body);
@@ -1185,8 +1300,17 @@ mod tests {
     /// full path succeeds with the same matrix, bit for bit, on 1 and 3 threads; the framed
     /// head is the decoded request without its documents. Returns whether it answered.
     fn fused_equals_the_full_path(body: &[u8], store: &RankerStore) -> bool {
-        let Some(framed) = frame(Bytes::copy_from_slice(body)) else {
-            assert_eq!(decode(body), None, "a body the reader takes frames");
+        let Some(framed) = frame_in_tasks(Bytes::copy_from_slice(body), 2) else {
+            if let Some(request) = decode(body) {
+                // Only a misread of the fields after the documents keeps a body the reader
+                // takes from framing.
+                let read = frame(Bytes::copy_from_slice(body)).expect("fields were read");
+                let head = RankRequest {
+                    documents: Vec::new(),
+                    ..request
+                };
+                assert_ne!(read.head, head, "a body the reader takes frames");
+            }
             return false;
         };
         let full = Format::Msgpack.decode_rank_request(body);
@@ -1293,7 +1417,7 @@ mod tests {
         // As bits: missing values are NaN.
         let bits = |m: Vec<f64>| m.into_iter().map(f64::to_bits).collect::<Vec<_>>();
         let matrix = |request: &RankRequest, fe| {
-            frame(Bytes::from(msgpack(request)))
+            frame_in_tasks(Bytes::from(msgpack(request)), 2)
                 .unwrap()
                 .feature_matrix(fe, width, 2)
                 .map(bits)

@@ -35,7 +35,45 @@ impl RequestBody for RankBody {
     }
 }
 
+/// What [`RankBody::frame_documents`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// The request's fields are the ones read before framing.
+    AsRead,
+    /// The body had to be decoded in full, and its fields are not the ones read before (the
+    /// fields after `documents` were misread: see [`msgpack_rank::frame`]): whatever was
+    /// decided from [`RankBody::head`] must be decided again.
+    Reread,
+}
+
 impl RankBody {
+    /// Frames a framed body's documents ([`Framed::frame_documents`], in parallel on the
+    /// current rayon pool: the handler calls it on the CPU pool, before feature extraction).
+    /// Where they do not frame as the fields after them were read, the body is decoded in
+    /// full instead.
+    ///
+    /// # Errors
+    /// [`ApiError::BadBody`] when the body does not decode.
+    pub fn frame_documents(&mut self) -> Result<Framing, ApiError> {
+        let RankBody::Framed(framed) = self else {
+            return Ok(Framing::AsRead);
+        };
+        if framed.frame_documents() {
+            return Ok(Framing::AsRead);
+        }
+        let mut request = Format::Msgpack.decode_rank_request(framed.body())?;
+        // The head has no documents.
+        let documents = std::mem::take(&mut request.documents);
+        let same = request == framed.head;
+        request.documents = documents;
+        *self = RankBody::Decoded(request);
+        Ok(if same {
+            Framing::AsRead
+        } else {
+            Framing::Reread
+        })
+    }
+
     /// The request's fields; `documents` is empty when the body is framed.
     pub fn head(&self) -> &RankRequest {
         match self {

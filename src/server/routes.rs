@@ -23,9 +23,9 @@ use super::api::{
     RankerDescription, RankerList, Readiness, Timings,
 };
 use super::batch::{score_now, ScoreError, Scored};
-use super::codec::{negotiate_errors, read_body, Coded, Negotiated, Reply};
+use super::codec::{negotiate_errors, read_body, Coded, Format, Negotiated, Reply};
 use super::error::ApiError;
-use super::rank_body::RankBody;
+use super::rank_body::{Framing, RankBody};
 use super::state::AppState;
 use super::store::{LoadedRanker, StoreError};
 use crate::config::Backend;
@@ -161,16 +161,61 @@ async fn rank(
         ..
     }: Coded<RankBody>,
 ) -> Result<Reply<RankResponse>, ApiError> {
+    // A sampled request is recorded (decoded in full) before anything is decided from it.
+    let mut body = state.sample(body)?;
+    let read = BodyRead {
+        arrived,
+        read_us,
+        decode_us,
+    };
+    loop {
+        match rank_body(&state, format, body, read).await? {
+            Ranked::Reply(reply) => return Ok(reply),
+            // Decided from misread fields (see `RankBody::frame_documents`): once more, from
+            // the body decoded in full, which cannot be misread.
+            Ranked::Reread(decoded) => body = decoded,
+        }
+    }
+}
+
+/// When a request's body arrived and what reading it took.
+#[derive(Clone, Copy)]
+struct BodyRead {
+    arrived: Instant,
+    read_us: u64,
+    decode_us: u64,
+}
+
+/// How [`rank_body`] ended.
+enum Ranked {
+    Reply(Reply<RankResponse>),
+    /// The body, decoded in full, whose fields are not the ones it was ranked by.
+    Reread(RankBody),
+}
+
+/// Ranks one `/v1/rank` body.
+///
+/// # Errors
+/// Every error of `/v1/rank` but those of the body's reading.
+async fn rank_body(
+    state: &AppState,
+    format: Format,
+    body: RankBody,
+    BodyRead {
+        arrived,
+        read_us,
+        decode_us,
+    }: BodyRead,
+) -> Result<Ranked, ApiError> {
     let head = body.head();
     let timeout_ms = head.timeout_ms.or(state.config.default_timeout_ms);
     let deadline = timeout_ms.map(|ms| arrived + Duration::from_millis(ms));
     let backend = head.backend.unwrap_or(state.config.backend);
     let (k, explain_asked, asked) = (head.k, head.explain, head.backend);
-    let (loaded, _place) = match admit(&state, &head.ranker, backend).await {
+    let (loaded, _place) = match admit(state, &head.ranker, backend).await {
         Ok(admitted) => admitted,
         Err(err) => return Err(body.or_body_error(err)),
     };
-    let body = state.sample(body)?;
 
     let n_docs = body.len();
     // Scored on the CPU at once anyway: scored by the pool thread that extracted the
@@ -183,15 +228,20 @@ async fn rank(
     let job = {
         let (loaded, threads) = (Arc::clone(&loaded), state.config.cpu_threads);
         let engines = Arc::clone(state.scorer.engines());
+        let mut body = body;
         state.scorer.engines().on_cpu_pool_task(move || {
             let features = {
                 let _stage =
                     tracing::info_span!("fe", ranker = %loaded.name, documents = n_docs).entered();
-                body.feature_matrix(&loaded, threads)
+                match body.frame_documents() {
+                    Ok(Framing::AsRead) => body.feature_matrix(&loaded, threads).map(Some),
+                    Ok(Framing::Reread) => Ok(None),
+                    Err(err) => Err(err),
+                }
             };
             let fe_done = Instant::now();
             let scored = match (&features, at_once) {
-                (Ok(features), true) => Some(score_now(
+                (Ok(Some(features)), true) => Some(score_now(
                     &engines, &loaded, features, n_docs, backend, deadline, fe_done,
                 )),
                 _ => None,
@@ -205,7 +255,9 @@ async fn rank(
         false => job.await,
     }
     .map_err(ApiError::internal)?;
-    let features = features?;
+    let Some(features) = features? else {
+        return Ok(Ranked::Reread(body));
+    };
     let fe_us = micros(fe_done - fe_started);
     // Freeing a thousand decoded hit documents takes a few hundred microseconds: off the
     // reply's path. A framed body is one buffer.
@@ -235,7 +287,7 @@ async fn rank(
     metrics::counter!("rankserve_backend_total", "backend" => scored.backend.as_str()).increment(1);
     metrics::histogram!("rankserve_rank_duration_seconds", "ranker" => loaded.name.clone())
         .record(arrived.elapsed().as_secs_f64());
-    Ok(Reply(
+    Ok(Ranked::Reply(Reply(
         format,
         RankResponse {
             scores: scored
@@ -256,7 +308,7 @@ async fn rank(
             backend: scored.backend.as_str().to_string(),
             explain,
         },
-    ))
+    )))
 }
 
 /// The checks between reading a `/v1/rank` body and building its features: the backend it

@@ -324,6 +324,10 @@ pub struct SelectionArgs {
     /// binary search per candidate): 0 merges always, 4294967295 never.
     #[arg(long, default_value_t = rankserve::select::schedule::DEFAULT_MERGE_PATH_MIN_DF)]
     merge_path_min_df: u32,
+    /// A GPU AND step runs by skip entries (only its candidates' blocks decoded) when its list
+    /// has at least this many times the shortest list's postings: 0 always, 4294967295 never.
+    #[arg(long, default_value_t = rankserve::select::schedule::DEFAULT_SKIP_ENTRY_MIN_RATIO)]
+    skip_entry_min_ratio: u32,
     /// With --gpu, one JSON line per query here: its dfs and its CPU, GPU and hybrid times.
     #[arg(long, value_name = "FILE.jsonl")]
     gpu_out: Option<PathBuf>,
@@ -363,6 +367,7 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
     let scheduler = Scheduler {
         griffin_ratio: args.griffin_ratio,
         merge_path_min_df: args.merge_path_min_df,
+        skip_entry_min_ratio: args.skip_entry_min_ratio,
         ..Scheduler::default()
     };
     let header = format!(

@@ -16,7 +16,8 @@ pub enum KernelModule {
     Pfor,
     /// Elias-Fano posting-block decoding.
     Ef,
-    /// AND's intersection steps: merge path or binary search per step, survivors for the CPU.
+    /// AND's intersection steps: merge path, binary search or skip entries per step, survivors
+    /// for the CPU.
     Intersect,
     /// BM25: OR term at a time into dense accumulators, AND's survivors, top-k candidates.
     Score,
@@ -65,9 +66,11 @@ impl KernelModule {
                 include_str!("../../kernels/packing.cuh"),
                 include_str!("../../kernels/ef.cu")
             ),
-            // Both search sorted docIDs with kernels/search.cuh's lower_bound.
+            // Both search sorted docIDs with kernels/search.cuh's lower_bound; intersect's
+            // skip-entry step reads and writes the decoders' block descriptors (packing.cuh).
             KernelModule::Intersect => concat!(
                 include_str!("../../kernels/search.cuh"),
+                include_str!("../../kernels/packing.cuh"),
                 include_str!("../../kernels/intersect.cu")
             ),
             KernelModule::Score => concat!(
@@ -104,6 +107,8 @@ impl KernelModule {
             KernelModule::Intersect => &[
                 "intersect_merge_path",
                 "intersect_search",
+                "intersect_skip_blocks",
+                "intersect_skip_seek",
                 "intersect_gather",
             ],
             KernelModule::Score => &[

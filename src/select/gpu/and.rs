@@ -517,3 +517,23 @@ fn gather(
     }
     Ok(rows)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_step_runs_by_skip_entries_from_its_ratio_to_the_candidates_then_by_merge_path() {
+        let plan = AndPlan::gpu_only(5_000, 1024);
+        assert_eq!(plan.step(1024 * 3, 3), Step::SkipEntries);
+        assert_eq!(plan.step(1024 * 3 - 1, 3), Step::Search);
+        // Merge path only below the ratio, from its length on.
+        assert_eq!(plan.step(5_000, 1_000), Step::MergePath);
+        assert_eq!(plan.step(1_000_000, 1_000), Step::MergePath);
+        assert_eq!(plan.step(1024 * 6_000, 6_000), Step::SkipEntries);
+        // 0: every step, even over a list shorter than the candidates; u32::MAX: none.
+        assert_eq!(AndPlan::gpu_only(0, 0).step(1, 7), Step::SkipEntries);
+        let never = AndPlan::gpu_only(u32::MAX, u32::MAX);
+        assert_eq!(never.step(u32::MAX - 1, 1), Step::Search);
+    }
+}

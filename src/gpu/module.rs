@@ -121,3 +121,44 @@ impl KernelModule {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+
+    use super::KernelModule;
+    use crate::gpu::device::gpu_required;
+
+    /// NVRTC needs no GPU: where its library is on the loader path (the GPU machine; a developer
+    /// machine with the `nvidia-cuda-nvrtc` wheel's lib folder on `LD_LIBRARY_PATH`), a kernel
+    /// that does not compile fails here (for compute_90, the H100's), before any device run.
+    #[test]
+    fn every_module_compiles_with_nvrtc() {
+        // SAFETY: only looks the library up (cudarc panics on a call into a missing one).
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            assert!(
+                !gpu_required(),
+                "RANKSERVE_REQUIRE_GPU=1 but NVRTC is missing"
+            );
+            eprintln!("every_module_compiles_with_nvrtc: skipped (no libnvrtc on the loader path)");
+            return;
+        }
+        for &module in KernelModule::ALL {
+            let options = std::iter::once("--gpu-architecture=compute_90")
+                .chain(module.nvrtc_options().iter().copied())
+                .map(String::from)
+                .collect();
+            let compiled = compile_ptx_with_opts(
+                module.source(),
+                CompileOptions {
+                    options,
+                    name: Some(format!("{}.cu", module.name())),
+                    ..Default::default()
+                },
+            );
+            if let Err(err) = compiled {
+                panic!("kernels/{}.cu: {err:?}", module.name());
+            }
+        }
+    }
+}

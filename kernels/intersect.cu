@@ -1,12 +1,14 @@
 // AND on the GPU, one intersection step at a time (SvS: the shortest list's postings are the
 // candidates, and every step finds them in one more list, shortest first). A step writes, for
-// each candidate, where the list holds it (or NOT_FOUND); a candidate missing from one list stays
-// NOT_FOUND in every later step, so the last step's array says which candidates survived.
+// each candidate, where the list's decoded postings hold it (or NOT_FOUND); a candidate missing
+// from one list stays NOT_FOUND in every later step, so the last step's array says which
+// candidates survived.
 // Scoring (score.cu's score_and_found) reads those positions; when the scheduler hands the rest
 // of the query to the CPU, intersect_gather packs the survivors for it.
 //
-// Two ways to run a step, chosen per step by the host from the list's length
-// (src/select/gpu/and.rs, select::schedule::DEFAULT_MERGE_PATH_MIN_DF says why):
+// Three ways to run a step, chosen per step by the host from the list's length
+// (src/select/gpu/and.rs; select::schedule::DEFAULT_MERGE_PATH_MIN_DF and
+// DEFAULT_SKIP_ENTRY_MIN_RATIO say why):
 // - intersect_merge_path: the merge of the candidates and the list is cut into tiles of equal
 //   length (merge path: every block does the same work however the values fall), and each block
 //   finds its candidates in its slice of the list, staged in shared memory. Every posting of
@@ -14,6 +16,11 @@
 // - intersect_search: a binary search per candidate over the whole list (Ding et al. WWW'09),
 //   log2(n) dependent reads per candidate. When the GPU finishes the query, score.cu's
 //   score_and_found runs these searches itself; this kernel serves a hand-over to the CPU.
+// - skip entries, for a list much longer than the candidates (Ding et al. WWW'09): the list is
+//   not decoded whole; intersect_skip_blocks finds each candidate's block by binary search over
+//   the list's block bases (its skip entries) and builds a decode table of those blocks only,
+//   which pfor.cu / ef.cu decode, then intersect_skip_seek finds each candidate in its block.
+//   At most one block per candidate is decoded, where the list holds df / 128 blocks.
 
 
 #define NOT_FOUND 0xffffffffu
@@ -98,6 +105,89 @@ extern "C" __global__ void intersect_search(const u32* a, const u32* alive, u32 
             }
         }
         found[i] = out;
+    }
+}
+
+// The block of a list that may hold doc: the last j < n_blocks with skips[j].y (its base, the
+// previous block's last docID + 1) <= doc. Block 0's base is 0, so there always is one.
+__device__ __forceinline__ u32 skip_block(const BlockDesc* skips, u32 n_blocks, u32 doc) {
+    u32 lo = 1;
+    u32 hi = n_blocks;
+    while (lo < hi) {
+        const u32 mid = lo + (hi - lo) / 2;
+        if (skips[mid].y <= doc) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    return lo - 1;
+}
+
+// intersect_skip_blocks: a skip-entry step's first half: which block of the step's list may hold
+// each candidate, and the decode table of those blocks. Block j goes to the table once, at the
+// slot of the first candidate at or above its base (o below: a binary search over the
+// candidates), so the table depends only on which candidates are alive, not on thread order;
+// every alive candidate of block j writes the same descriptor there.
+// Launch: any 1-D grid, grid-stride over na; one thread per candidate.
+// Reads:  a, alive, na  as intersect_search
+//         skips     the list's n_blocks descriptors (BlockDesc, packing.cuh; .y: a block's base)
+//         last      the list's last docID (a candidate above it is in no block)
+// Writes: slot_of[i] = o for each alive candidate i with a[i] <= last (o <= i: the first
+//         candidate >= base of the block j that may hold a[i]), else NOT_FOUND;
+//         table[o] = skips[j] for each such i (the entries no block takes keep their zeros).
+// Preconditions: table[0..na) zeroed before the launch (a descriptor of 0 postings decodes
+// nothing: the decode kernels read no word of it but the descriptor).
+extern "C" __global__ void intersect_skip_blocks(const u32* a, const u32* alive, u32 na,
+                                                 const BlockDesc* skips, u32 n_blocks, u32 last,
+                                                 u32* slot_of, BlockDesc* table) {
+    for (u64 i = (u64)blockIdx.x * blockDim.x + threadIdx.x; i < na;
+         i += (u64)gridDim.x * blockDim.x) {
+        u32 slot = NOT_FOUND;
+        const u32 doc = a[i];
+        if ((alive == 0 || alive[i] != NOT_FOUND) && doc <= last) {
+            const u32 j = skip_block(skips, n_blocks, doc);
+            slot = lower_bound(a, (u32)i, skips[j].y);
+            table[slot] = skips[j];
+        }
+        slot_of[i] = slot;
+    }
+}
+
+// intersect_skip_seek: a skip-entry step's second half, once the table intersect_skip_blocks
+// wrote is decoded (slot o's block at docs[o*128 .. o*128 + n]): each candidate sought in its
+// block, and the blocks decoded counted for the host.
+// Launch: grid (ceil(na / 256), 1, 1), block (256, 1, 1): one thread per candidate, no grid
+// stride (every thread of a block takes part in its count).
+// Reads:  a, na     as intersect_search
+//         slot_of   intersect_skip_blocks's output
+//         table     its table of na descriptors (n, the block's postings: .w & 0xff; 0 if none)
+//         docs      the decoded table: slot o's postings at docs[o*128 ..]
+// Writes: found[i] = o*128 + k when docs[o*128 + k] == a[i] (o = slot_of[i]), else NOT_FOUND;
+//         decoded[blockIdx.x] = the table entries among this block's candidates' slots that hold
+//         a block (summed over the grid: the blocks decoded; written through a host mapping).
+extern "C" __global__ void intersect_skip_seek(const u32* a, u32 na, const u32* slot_of,
+                                               const BlockDesc* table, const u32* docs,
+                                               u32* found, u32* decoded) {
+    const u32 i = blockIdx.x * blockDim.x + threadIdx.x;
+    bool holds_block = false;
+    if (i < na) {
+        holds_block = (table[i].w & 0xffu) != 0;
+        u32 out = NOT_FOUND;
+        const u32 o = slot_of[i];
+        if (o != NOT_FOUND) {
+            const u32* block = docs + (u64)o * BLOCK_LEN;
+            const u32 n = table[o].w & 0xffu;
+            const u32 k = lower_bound(block, n, a[i]);
+            if (k < n && block[k] == a[i]) {
+                out = o * BLOCK_LEN + k;
+            }
+        }
+        found[i] = out;
+    }
+    const int blocks = __syncthreads_count(holds_block);
+    if (threadIdx.x == 0) {
+        decoded[blockIdx.x] = (u32)blocks;
     }
 }
 

@@ -10,8 +10,9 @@
 # CODECS (default "ef pfor"), REPS (default 5) and CACHE_BYTES (the GPU posting cache's budget,
 # default the command's 1 GiB) size the run; PARITY=0 skips the tests (a large-corpus run);
 # MODES (default "and or and-or") picks the query modes; BENCH_ARGS adds arguments to every
-# `bench selection` (e.g. "--merge-path-ratio 0"); RATIO=1 adds two-term AND queries over a range of list-length ratios (scripts/ratio-queries.py)
-# and their CPU-vs-GPU table.
+# `bench selection` (e.g. "--merge-path-min-df 0"); RATIO=1 adds two-term AND queries over a range of list-length ratios (scripts/ratio-queries.py)
+# and their CPU-vs-GPU table, and the same queries with every GPU step by binary search, merge
+# path and skip entries (`--step-ways`).
 set -uo pipefail
 carry=${CARRY:-carry}
 out=${OUT:-$(mktemp -d)}
@@ -58,7 +59,9 @@ done
 if [ "${RATIO:-0}" = 1 ]; then
   python3 scripts/ratio-queries.py > "$work/ratio.txt"
   "$carry/rankserve" bench selection --index "$work/ef" --queries "$work/ratio.txt" --mode and \
-    --reps "${REPS:-5}" "${cache[@]}" ${BENCH_ARGS:-} --gpu --gpu-out "$out/ratio-ef-and.jsonl" > "$out/ratio.log" 2>&1
+    --reps "${REPS:-5}" "${cache[@]}" ${BENCH_ARGS:-} --gpu --gpu-out "$out/ratio-ef-and.jsonl" \
+    --step-ways > "$out/ratio.log" 2>&1
   python3 scripts/ratio-queries.py --table "$out/ratio-ef-and.jsonl" | tee "$out/ratio.md"
+  sed -n '/^intersection by length ratio/,/^GPU posting cache/p' "$out/ratio.log" | tee -a "$out/ratio.md"
 fi
 echo "total: $(($(date +%s) - start)) s"

@@ -2,8 +2,8 @@
 //! frequencies (both codecs; the fixture and synthetic indexes; hand-made lists of 1, 127, 128,
 //! 129, ... postings with dense, gappy, exception-heavy and extreme values; every list of an index
 //! in one batched launch), and OR, AND and AND_OR queries give the same documents in the same
-//! order with bit-identical scores (AND by merge path, by binary search, and handed to the CPU
-//! after one or two lists), through posting caches that hold none, about half, or all of the lists;
+//! order with bit-identical scores (AND by merge path, by binary search, by skip entries with
+//! only the candidates' blocks decoded, and handed to the CPU after one or two lists), through posting caches that hold none, about half, or all of the lists;
 //! a cache given another (or a reopened) index reloads, and a query too large for the staging
 //! buffer is refused with `TooLarge`, and through the scheduler runs on the CPU instead.
 //!
@@ -22,7 +22,7 @@ use rankserve::index::{DocId, Index, PostingList};
 use rankserve::select::gpu::decode::decode_list;
 use rankserve::select::gpu::{
     search_and, search_and_or, search_or, AndPlan, DecodedBlocks, GpuSelectError, PackedLists,
-    PostingCache, PostingCacheConfig,
+    PostingCache, PostingCacheConfig, Step,
 };
 use rankserve::select::schedule::{self, Scheduler, Side};
 use rankserve::select::{search, Bm25Params, Mode, Query, QueryTerms, SelectError};
@@ -208,31 +208,54 @@ fn caches(device: &Arc<GpuDevice>, index: &Index) -> Vec<(&'static str, PostingC
 }
 
 /// The AND plans every GPU AND and AND_OR check runs: every step by merge path, every step by
-/// binary search, the survivors handed to the CPU after one list and after two, and merge path
-/// for the longer lists only.
-const PLANS: [AndPlan; 5] = [
+/// binary search, the survivors handed to the CPU after one list and after two, merge path for
+/// the longer lists only, every step by skip entries (finished on the GPU, and handed to the CPU
+/// after two lists), and skip entries for lists 8 times the shortest with merge path below.
+const PLANS: [AndPlan; 8] = [
     AndPlan {
         gpu_lists: usize::MAX,
         merge_path_min_df: 0,
+        skip_entry_min_ratio: u32::MAX,
     },
     AndPlan {
         gpu_lists: usize::MAX,
         merge_path_min_df: u32::MAX,
+        skip_entry_min_ratio: u32::MAX,
     },
     AndPlan {
         gpu_lists: 1,
         merge_path_min_df: 0,
+        skip_entry_min_ratio: u32::MAX,
     },
     AndPlan {
         gpu_lists: 2,
         merge_path_min_df: u32::MAX,
+        skip_entry_min_ratio: u32::MAX,
     },
     // Merge-path steps over the longer lists only, the shorter ones searched.
     AndPlan {
         gpu_lists: usize::MAX,
         merge_path_min_df: 300,
+        skip_entry_min_ratio: u32::MAX,
+    },
+    SKIP_EVERY_STEP,
+    AndPlan {
+        gpu_lists: 2,
+        ..SKIP_EVERY_STEP
+    },
+    AndPlan {
+        gpu_lists: usize::MAX,
+        merge_path_min_df: 0,
+        skip_entry_min_ratio: 8,
     },
 ];
+
+/// Every step by skip entries, on the GPU.
+const SKIP_EVERY_STEP: AndPlan = AndPlan {
+    gpu_lists: usize::MAX,
+    merge_path_min_df: u32::MAX,
+    skip_entry_min_ratio: 0,
+};
 
 /// Runs `q` on the GPU in its mode through `cache` (AND and AND_OR under every plan of
 /// [`PLANS`]) and on the CPU: the same hits in the same order with bit-identical scores.
@@ -370,6 +393,90 @@ proptest! {
         // A cache of the query's own terms (all resident) and one of none.
         check_with(&mut cache_of(&device, u64::MAX, std::slice::from_ref(&q)), "own terms", index, &q);
         check_with(&mut cache_of(&device, 0, &[]), "no cache", index, &q);
+    }
+}
+
+/// The blocks of `long` that may hold one of `short`'s docIDs (the last block whose base is at
+/// most the docID, for docIDs up to the list's last): what a skip-entry step decodes for a
+/// two-term query.
+fn candidate_blocks(short: PostingList<'_>, long: PostingList<'_>) -> u64 {
+    let last = long.block_last(long.n_blocks() - 1);
+    let mut blocks: Vec<usize> = (cpu_decode(short).0.into_iter())
+        .filter(|&doc| doc <= last)
+        .map(|doc| {
+            (0..long.n_blocks())
+                .filter(|&j| long.bounds(j).base <= doc)
+                .count()
+                - 1
+        })
+        .collect();
+    blocks.dedup();
+    blocks.len() as u64
+}
+
+#[test]
+fn skip_entry_steps_decode_only_candidate_blocks_and_match_the_cpu_gpu() {
+    let Some(device) =
+        device("skip_entry_steps_decode_only_candidate_blocks_and_match_the_cpu_gpu")
+    else {
+        return;
+    };
+    for codec in [Codec::Ef, Codec::Pfor] {
+        let index = synthetic(codec);
+        // Very short lists (the rarest terms) against the longest (the commonest), and a
+        // three-term query whose second step sees the survivors of the first.
+        let mut by_df: Vec<(u32, String)> = (0..index.num_terms() as usize)
+            .map(|i| index.term_at(i))
+            .map(|(t, id)| (index.term_info(id).df, t.to_string()))
+            .filter(|(df, _)| *df > 0)
+            .collect();
+        by_df.sort();
+        let (rare, common) = (&by_df[..], &by_df[by_df.len() - 3..]);
+        let longest = &common[2];
+        assert!(
+            longest.0 >= 1024 * rare[0].0,
+            "{:?} vs {:?}",
+            rare[0],
+            longest
+        );
+        let mut caches = caches(&device, index);
+        for (what, cache) in caches.iter_mut() {
+            for short in [&rare[0], &rare[rare.len() / 3], &rare[rare.len() / 2]] {
+                let q = Query::new(vec![longest.1.clone(), short.1.clone()], 10, Mode::And);
+                let terms = QueryTerms::of(index, &q);
+                let cpu = search(index, &q).unwrap();
+                let (short_list, long_list) = (
+                    index.postings(index.term_id(&short.1).unwrap()),
+                    index.postings(index.term_id(&longest.1).unwrap()),
+                );
+                // The scheduler's default plan runs this step by skip entries when the ratio is
+                // at least its threshold; every plan gives the CPU's hits.
+                let default = Scheduler::default().and_plan(
+                    &schedule::QueryShape::of(index, &q),
+                    index.num_docs(),
+                    |_| true,
+                );
+                for plan in [SKIP_EVERY_STEP, default, PLANS[1]] {
+                    let gpu = search_and(cache, index, &q, &terms, &plan).unwrap();
+                    assert_eq!(bits(&gpu.hits), bits(&cpu.hits), "{what}, {plan:?}: {q:?}");
+                    let skipped = plan.step(long_list.df, short_list.df) == Step::SkipEntries;
+                    let long_blocks = match skipped {
+                        true => candidate_blocks(short_list, long_list),
+                        false => long_list.n_blocks() as u64,
+                    };
+                    assert_eq!(
+                        gpu.stats.blocks_decoded,
+                        short_list.n_blocks() as u64 + long_blocks,
+                        "{what}, {plan:?}: {q:?}"
+                    );
+                }
+                assert!(candidate_blocks(short_list, long_list) < long_list.n_blocks() as u64);
+                let three = vec![common[0].1.clone(), short.1.clone(), longest.1.clone()];
+                for mode in [Mode::And, Mode::AndOr] {
+                    check_with(cache, what, index, &Query::new(three.clone(), 10, mode));
+                }
+            }
+        }
     }
 }
 

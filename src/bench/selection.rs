@@ -4,7 +4,10 @@
 //! (`scripts/tantivy_compare.py` does). With a GPU, the same query stream runs on the GPU too
 //! (through a warm posting cache) and through the scheduler (each query on the processor
 //! [`crate::select::schedule`] picks), and decode speed is compared per codec: GPU (every list in
-//! one launch) against one CPU core.
+//! one launch) against one CPU core. [`step_ways`] times AND queries on the CPU and on the GPU
+//! with every intersection step run each way ([`STEP_WAYS`]: binary search over the list decoded
+//! whole, merge path, skip entries with only the candidates' blocks decoded), for the table of
+//! intersection time by length ratio ([`by_ratio`]).
 
 use std::time::Instant;
 
@@ -14,9 +17,12 @@ use crate::config::Backend;
 use crate::gpu::GpuError;
 use crate::index::codecs::BlockDecoder;
 use crate::index::{Index, PostingList};
-use crate::select::gpu::{decode::time_decode, DecodeTiming, PostingCache, SelectPhases};
+use crate::select::gpu::{
+    decode::time_decode, search_and, AndPlan, DecodeTiming, GpuSelectError, PostingCache,
+    SelectPhases,
+};
 use crate::select::schedule::{self, QueryShape, Scheduler, Side};
-use crate::select::{Bm25Params, Mode, Query, SelectError};
+use crate::select::{search_terms, Bm25Params, Mode, Query, QueryTerms, SelectError};
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -123,6 +129,12 @@ pub enum BenchSelectError {
     /// The CUDA events that time a GPU query's steps failed.
     #[error("timing the GPU's steps failed: {0}")]
     Timing(crate::gpu::GpuError),
+    /// A query run on the GPU directly (no fallback to the CPU) failed there.
+    #[error("query {query:?} failed on the GPU: {source}")]
+    Gpu {
+        query: String,
+        source: crate::gpu::GpuError,
+    },
 }
 
 /// Runs every query of `queries` (text, tokenized like the documents) on the calling thread on
@@ -288,6 +300,208 @@ pub fn gpu_phases(
     })
 }
 
+/// The ways a GPU AND step can run, each forced on every step of a query run wholly on the GPU:
+/// binary search over the list decoded whole, merge path, skip entries.
+pub const STEP_WAYS: [(&str, AndPlan); 3] = [
+    (
+        "search",
+        AndPlan {
+            gpu_lists: usize::MAX,
+            merge_path_min_df: u32::MAX,
+            skip_entry_min_ratio: u32::MAX,
+        },
+    ),
+    (
+        "merge path",
+        AndPlan {
+            gpu_lists: usize::MAX,
+            merge_path_min_df: 0,
+            skip_entry_min_ratio: u32::MAX,
+        },
+    ),
+    (
+        "skip entries",
+        AndPlan {
+            gpu_lists: usize::MAX,
+            merge_path_min_df: u32::MAX,
+            skip_entry_min_ratio: 0,
+        },
+    ),
+];
+
+/// One GPU way of [`STEP_WAYS`] on one query: medians over the timed runs.
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct WayTiming {
+    /// Wall time of the whole query, microseconds.
+    pub wall_us: f64,
+    /// The stream's span from the staging copy to the top-k (CUDA events), microseconds.
+    pub stream_us: f64,
+    pub blocks_decoded: u64,
+}
+
+/// One AND query on the CPU and on the GPU each way of [`STEP_WAYS`].
+#[derive(Debug, Clone, Serialize)]
+pub struct StepWaysRun {
+    pub query: String,
+    /// The dfs of its terms found in the index, ascending.
+    pub dfs: Vec<u32>,
+    /// Median wall time on the CPU (one thread), microseconds.
+    pub cpu_us: f64,
+    /// In [`STEP_WAYS`] order.
+    pub ways: Vec<WayTiming>,
+    /// Whether every way gave the CPU's hits (documents, order, score bits).
+    pub same_hits: bool,
+}
+
+/// Runs every query of `queries` in AND mode (whatever `config.mode` says) on the CPU and on
+/// the GPU each way of [`STEP_WAYS`]: one warm-up of each, then `config.reps` rounds timing each
+/// in turn (wall time; on the GPU also the stream's span, from the cache's CUDA events).
+///
+/// # Errors
+/// Invalid BM25 parameters, a GPU failure (never run on the CPU instead here), or the events.
+pub fn step_ways(
+    index: &Index,
+    queries: &[String],
+    config: &SelectionConfig,
+    cache: &mut PostingCache,
+) -> Result<Vec<StepWaysRun>, BenchSelectError> {
+    cache.time_phases(true).map_err(BenchSelectError::Timing)?;
+    let mut runs = Vec::with_capacity(queries.len());
+    for text in queries {
+        let query = Query {
+            mode: Mode::And,
+            ..config.query(text)
+        };
+        let terms = QueryTerms::of(index, &query);
+        let cpu_hits = search_terms(index, &query, &terms)?.hits;
+        let mut gpu = |plan: &AndPlan| {
+            let started = Instant::now();
+            let ran = search_and(cache, index, &query, &terms, plan);
+            let wall_us = started.elapsed().as_secs_f64() * 1e6;
+            let result = ran.map_err(|err| match err {
+                GpuSelectError::Query(err) => BenchSelectError::Query(err),
+                GpuSelectError::Gpu(source) => BenchSelectError::Gpu {
+                    query: text.clone(),
+                    source,
+                },
+            })?;
+            let steps = cache.take_phases().map_err(BenchSelectError::Timing)?;
+            let timing = WayTiming {
+                wall_us,
+                stream_us: steps.map_or(0.0, |s| s.stream_us()),
+                blocks_decoded: result.stats.blocks_decoded,
+            };
+            Ok::<_, BenchSelectError>((timing, result.hits))
+        };
+        let mut same_hits = true;
+        for (_, plan) in &STEP_WAYS {
+            let bits = |hits: &[(u32, f64)]| -> Vec<(u32, u64)> {
+                hits.iter().map(|&(d, s)| (d, s.to_bits())).collect()
+            };
+            same_hits &= bits(&gpu(plan)?.1) == bits(&cpu_hits);
+        }
+        let mut cpu_times = Vec::with_capacity(config.reps.max(1));
+        let mut way_times = vec![Vec::with_capacity(config.reps.max(1)); STEP_WAYS.len()];
+        for _ in 0..config.reps.max(1) {
+            let started = Instant::now();
+            search_terms(index, &query, &terms)?;
+            cpu_times.push(started.elapsed().as_secs_f64() * 1e6);
+            for ((_, plan), times) in STEP_WAYS.iter().zip(&mut way_times) {
+                times.push(gpu(plan)?.0);
+            }
+        }
+        let median_of = |values: &mut dyn Iterator<Item = f64>| {
+            let v = sorted(values);
+            v[v.len() / 2]
+        };
+        let ways = way_times
+            .iter()
+            .map(|t| WayTiming {
+                wall_us: median_of(&mut t.iter().map(|w| w.wall_us)),
+                stream_us: median_of(&mut t.iter().map(|w| w.stream_us)),
+                // The same on every run: which blocks hold the candidates does not change.
+                blocks_decoded: t[0].blocks_decoded,
+            })
+            .collect();
+        runs.push(StepWaysRun {
+            query: text.clone(),
+            dfs: QueryShape::from_terms(&terms, query.k).dfs,
+            cpu_us: median_of(&mut cpu_times.into_iter()),
+            ways,
+            same_hits,
+        });
+    }
+    cache.time_phases(false).ok();
+    Ok(runs)
+}
+
+/// The [`StepWaysRun`]s of one decade of the length ratio (the second shortest list over the
+/// shortest), medians over their queries.
+#[derive(Debug, Clone, Serialize)]
+pub struct RatioDecade {
+    /// Ratios from 10^decade up to 10^(decade + 1).
+    pub decade: u32,
+    pub queries: usize,
+    pub shorter_df: u32,
+    pub longer_df: u32,
+    pub cpu_us: f64,
+    /// In [`STEP_WAYS`] order.
+    pub ways: Vec<WayTiming>,
+    /// Queries each was fastest on (wall time): the CPU, then each way of [`STEP_WAYS`].
+    pub fastest: Vec<usize>,
+    /// Queries where some way's hits differed from the CPU's.
+    pub mismatches: usize,
+}
+
+/// `runs` of at least two lists grouped by decade of their length ratio, lowest first.
+pub fn by_ratio(runs: &[StepWaysRun]) -> Vec<RatioDecade> {
+    let mut decades: Vec<(u32, Vec<&StepWaysRun>)> = Vec::new();
+    for run in runs.iter().filter(|r| r.dfs.len() >= 2 && r.dfs[0] > 0) {
+        let ratio = run.dfs[1] as f64 / run.dfs[0] as f64;
+        let decade = ratio.log10().floor().max(0.0) as u32;
+        match decades.iter_mut().find(|(d, _)| *d == decade) {
+            Some((_, runs)) => runs.push(run),
+            None => decades.push((decade, vec![run])),
+        }
+    }
+    decades.sort_by_key(|(d, _)| *d);
+    decades
+        .into_iter()
+        .map(|(decade, runs)| {
+            let median = |f: &dyn Fn(&StepWaysRun) -> f64| {
+                let v = sorted(runs.iter().map(|r| f(r)));
+                v[v.len() / 2]
+            };
+            let ways = (0..STEP_WAYS.len())
+                .map(|w| WayTiming {
+                    wall_us: median(&|r| r.ways[w].wall_us),
+                    stream_us: median(&|r| r.ways[w].stream_us),
+                    blocks_decoded: median(&|r| r.ways[w].blocks_decoded as f64) as u64,
+                })
+                .collect();
+            let mut fastest = vec![0; 1 + STEP_WAYS.len()];
+            for r in &runs {
+                let times = std::iter::once(r.cpu_us).chain(r.ways.iter().map(|w| w.wall_us));
+                let best = times
+                    .enumerate()
+                    .min_by(|a, b| a.1.total_cmp(&b.1))
+                    .map_or(0, |(i, _)| i);
+                fastest[best] += 1;
+            }
+            RatioDecade {
+                decade,
+                queries: runs.len(),
+                shorter_df: median(&|r| r.dfs[0] as f64) as u32,
+                longer_df: median(&|r| r.dfs[1] as f64) as u32,
+                cpu_us: median(&|r| r.cpu_us),
+                ways,
+                fastest,
+                mismatches: runs.iter().filter(|r| !r.same_hits).count(),
+            }
+        })
+        .collect()
+}
+
 /// Queries whose runs differ between `a` and `b` (other documents, order or score bits).
 pub fn mismatches(a: &[QueryRun], b: &[QueryRun]) -> usize {
     let bits = |r: &QueryRun| r.scores.iter().map(|s| s.to_bits()).collect::<Vec<u64>>();
@@ -358,6 +572,50 @@ mod tests {
             side: Side::Cpu,
             dfs: Vec::new(),
         }
+    }
+
+    fn step_ways_run(dfs: &[u32], cpu_us: f64, walls: [f64; 3]) -> StepWaysRun {
+        StepWaysRun {
+            query: String::new(),
+            dfs: dfs.to_vec(),
+            cpu_us,
+            ways: walls
+                .iter()
+                .map(|&wall_us| WayTiming {
+                    wall_us,
+                    stream_us: wall_us / 2.0,
+                    blocks_decoded: wall_us as u64,
+                })
+                .collect(),
+            same_hits: cpu_us != 0.0,
+        }
+    }
+
+    #[test]
+    fn ratio_decades_take_medians_and_count_the_fastest() {
+        let runs = [
+            step_ways_run(&[10, 50], 5.0, [9.0, 8.0, 7.0]),
+            step_ways_run(&[10, 99], 1.0, [9.0, 8.0, 7.0]),
+            step_ways_run(&[10, 20], 9.0, [6.0, 8.0, 7.0]),
+            step_ways_run(&[3, 30_000], 0.0, [9.0, 8.0, 2.0]),
+            step_ways_run(&[7], 1.0, [1.0, 1.0, 1.0]),
+        ];
+        let decades = by_ratio(&runs);
+        assert_eq!(decades.len(), 2);
+        let (first, last) = (&decades[0], &decades[1]);
+        assert_eq!(
+            (first.decade, first.queries, last.decade, last.queries),
+            (0, 3, 4, 1)
+        );
+        assert_eq!(
+            (first.shorter_df, first.longer_df, first.cpu_us),
+            (10, 50, 5.0)
+        );
+        assert_eq!(first.ways[0].wall_us, 9.0);
+        assert_eq!(first.ways[0].stream_us, 4.5);
+        assert_eq!(first.fastest, vec![2, 1, 0, 0]);
+        assert_eq!((first.mismatches, last.mismatches), (0, 1));
+        assert_eq!(last.fastest, vec![1, 0, 0, 0]);
     }
 
     #[test]

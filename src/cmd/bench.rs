@@ -324,9 +324,18 @@ pub struct SelectionArgs {
     /// binary search per candidate): 0 merges always, 4294967295 never.
     #[arg(long, default_value_t = rankserve::select::schedule::DEFAULT_MERGE_PATH_MIN_DF)]
     merge_path_min_df: u32,
+    /// A GPU AND step runs by skip entries (only its candidates' blocks decoded) when its list
+    /// has at least this many times the shortest list's postings: 0 always, 4294967295 never.
+    #[arg(long, default_value_t = rankserve::select::schedule::DEFAULT_SKIP_ENTRY_MIN_RATIO)]
+    skip_entry_min_ratio: u32,
     /// With --gpu, one JSON line per query here: its dfs and its CPU, GPU and hybrid times.
     #[arg(long, value_name = "FILE.jsonl")]
     gpu_out: Option<PathBuf>,
+    /// With --gpu, also time each query in AND mode on the CPU and on the GPU with every step
+    /// by binary search, by merge path and by skip entries, and print the intersection time by
+    /// decade of the length ratio (two-term queries: `scripts/ratio-queries.py`).
+    #[arg(long, requires = "gpu")]
+    step_ways: bool,
 }
 
 /// `--out`: one JSON line per query's CPU run.
@@ -338,6 +347,44 @@ fn write_runs(out: Option<&std::path::Path>, runs: &[selection::QueryRun]) -> an
         lines.push('\n');
     }
     std::fs::write(out, lines).with_context(|| format!("writing {}", out.display()))
+}
+
+/// `--step-ways`: AND time by decade of the length ratio, on the CPU and each GPU way.
+fn print_step_ways(runs: &[selection::StepWaysRun], reps: usize) {
+    println!(
+        "intersection by length ratio (second shortest list over the shortest), mode And, µs per \
+         query, median of {reps} runs each after a warm-up, the CPU and the GPU's ways taking \
+         turns per query; GPU: wall (stream span from CUDA events) and blocks decoded, every \
+         step run that way; fastest: queries each was fastest on by wall time (CPU / {}):",
+        selection::STEP_WAYS.map(|(name, _)| name).join(" / ")
+    );
+    let ways = selection::STEP_WAYS.map(|(name, _)| name);
+    println!(
+        "| length ratio | queries | shorter df | longer df | CPU | {} | fastest | hits ≠ CPU |",
+        ways.join(" | ")
+    );
+    println!(
+        "|---|---:|---:|---:|---:|{}---:|---:|",
+        "---:|".repeat(ways.len())
+    );
+    for d in selection::by_ratio(runs) {
+        let ways: Vec<String> = (d.ways.iter())
+            .map(|w| format!("{:.1} ({:.1}) {}", w.wall_us, w.stream_us, w.blocks_decoded))
+            .collect();
+        let fastest: Vec<String> = d.fastest.iter().map(|n| n.to_string()).collect();
+        println!(
+            "| 10^{}–10^{} | {} | {} | {} | {:.1} | {} | {} | {} |",
+            d.decade,
+            d.decade + 1,
+            d.queries,
+            d.shorter_df,
+            d.longer_df,
+            d.cpu_us,
+            ways.join(" | "),
+            fastest.join(" / "),
+            d.mismatches
+        );
+    }
 }
 
 fn run_selection(args: SelectionArgs) -> CmdResult {
@@ -363,6 +410,7 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
     let scheduler = Scheduler {
         griffin_ratio: args.griffin_ratio,
         merge_path_min_df: args.merge_path_min_df,
+        skip_entry_min_ratio: args.skip_entry_min_ratio,
         ..Scheduler::default()
     };
     let header = format!(
@@ -431,6 +479,13 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         }
         std::fs::write(out, lines).with_context(|| format!("writing {}", out.display()))?;
     }
+    let step_ways = match args.step_ways {
+        true => Some(
+            selection::step_ways(&index, &queries, &config, &mut cache)
+                .context("timing the queries' intersection steps each way")?,
+        ),
+        false => None,
+    };
     let stats = cache.stats();
     println!("{header}; GPU {} ({})", device.name(), device.arch());
     println!(
@@ -495,6 +550,9 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
             "| {name} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} |",
             row.wall_us, row.host_us, s.copy_in_us, s.decode_us, s.score_us, s.topk_us
         );
+    }
+    if let Some(runs) = &step_ways {
+        print_step_ways(runs, args.reps);
     }
     let staged = stats.queries.max(1);
     println!(

@@ -9,14 +9,17 @@
 //!
 //! - [`lru`]: the byte-budgeted LRU cache. The ranker caches (CPU-side in `server`, GPU-side in
 //!   `rank::gpu`) and the posting cache (`select::gpu`) are instances of it.
+//! - [`mapped`]: pinned host memory that kernels write through its device mapping.
 //! - [`power`]: board power and energy through NVML, for the benchmark and the metrics.
 
 pub mod device;
 pub mod error;
 pub mod lru;
+pub mod mapped;
 pub mod module;
 pub mod power;
 
 pub use device::GpuDevice;
 pub use error::GpuError;
+pub use mapped::MappedHost;
 pub use module::KernelModule;

@@ -16,7 +16,8 @@ pub enum KernelModule {
     Pfor,
     /// Elias-Fano posting-block decoding.
     Ef,
-    /// AND's intersection steps: merge path or binary search per step, survivors for the CPU.
+    /// AND's intersection steps: merge path, binary search or skip entries per step, survivors
+    /// for the CPU.
     Intersect,
     /// BM25: OR term at a time into dense accumulators, AND's survivors, top-k candidates.
     Score,
@@ -65,9 +66,11 @@ impl KernelModule {
                 include_str!("../../kernels/packing.cuh"),
                 include_str!("../../kernels/ef.cu")
             ),
-            // Both search sorted docIDs with kernels/search.cuh's lower_bound.
+            // Both search sorted docIDs with kernels/search.cuh's lower_bound; intersect's
+            // skip-entry step reads and writes the decoders' block descriptors (packing.cuh).
             KernelModule::Intersect => concat!(
                 include_str!("../../kernels/search.cuh"),
+                include_str!("../../kernels/packing.cuh"),
                 include_str!("../../kernels/intersect.cu")
             ),
             KernelModule::Score => concat!(
@@ -104,6 +107,8 @@ impl KernelModule {
             KernelModule::Intersect => &[
                 "intersect_merge_path",
                 "intersect_search",
+                "intersect_skip_blocks",
+                "intersect_skip_seek",
                 "intersect_gather",
             ],
             KernelModule::Score => &[
@@ -113,6 +118,47 @@ impl KernelModule {
                 "score_block_topk",
                 "score_block_topk_warp",
             ],
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use cudarc::nvrtc::{compile_ptx_with_opts, CompileOptions};
+
+    use super::KernelModule;
+    use crate::gpu::device::gpu_required;
+
+    /// NVRTC needs no GPU: where its library is on the loader path (the GPU machine; a developer
+    /// machine with the `nvidia-cuda-nvrtc` wheel's lib folder on `LD_LIBRARY_PATH`), a kernel
+    /// that does not compile fails here (for compute_90, the H100's), before any device run.
+    #[test]
+    fn every_module_compiles_with_nvrtc() {
+        // SAFETY: only looks the library up (cudarc panics on a call into a missing one).
+        if !unsafe { cudarc::nvrtc::sys::is_culib_present() } {
+            assert!(
+                !gpu_required(),
+                "RANKSERVE_REQUIRE_GPU=1 but NVRTC is missing"
+            );
+            eprintln!("every_module_compiles_with_nvrtc: skipped (no libnvrtc on the loader path)");
+            return;
+        }
+        for &module in KernelModule::ALL {
+            let options = std::iter::once("--gpu-architecture=compute_90")
+                .chain(module.nvrtc_options().iter().copied())
+                .map(String::from)
+                .collect();
+            let compiled = compile_ptx_with_opts(
+                module.source(),
+                CompileOptions {
+                    options,
+                    name: Some(format!("{}.cu", module.name())),
+                    ..Default::default()
+                },
+            );
+            if let Err(err) = compiled {
+                panic!("kernels/{}.cu: {err:?}", module.name());
+            }
         }
     }
 }

@@ -21,10 +21,13 @@
 //! a 16 MB cache, the queries handed over took 18–31 % less than finishing on the GPU). The
 //! intersection's size is estimated before any launch, as if the terms occurred independently
 //! (`|C| ≈ df₀ · Π df_s / N`), so that the lists the CPU will take are never copied or decoded,
-//! and no step waits for the device to learn a count. A GPU step runs by merge path when its
-//! list has at least `merge_path_min_df` postings, else by binary search inside the scoring
-//! launch (by default always: [`DEFAULT_MERGE_PATH_MIN_DF`] says why). AND_OR goes where its
-//! AND goes (where OR goes when a term is missing, which empties the AND).
+//! and no step waits for the device to learn a count. A GPU step runs by skip entries (only
+//! the blocks that may hold a candidate decoded) when its list has at least
+//! `skip_entry_min_ratio` times the shortest list's postings ([`DEFAULT_SKIP_ENTRY_MIN_RATIO`]
+//! says why), else by merge path when its list has at least `merge_path_min_df` postings, else
+//! by binary search inside the scoring launch (by default always: [`DEFAULT_MERGE_PATH_MIN_DF`]
+//! says why). AND_OR goes where its AND goes (where OR goes when a term is missing, which
+//! empties the AND).
 //!
 //! [`search`] runs a query on the backend asked for (`auto`: the scheduler's choice and plan;
 //! `gpu`: every step on the GPU); any GPU error, [`GpuError::TooLarge`] from the posting cache's
@@ -77,6 +80,18 @@ pub const DEFAULT_GRIFFIN_RATIO: f64 = 4096.0;
 /// held 10⁵ postings and the next had it behind at almost every pair: not a margin to build on.
 /// Kept configurable (`--merge-path-min-df`) for indexes whose short lists are long.
 pub const DEFAULT_MERGE_PATH_MIN_DF: u32 = u32::MAX;
+
+/// The length ratio (a step's list over the shortest list, whose postings are the candidates)
+/// from which a GPU AND step runs by skip entries: only the blocks that may hold a candidate
+/// are decoded, at most one per candidate, where decoding the list whole decodes ratio / 128 a
+/// candidate. At 1 024 the step decodes at most an eighth of the list's blocks; the price is
+/// three launches and a reset where a search step runs inside the scoring launch (a few µs of
+/// stream time each on the H100, `docs/benchmarks.md`), and whole-list decoding there runs
+/// at ≈ 0.00003 µs a posting, so it pays only for long lists, which a large ratio to a short
+/// list implies. Not yet measured: `rankserve bench selection --gpu` prints the
+/// intersection by length ratio with each way of stepping (`--skip-entry-min-ratio` sets it;
+/// 0 runs every step by skip entries, 4294967295 none).
+pub const DEFAULT_SKIP_ENTRY_MIN_RATIO: u32 = 1024;
 
 /// The processor that answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -220,6 +235,9 @@ pub struct Scheduler {
     pub griffin_ratio: f64,
     /// A GPU AND step runs by merge path when its list has at least this many postings.
     pub merge_path_min_df: u32,
+    /// A GPU AND step runs by skip entries when its list has at least this many times the
+    /// shortest list's postings (before merge path is considered).
+    pub skip_entry_min_ratio: u32,
 }
 
 impl Default for Scheduler {
@@ -228,6 +246,7 @@ impl Default for Scheduler {
             model: CostModel::default(),
             griffin_ratio: DEFAULT_GRIFFIN_RATIO,
             merge_path_min_df: DEFAULT_MERGE_PATH_MIN_DF,
+            skip_entry_min_ratio: DEFAULT_SKIP_ENTRY_MIN_RATIO,
         }
     }
 }
@@ -447,6 +466,7 @@ impl Scheduler {
         AndPlan {
             gpu_lists,
             merge_path_min_df: self.merge_path_min_df,
+            skip_entry_min_ratio: self.skip_entry_min_ratio,
         }
     }
 
@@ -551,7 +571,7 @@ pub fn search_routed(
             Some(shape) => {
                 scheduler.and_plan(shape, index.num_docs(), |t| cache.is_resident(index, t))
             }
-            None => AndPlan::gpu_only(scheduler.merge_path_min_df),
+            None => AndPlan::gpu_only(scheduler.merge_path_min_df, scheduler.skip_entry_min_ratio),
         };
         let ran = match query.mode {
             Mode::Or => search_or(cache, index, query, &route.terms),
@@ -766,9 +786,10 @@ mod tests {
         let plan_resident = |dfs: &[u32]| s.and_plan(&shape(dfs), 1_000_000, resident_second);
         assert_eq!(plan_resident(&[1_000, 900_000]).gpu_lists, 2);
         assert_eq!(plan_resident(&[1_000, 900_000, 950_000]).gpu_lists, 2);
+        let passed = s.and_plan(&shape(&[1, 2]), 0, |_| true);
         assert_eq!(
-            s.and_plan(&shape(&[1, 2]), 0, |_| true).merge_path_min_df,
-            s.merge_path_min_df
+            (passed.merge_path_min_df, passed.skip_entry_min_ratio),
+            (s.merge_path_min_df, s.skip_entry_min_ratio)
         );
     }
 

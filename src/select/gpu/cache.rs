@@ -19,7 +19,9 @@
 //! Device memory is one word array: the resident lists, then a staging region into which each
 //! query copies everything it needs (its lists' slots and lengths, the caller's per-query words
 //! such as BM25 parameters, its block table and the lists that are not resident) in one copy from
-//! a pinned host buffer; one decode launch then covers every list of the query. Every other
+//! a pinned host buffer; one decode launch then covers every list of the query that the caller
+//! wants whole ([`Decode`]; an AND's skip-entry steps decode only their candidates' blocks of
+//! the others, later, from the same block table). Every other
 //! buffer a query touches (decode output, accumulator, top-k candidates) is kept here and reused,
 //! so the query path allocates nothing once the cache has seen a query as large. A query whose table and
 //! staged lists exceed the staging region fails with [`GpuError::TooLarge`] (the caller runs it
@@ -40,8 +42,8 @@ use super::decode::{
 use super::phases::{self, Mark, QueryEvents};
 use super::topk::TopKBuffers;
 use crate::gpu::error::DriverResultExt;
-use crate::gpu::{GpuDevice, GpuError};
-use crate::index::codecs::BLOCK_LEN;
+use crate::gpu::{GpuDevice, GpuError, MappedHost};
+use crate::index::codecs::{Codec, BLOCK_LEN};
 use crate::index::{Index, PostingList, TermId};
 use crate::select::{dedup_terms, Query};
 
@@ -107,18 +109,41 @@ struct Loaded {
     /// Words of per-query scratch (AND's intersection steps), grown to the largest query's need.
     scratch: CudaSlice<u32>,
     decoded: DecodedBlocks,
+    /// Host words that kernels write through the device mapping (AND's skip-entry steps' counts
+    /// of the blocks they decoded), grown to the largest query's need.
+    mapped: MappedHost<u32>,
 }
 
 /// Top-k candidate slots a cache starts with (enough for k = 256 over 500 000 documents); a
 /// larger query grows them once.
 const INITIAL_TOPK_SLOTS: usize = 1 << 16;
 
-/// A query's lists decoded on the device, and what scoring them needs.
+/// How much of a list the query's one decode launch decodes ([`PostingCache::decode_query`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decode {
+    /// Every block.
+    Whole,
+    /// None: the caller decodes the blocks it needs later, from the list's descriptors in the
+    /// query's block table, into the `blocks` blocks of room kept for it at its slot.
+    Later { blocks: u32 },
+}
+
+/// A query's lists on the device, decoded (those the caller wanted [`Decode::Whole`]), and what
+/// scoring them needs.
 pub struct QueryPostings<'a> {
-    /// Decoded postings: list `t` of the query at slots `slot[t] .. slot[t] + df[t]`.
-    pub docs: &'a CudaSlice<u32>,
-    pub tfs: &'a CudaSlice<u32>,
+    /// Decoded postings (docIDs and tfs, 128 slots per block): list `t` of the query at slots
+    /// `slot[t] .. slot[t] + df[t]`, or, for a [`Decode::Later`] list, the room kept for it
+    /// from `slot[t]` on.
+    pub decoded: &'a mut DecodedBlocks,
     pub slot: Vec<u32>,
+    /// The query's block table on the device (`DESC_WORDS` per block): list `t`'s descriptors
+    /// from descriptor `first_desc[t]` on, over `words`.
+    pub table: CudaView<'a, u32>,
+    pub first_desc: Vec<u32>,
+    /// The posting words every descriptor points into.
+    pub words: &'a CudaSlice<u32>,
+    /// The index's codec (which decode kernel reads the words).
+    pub codec: Codec,
     /// On the device: `slot` then every list's df (2 × lists words).
     pub slots_and_dfs: CudaView<'a, u32>,
     /// On the device: the words the caller passed to [`PostingCache::decode_query`].
@@ -133,6 +158,8 @@ pub struct QueryPostings<'a> {
     pub acc: &'a mut CudaSlice<f64>,
     /// At least the scratch words the caller asked for (contents undefined).
     pub scratch: &'a mut CudaSlice<u32>,
+    /// At least the mapped host words the caller asked for (contents undefined).
+    pub mapped: &'a MappedHost<u32>,
 }
 
 /// How lists are chosen to be resident.
@@ -315,6 +342,7 @@ impl PostingCache {
             // documented on `QueryPostings::scratch`).
             scratch: unsafe { stream.alloc::<u32>(1) }.during("query scratch allocation")?,
             decoded: DecodedBlocks::alloc(&self.device, 1)?,
+            mapped: MappedHost::alloc(&self.device, 1)?,
         });
         Ok(())
     }
@@ -349,61 +377,88 @@ impl PostingCache {
         admitted
     }
 
-    /// Decodes `lists` (a query's, in order) into the decode output with one launch: resident
-    /// lists from device memory, the others (and the block table) copied through the staging
-    /// buffer first, in the same copy as the lists' slots and dfs and the caller's `extra` words
-    /// (per-query parameters of its kernels), with at least `scratch_words` of device scratch.
+    /// Decodes `lists` (a query's, in order; those marked [`Decode::Whole`]) into the decode
+    /// output with one launch: resident lists from device memory, the others (and the block
+    /// table of every list) copied through the staging buffer first, in the same copy as the
+    /// lists' slots and dfs and the caller's `extra` words (per-query parameters of its
+    /// kernels), with at least `scratch_words` of device scratch and `mapped_words` of mapped
+    /// host words.
     ///
     /// # Errors
-    /// [`GpuError::TooLarge`] when what the query stages exceeds the staging region; a device
-    /// error when a copy, allocation or the launch fails.
+    /// [`GpuError::TooLarge`] when what the query stages exceeds the staging region or its
+    /// decoded slots overflow a u32; a device error when a copy, allocation or the launch fails.
     pub fn decode_query(
         &mut self,
         index: &Index,
-        lists: &[(TermId, PostingList<'_>)],
+        lists: &[(TermId, PostingList<'_>, Decode)],
         extra: &[u32],
         scratch_words: usize,
+        mapped_words: usize,
     ) -> Result<QueryPostings<'_>, GpuError> {
         self.prepare(index)?;
         let Some(loaded) = self.loaded.as_mut() else {
             unreachable!("prepare loads the index or fails")
         };
         // Staging layout: slots, dfs, extra, padded to a descriptor (the kernels read the table
-        // as uint4), then the block table, then the non-resident lists.
+        // as uint4), then the block table (the lists decoded whole first, so that the launch
+        // takes one contiguous run of it, then the others), then the non-resident lists.
         let meta_words = 2 * lists.len() + extra.len();
         let table_at = meta_words.next_multiple_of(DESC_WORDS);
-        let n_blocks: usize = lists.iter().map(|(_, l)| l.n_blocks()).sum();
+        let n_blocks: usize = lists.iter().map(|(_, l, _)| l.n_blocks()).sum();
+        let whole_blocks: usize = (lists.iter())
+            .filter(|(_, _, decode)| *decode == Decode::Whole)
+            .map(|(_, l, _)| l.n_blocks())
+            .sum();
         let table_words = n_blocks * DESC_WORDS;
         let lists_at = table_at + table_words;
-        let mut slot = Vec::with_capacity(lists.len());
+        let mut slot = vec![0; lists.len()];
+        let mut first_desc = vec![0; lists.len()];
         let mut table = Vec::with_capacity(table_words);
         let mut staged = Vec::new();
         let (mut hits, mut misses) = (0, 0);
-        for &(id, list) in lists {
-            let first_block = table.len() / DESC_WORDS;
-            slot.push(
-                u32::try_from(first_block * BLOCK_LEN).map_err(|_| GpuError::TooLarge {
-                    what: "decoded posting slots of one query",
-                    got: first_block * BLOCK_LEN,
-                    limit: u32::MAX as usize,
-                })?,
-            );
-            match loaded.resident.get(&id) {
-                Some(r) => {
-                    hits += 1;
-                    table.extend_from_slice(
-                        &loaded.resident_table
-                            [r.first_desc * DESC_WORDS..(r.first_desc + r.n_blocks) * DESC_WORDS],
-                    );
+        // Decoded blocks: the whole lists' in table order, then each later list's room.
+        let mut room_at = whole_blocks;
+        let to_u32 = |what, got: usize| {
+            u32::try_from(got).map_err(|_| GpuError::TooLarge {
+                what,
+                got,
+                limit: u32::MAX as usize,
+            })
+        };
+        let as_slot =
+            |block: usize| to_u32("decoded posting slots of one query", block * BLOCK_LEN);
+        for whole in [true, false] {
+            for (t, &(id, list, decode)) in lists.iter().enumerate() {
+                if (decode == Decode::Whole) != whole {
+                    continue;
                 }
-                None => {
-                    misses += 1;
-                    let word_at = loaded.staging_at + lists_at + staged.len();
-                    describe_list(list, word_at, &mut table)?;
-                    push_words(list.bytes(), &mut staged);
+                let desc = table.len() / DESC_WORDS;
+                first_desc[t] = to_u32("block descriptors of one query", desc)?;
+                slot[t] = match decode {
+                    Decode::Whole => as_slot(desc)?,
+                    Decode::Later { blocks } => {
+                        room_at += blocks as usize;
+                        as_slot(room_at - blocks as usize)?
+                    }
+                };
+                match loaded.resident.get(&id) {
+                    Some(r) => {
+                        hits += 1;
+                        table.extend_from_slice(
+                            &loaded.resident_table[r.first_desc * DESC_WORDS
+                                ..(r.first_desc + r.n_blocks) * DESC_WORDS],
+                        );
+                    }
+                    None => {
+                        misses += 1;
+                        let word_at = loaded.staging_at + lists_at + staged.len();
+                        describe_list(list, word_at, &mut table)?;
+                        push_words(list.bytes(), &mut staged);
+                    }
                 }
             }
         }
+        as_slot(room_at)?;
         let copy_words = lists_at + staged.len();
         if copy_words > self.staging.len() {
             return Err(GpuError::TooLarge {
@@ -412,8 +467,8 @@ impl PostingCache {
                 limit: 4 * self.staging.len(),
             });
         }
-        if loaded.decoded.blocks() < n_blocks {
-            loaded.decoded = DecodedBlocks::alloc(&self.device, n_blocks.next_power_of_two())?;
+        if loaded.decoded.blocks() < room_at {
+            loaded.decoded = DecodedBlocks::alloc(&self.device, room_at.next_power_of_two())?;
         }
         let stream = self.device.stream();
         if loaded.scratch.len() < scratch_words {
@@ -422,14 +477,18 @@ impl PostingCache {
                 .during("query scratch allocation")?;
         }
         // Every query ends by waiting for the stream (its top-k download), but one that failed
-        // midway may have left its copy in flight: wait before rewriting the pinned buffer
-        // (a few µs when the stream is idle, as it is after a successful query).
+        // midway may have left its copy (or kernels writing the mapped words) in flight: wait
+        // before rewriting the pinned buffer or replacing the mapped one (a few µs when the
+        // stream is idle, as it is after a successful query).
         self.device.synchronize()?;
+        if loaded.mapped.host.len() < mapped_words {
+            loaded.mapped = MappedHost::alloc(&self.device, mapped_words.next_power_of_two())?;
+        }
         let host = self
             .staging
             .as_mut_slice()
             .during("pinned staging buffer")?;
-        let dfs = lists.iter().map(|(_, l)| l.df);
+        let dfs = lists.iter().map(|(_, l, _)| l.df);
         for (word, value) in host.iter_mut().zip(slot.iter().copied().chain(dfs)) {
             *word = value;
         }
@@ -455,19 +514,25 @@ impl PostingCache {
         self.stats.last_query_bytes_copied = 4 * copy_words as u64;
         self.stats.bytes_copied += 4 * copy_words as u64;
         let codec = index.codec();
-        let table_view = loaded.words.slice(at + table_at..at + lists_at);
+        let whole_table = loaded
+            .words
+            .slice(at + table_at..at + table_at + whole_blocks * DESC_WORDS);
         decode_blocks(
             &self.device,
             codec,
             &loaded.words,
-            &table_view,
+            &whole_table,
             &mut loaded.decoded,
+            0,
         )?;
         phases::mark(events, Mark::Decoded, stream)?;
         Ok(QueryPostings {
-            docs: &loaded.decoded.docs,
-            tfs: &loaded.decoded.tfs,
+            decoded: &mut loaded.decoded,
             slot,
+            table: loaded.words.slice(at + table_at..at + lists_at),
+            first_desc,
+            words: &loaded.words,
+            codec,
             slots_and_dfs: loaded.words.slice(at..at + 2 * lists.len()),
             extra: loaded.words.slice(at + 2 * lists.len()..at + meta_words),
             topk: &mut self.topk,
@@ -475,6 +540,7 @@ impl PostingCache {
             doc_len: &loaded.doc_len,
             acc: &mut loaded.acc,
             scratch: &mut loaded.scratch,
+            mapped: &loaded.mapped,
         })
     }
 }

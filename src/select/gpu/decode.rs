@@ -155,7 +155,7 @@ impl DeviceLists {
         out: &mut DecodedBlocks,
     ) -> Result<(), GpuError> {
         let table = self.table.slice(..self.n_blocks * DESC_WORDS);
-        decode_blocks(device, codec, &self.words, &table, out)
+        decode_blocks(device, codec, &self.words, &table, out, 0)
     }
 }
 
@@ -215,26 +215,29 @@ impl DecodedBlocks {
     }
 }
 
-/// Queues one launch that decodes every block of `table` (descriptors over `words`) into `out`.
+/// Queues one launch that decodes every block of `table` (descriptors over `words`) into `out`,
+/// table block `b` into `out`'s block `first_block + b`.
 ///
 /// # Errors
-/// [`GpuError::TooLarge`] when `out` has room for fewer blocks than the table holds or the
-/// table has more blocks than a grid; a driver error when the launch fails.
+/// [`GpuError::TooLarge`] when `out` has room for fewer blocks than the table holds from
+/// `first_block` on, or the table has more blocks than a grid; a driver error when the launch
+/// fails.
 pub fn decode_blocks(
     device: &GpuDevice,
     codec: Codec,
     words: &CudaSlice<u32>,
     table: &CudaView<'_, u32>,
     out: &mut DecodedBlocks,
+    first_block: usize,
 ) -> Result<(), GpuError> {
     let n_blocks = table.len() / DESC_WORDS;
     if n_blocks == 0 {
         return Ok(());
     }
-    if out.blocks < n_blocks {
+    if out.blocks < first_block + n_blocks {
         return Err(GpuError::TooLarge {
             what: "blocks to decode (the output holds fewer)",
-            got: n_blocks,
+            got: first_block + n_blocks,
             limit: out.blocks,
         });
     }
@@ -253,19 +256,19 @@ pub fn decode_blocks(
         block_dim: (BLOCK_LEN as u32, 1, 1),
         shared_mem_bytes: 0,
     };
+    let from = first_block * BLOCK_LEN;
+    let mut docs = out.docs.slice_mut(from..);
+    let mut tfs = out.tfs.slice_mut(from..);
     let mut launch = device.stream().launch_builder(function);
-    launch
-        .arg(words)
-        .arg(table)
-        .arg(&mut out.docs)
-        .arg(&mut out.tfs);
+    launch.arg(words).arg(table).arg(&mut docs).arg(&mut tfs);
     // SAFETY: the arguments follow `pfor_decode_blocks` / `ef_decode_blocks` in order and type
     // (u32 words, the table as uint4 descriptors, u32 docID and tf outputs). Every descriptor was
     // built by `describe_list` from a list that passed the reader's checks at open, pointing into
-    // `words` as uploaded with it, so every word a block reads lies inside `words`; the table
-    // starts 16-byte aligned (a fresh allocation, or a view at a multiple of 4 words); the
-    // outputs hold 128 slots per block; the grid is one 128-thread block per descriptor, the
-    // shape the kernels' comments require.
+    // `words` as uploaded with it (or copied from such a table by `intersect_skip_blocks`, or
+    // all zeros: 0 postings, which reads no word), so every word a block reads lies inside
+    // `words`; the table starts 16-byte aligned (a fresh allocation, or a view at a multiple of
+    // 4 words); the outputs hold 128 slots per block from `first_block` on (checked above); the
+    // grid is one 128-thread block per descriptor, the shape the kernels' comments require.
     unsafe { launch.launch(config) }.during(kernel)?;
     Ok(())
 }

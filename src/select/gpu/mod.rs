@@ -4,9 +4,10 @@
 //! accumulators ([`or`]) and AND queries by a binary search per candidate ([`and`]), both with a
 //! top-k on the device ([`topk`]; the kernels are `kernels/score.cu`). [`phases`] times a
 //! query's steps with CUDA events for `rankserve bench selection --gpu`.
-//! AND runs one intersection step at a time (`kernels/intersect.cu`), by merge path or binary
-//! search, and may hand the survivors to the CPU between steps ([`and`]); AND_OR is AND, then
-//! OR when AND found fewer than k ([`search_and_or`]).
+//! AND runs one intersection step at a time (`kernels/intersect.cu`), by merge path, binary
+//! search, or binary search over the skip entries of a much longer list with only its
+//! candidates' blocks decoded, and may hand the survivors to the CPU between steps ([`and`]);
+//! AND_OR is AND, then OR when AND found fewer than k ([`search_and_or`]).
 //!
 //! The CPU ([`crate::select::cpu`]) is the reference: GPU results are the same documents in the
 //! same order with bit-identical scores (DESIGN §5), which `tests/selection_gpu.rs` checks.
@@ -20,7 +21,7 @@ pub mod or;
 pub mod phases;
 mod topk;
 
-pub use and::{search_and, AndPlan};
+pub use and::{search_and, AndPlan, Step};
 pub use cache::{PostingCache, PostingCacheConfig, PostingCacheStats};
 pub use decode::{DecodeTiming, DecodedBlocks, PackedLists};
 pub use or::search_or;

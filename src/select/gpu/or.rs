@@ -13,7 +13,7 @@
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::cache::PostingCache;
+use super::cache::{Decode, PostingCache};
 use super::phases::{self, Mark};
 use super::topk::top_k;
 use super::GpuSelectError;
@@ -47,13 +47,15 @@ pub(super) fn or_topk(
     terms: &QueryTerms,
     stats: &mut SelectStats,
 ) -> Result<Vec<(DocId, f64)>, GpuError> {
-    let lists: Vec<_> = terms.lists.iter().flatten().copied().collect();
+    let lists: Vec<_> = (terms.lists.iter().flatten())
+        .map(|&(id, list)| (id, list, Decode::Whole))
+        .collect();
     if query.k == 0 || lists.is_empty() {
         return Ok(Vec::new());
     }
     let device = cache.device().clone();
     let n_docs = index.num_docs();
-    let postings = cache.decode_query(index, &lists, &[], 0)?;
+    let postings = cache.decode_query(index, &lists, &[], 0, 0)?;
     let stream = device.stream();
     let fill = device.function(KernelModule::Score, "score_fill")?;
     let mut launch = stream.launch_builder(fill);
@@ -64,11 +66,11 @@ pub(super) fn or_topk(
 
     let n = n_docs as u64;
     let avgdl = index.avg_scoring_length();
-    for (&(_, list), &slot) in lists.iter().zip(&postings.slot) {
+    for (&(_, list, _), &slot) in lists.iter().zip(&postings.slot) {
         stats.blocks_decoded += list.n_blocks() as u64;
         let span = slot as usize..slot as usize + list.df as usize;
-        let docs = postings.docs.slice(span.clone());
-        let tfs = postings.tfs.slice(span);
+        let docs = postings.decoded.docs.slice(span.clone());
+        let tfs = postings.decoded.tfs.slice(span);
         let [idf, k1, k1_plus_1, one_minus_b, b, avgdl32] =
             TermScorer::new(query.params, n, list.df as u64, avgdl).kernel_params();
         let term = device.function(KernelModule::Score, "score_term")?;

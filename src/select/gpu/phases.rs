@@ -18,9 +18,10 @@ pub enum Mark {
     Start = 0,
     /// After the staging copy (block table, non-resident lists, query parameters).
     Staged,
-    /// After the decode launch.
+    /// After the decode launch (of the lists decoded whole).
     Decoded,
-    /// After scoring (AND: `score_and`; OR: `score_fill` and one `score_term` per term).
+    /// After scoring (AND: its intersection steps, a skip-entry step's decoding included, and
+    /// `score_and_found`; OR: `score_fill` and one `score_term` per term).
     Scored,
     /// After the top-k launch, which writes its candidates into host memory.
     Selected,

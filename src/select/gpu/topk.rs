@@ -17,13 +17,11 @@
 //! over 10 M documents has 4 883 blocks, whose 48 830 candidates the host once merged, one push
 //! each, for most of the query's host time: 169 µs then, 18 µs since (H100, k = 10, median).
 
-use cudarc::driver::{
-    sys, CudaSlice, CudaView, DevicePtr, LaunchConfig, PinnedHostSlice, PushKernelArg,
-};
+use cudarc::driver::{CudaSlice, CudaView, DevicePtr, LaunchConfig, PushKernelArg};
 
 use super::phases::{self, Mark, QueryEvents};
 use crate::gpu::error::DriverResultExt;
-use crate::gpu::{GpuDevice, GpuError, KernelModule};
+use crate::gpu::{GpuDevice, GpuError, KernelModule, MappedHost};
 use crate::index::DocId;
 use crate::select::topk::TopK;
 
@@ -41,9 +39,7 @@ const NO_DOC: u32 = u32::MAX;
 /// `n` docIDs packed two to a word.
 pub struct TopKBuffers {
     slots: usize,
-    host: PinnedHostSlice<f64>,
-    /// The device's address of `host`.
-    mapped: u64,
+    candidates: MappedHost<f64>,
     /// Device candidates between passes, alternately written and read (empty until a query
     /// needs more than one pass).
     scratch: [Candidates; 2],
@@ -80,37 +76,12 @@ impl TopKBuffers {
     /// # Errors
     /// A driver error when an allocation fails.
     pub fn alloc(device: &GpuDevice, slots: usize) -> Result<TopKBuffers, GpuError> {
-        let (host, mapped) = mapped_host(device, slots.max(1))?;
         Ok(TopKBuffers {
             slots: slots.max(1),
-            host,
-            mapped,
+            candidates: MappedHost::alloc(device, words(slots.max(1)))?,
             scratch: [Candidates::alloc(device, 1)?, Candidates::alloc(device, 1)?],
         })
     }
-}
-
-/// Pinned host memory for `slots` candidates, mapped for the device, and its device address.
-fn mapped_host(device: &GpuDevice, slots: usize) -> Result<(PinnedHostSlice<f64>, u64), GpuError> {
-    // SAFETY: the kernel writes every slot it reports before the host reads it (after the
-    // stream's wait), and the host reads only the slots a query's launch wrote. Mapped for
-    // the device; not write-combined: the host reads this buffer.
-    let mut host = unsafe {
-        device
-            .context()
-            .alloc_pinned_with_flags::<f64>(words(slots), sys::CU_MEMHOSTALLOC_DEVICEMAP)
-    }
-    .during("top-k pinned candidates allocation")?;
-    let ptr = host
-        .as_mut_ptr()
-        .during("top-k pinned candidates allocation")?;
-    let mut mapped: sys::CUdeviceptr = 0;
-    // SAFETY: `ptr` starts a pinned allocation made with CU_MEMHOSTALLOC_DEVICEMAP in the
-    // context bound to this thread (by the allocation above); flags must be 0.
-    unsafe { sys::cuMemHostGetDevicePointer_v2(&mut mapped, ptr.cast(), 0) }
-        .result()
-        .during("top-k pinned candidates mapping")?;
-    Ok((host, mapped))
 }
 
 /// The best `k` of `n` scores on the device (-0.0 marks an entry no document reached), best
@@ -159,10 +130,11 @@ pub(super) fn top_k(
         let (out_scores, out_docs) = if last {
             if buffers.slots < slots {
                 let grown = slots.next_power_of_two();
-                (buffers.host, buffers.mapped) = mapped_host(device, grown)?;
+                buffers.candidates = MappedHost::alloc(device, words(grown))?;
                 buffers.slots = grown;
             }
-            (buffers.mapped, buffers.mapped + 8 * slots as u64)
+            let mapped = buffers.candidates.mapped;
+            (mapped, mapped + 8 * slots as u64)
         } else {
             let out = &mut buffers.scratch[pass % 2];
             if out.slots() < slots {
@@ -204,7 +176,11 @@ pub(super) fn top_k(
     phases::mark(events, Mark::Selected, stream)?;
     // The query's one wait: once the stream is idle the kernel's writes are visible here.
     device.synchronize()?;
-    let host = buffers.host.as_slice().during("top-k candidates read")?;
+    let host = buffers
+        .candidates
+        .host
+        .as_slice()
+        .during("top-k candidates read")?;
     let (best, doc_words) = host[..words(slots)].split_at(slots);
     // The device wrote the docIDs as u32 pairs in each word: low half first (little-endian).
     let docs = doc_words

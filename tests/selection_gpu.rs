@@ -216,27 +216,32 @@ const PLANS: [AndPlan; 8] = [
         gpu_lists: usize::MAX,
         merge_path_min_df: 0,
         skip_entry_min_ratio: u32::MAX,
+        skip_entry_min_df: 0,
     },
     AndPlan {
         gpu_lists: usize::MAX,
         merge_path_min_df: u32::MAX,
         skip_entry_min_ratio: u32::MAX,
+        skip_entry_min_df: 0,
     },
     AndPlan {
         gpu_lists: 1,
         merge_path_min_df: 0,
         skip_entry_min_ratio: u32::MAX,
+        skip_entry_min_df: 0,
     },
     AndPlan {
         gpu_lists: 2,
         merge_path_min_df: u32::MAX,
         skip_entry_min_ratio: u32::MAX,
+        skip_entry_min_df: 0,
     },
     // Merge-path steps over the longer lists only, the shorter ones searched.
     AndPlan {
         gpu_lists: usize::MAX,
         merge_path_min_df: 300,
         skip_entry_min_ratio: u32::MAX,
+        skip_entry_min_df: 0,
     },
     SKIP_EVERY_STEP,
     AndPlan {
@@ -247,6 +252,7 @@ const PLANS: [AndPlan; 8] = [
         gpu_lists: usize::MAX,
         merge_path_min_df: 0,
         skip_entry_min_ratio: 8,
+        skip_entry_min_df: 0,
     },
 ];
 
@@ -255,6 +261,7 @@ const SKIP_EVERY_STEP: AndPlan = AndPlan {
     gpu_lists: usize::MAX,
     merge_path_min_df: u32::MAX,
     skip_entry_min_ratio: 0,
+    skip_entry_min_df: 0,
 };
 
 /// Runs `q` on the GPU in its mode through `cache` (AND and AND_OR under every plan of

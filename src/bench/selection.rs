@@ -309,6 +309,7 @@ pub const STEP_WAYS: [(&str, AndPlan); 3] = [
             gpu_lists: usize::MAX,
             merge_path_min_df: u32::MAX,
             skip_entry_min_ratio: u32::MAX,
+            skip_entry_min_df: 0,
         },
     ),
     (
@@ -317,6 +318,7 @@ pub const STEP_WAYS: [(&str, AndPlan); 3] = [
             gpu_lists: usize::MAX,
             merge_path_min_df: 0,
             skip_entry_min_ratio: u32::MAX,
+            skip_entry_min_df: 0,
         },
     ),
     (
@@ -325,6 +327,7 @@ pub const STEP_WAYS: [(&str, AndPlan); 3] = [
             gpu_lists: usize::MAX,
             merge_path_min_df: u32::MAX,
             skip_entry_min_ratio: 0,
+            skip_entry_min_df: 0,
         },
     ),
 ];

@@ -328,6 +328,9 @@ pub struct SelectionArgs {
     /// has at least this many times the shortest list's postings: 0 always, 4294967295 never.
     #[arg(long, default_value_t = rankserve::select::schedule::DEFAULT_SKIP_ENTRY_MIN_RATIO)]
     skip_entry_min_ratio: u32,
+    /// ... and at least this many postings: 0 any list.
+    #[arg(long, default_value_t = rankserve::select::schedule::DEFAULT_SKIP_ENTRY_MIN_DF)]
+    skip_entry_min_df: u32,
     /// With --gpu, one JSON line per query here: its dfs and its CPU, GPU and hybrid times.
     #[arg(long, value_name = "FILE.jsonl")]
     gpu_out: Option<PathBuf>,
@@ -411,6 +414,7 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         griffin_ratio: args.griffin_ratio,
         merge_path_min_df: args.merge_path_min_df,
         skip_entry_min_ratio: args.skip_entry_min_ratio,
+        skip_entry_min_df: args.skip_entry_min_df,
         ..Scheduler::default()
     };
     let header = format!(

@@ -84,14 +84,21 @@ pub const DEFAULT_MERGE_PATH_MIN_DF: u32 = u32::MAX;
 /// The length ratio (a step's list over the shortest list, whose postings are the candidates)
 /// from which a GPU AND step runs by skip entries: only the blocks that may hold a candidate
 /// are decoded, at most one per candidate, where decoding the list whole decodes ratio / 128 a
-/// candidate. At 1 024 the step decodes at most an eighth of the list's blocks; the price is
-/// three launches and a reset where a search step runs inside the scoring launch (a few µs of
-/// stream time each on the H100, `docs/benchmarks.md`), and whole-list decoding there runs
-/// at ≈ 0.00003 µs a posting, so it pays only for long lists, which a large ratio to a short
-/// list implies. Not yet measured: `rankserve bench selection --gpu` prints the
-/// intersection by length ratio with each way of stepping (`--skip-entry-min-ratio` sets it;
-/// 0 runs every step by skip entries, 4294967295 none).
+/// candidate. At 1 024 the step decodes at most an eighth of the list's blocks. The price is
+/// three launches and a reset, against whole-list decoding at ≈ 200 G postings/s in the query's
+/// one decode launch, so it also needs a long list ([`DEFAULT_SKIP_ENTRY_MIN_DF`]). Measured on
+/// the H100 (`docs/benchmarks.md`, issue 6, "Skip-entry steps"; two-term AND queries, 10 M
+/// documents, every step one way): skip entries fastest from a ratio of 10² (118 vs 122 µs by
+/// merge path, long lists of ≈ 2 M postings) to 10⁵ (238 vs 313 µs, ≈ 8 M postings).
+/// `--skip-entry-min-ratio` sets it: 0 runs every step by skip entries, 4294967295 none.
 pub const DEFAULT_SKIP_ENTRY_MIN_RATIO: u32 = 1024;
+
+/// The fewest postings a list needs for a GPU AND step over it to run by skip entries. At 10 M
+/// documents, with the ratio alone (1 024) deciding, the 500 synthetic queries ran 7 % slower
+/// GPU-only on the mean (84.0 → 90.6 µs): decoding fell by 8 µs a query and the extra launches
+/// cost more; in the two-term table skip entries only broke even over lists of ≈ 2 M postings.
+/// `--skip-entry-min-df` sets it.
+pub const DEFAULT_SKIP_ENTRY_MIN_DF: u32 = 1 << 21;
 
 /// The processor that answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
@@ -236,8 +243,10 @@ pub struct Scheduler {
     /// A GPU AND step runs by merge path when its list has at least this many postings.
     pub merge_path_min_df: u32,
     /// A GPU AND step runs by skip entries when its list has at least this many times the
-    /// shortest list's postings (before merge path is considered).
+    /// shortest list's postings and at least `skip_entry_min_df` (before merge path is
+    /// considered).
     pub skip_entry_min_ratio: u32,
+    pub skip_entry_min_df: u32,
 }
 
 impl Default for Scheduler {
@@ -247,6 +256,7 @@ impl Default for Scheduler {
             griffin_ratio: DEFAULT_GRIFFIN_RATIO,
             merge_path_min_df: DEFAULT_MERGE_PATH_MIN_DF,
             skip_entry_min_ratio: DEFAULT_SKIP_ENTRY_MIN_RATIO,
+            skip_entry_min_df: DEFAULT_SKIP_ENTRY_MIN_DF,
         }
     }
 }
@@ -467,6 +477,7 @@ impl Scheduler {
             gpu_lists,
             merge_path_min_df: self.merge_path_min_df,
             skip_entry_min_ratio: self.skip_entry_min_ratio,
+            skip_entry_min_df: self.skip_entry_min_df,
         }
     }
 
@@ -571,7 +582,10 @@ pub fn search_routed(
             Some(shape) => {
                 scheduler.and_plan(shape, index.num_docs(), |t| cache.is_resident(index, t))
             }
-            None => AndPlan::gpu_only(scheduler.merge_path_min_df, scheduler.skip_entry_min_ratio),
+            None => AndPlan::gpu_only(
+                scheduler.merge_path_min_df,
+                (scheduler.skip_entry_min_ratio, scheduler.skip_entry_min_df),
+            ),
         };
         let ran = match query.mode {
             Mode::Or => search_or(cache, index, query, &route.terms),
@@ -788,8 +802,16 @@ mod tests {
         assert_eq!(plan_resident(&[1_000, 900_000, 950_000]).gpu_lists, 2);
         let passed = s.and_plan(&shape(&[1, 2]), 0, |_| true);
         assert_eq!(
-            (passed.merge_path_min_df, passed.skip_entry_min_ratio),
-            (s.merge_path_min_df, s.skip_entry_min_ratio)
+            (
+                passed.merge_path_min_df,
+                passed.skip_entry_min_ratio,
+                passed.skip_entry_min_df
+            ),
+            (
+                s.merge_path_min_df,
+                s.skip_entry_min_ratio,
+                s.skip_entry_min_df
+            )
         );
     }
 

@@ -70,8 +70,11 @@ pub struct AndPlan {
     /// this many postings, else by binary search per candidate.
     pub merge_path_min_df: u32,
     /// A step runs by skip entries when its list has at least this many times the postings of
-    /// the shortest list (0: every step; `u32::MAX`: none).
+    /// the shortest list (0: every step; `u32::MAX`: none) and at least `skip_entry_min_df`.
     pub skip_entry_min_ratio: u32,
+    /// The fewest postings of a list stepped through by skip entries: the step's three extra
+    /// launches cost more than decoding a shorter list whole.
+    pub skip_entry_min_df: u32,
 }
 
 /// The way one intersection step runs on the GPU (see the module docs).
@@ -84,17 +87,23 @@ pub enum Step {
 
 impl AndPlan {
     /// Every list on the GPU, each step as the thresholds say.
-    pub fn gpu_only(merge_path_min_df: u32, skip_entry_min_ratio: u32) -> AndPlan {
+    pub fn gpu_only(
+        merge_path_min_df: u32,
+        (skip_entry_min_ratio, skip_entry_min_df): (u32, u32),
+    ) -> AndPlan {
         AndPlan {
             gpu_lists: usize::MAX,
             merge_path_min_df,
             skip_entry_min_ratio,
+            skip_entry_min_df,
         }
     }
 
     /// How the step over a list of `df` postings runs when the shortest list has `candidates`.
     pub fn step(&self, df: u32, candidates: u32) -> Step {
-        if df as u64 >= self.skip_entry_min_ratio as u64 * candidates as u64 {
+        if df >= self.skip_entry_min_df
+            && df as u64 >= self.skip_entry_min_ratio as u64 * candidates as u64
+        {
             Step::SkipEntries
         } else if df >= self.merge_path_min_df {
             Step::MergePath
@@ -524,7 +533,7 @@ mod tests {
 
     #[test]
     fn a_step_runs_by_skip_entries_from_its_ratio_to_the_candidates_then_by_merge_path() {
-        let plan = AndPlan::gpu_only(5_000, 1024);
+        let plan = AndPlan::gpu_only(5_000, (1024, 0));
         assert_eq!(plan.step(1024 * 3, 3), Step::SkipEntries);
         assert_eq!(plan.step(1024 * 3 - 1, 3), Step::Search);
         // Merge path only below the ratio, from its length on.
@@ -532,8 +541,12 @@ mod tests {
         assert_eq!(plan.step(1_000_000, 1_000), Step::MergePath);
         assert_eq!(plan.step(1024 * 6_000, 6_000), Step::SkipEntries);
         // 0: every step, even over a list shorter than the candidates; u32::MAX: none.
-        assert_eq!(AndPlan::gpu_only(0, 0).step(1, 7), Step::SkipEntries);
-        let never = AndPlan::gpu_only(u32::MAX, u32::MAX);
+        assert_eq!(AndPlan::gpu_only(0, (0, 0)).step(1, 7), Step::SkipEntries);
+        let never = AndPlan::gpu_only(u32::MAX, (u32::MAX, 0));
         assert_eq!(never.step(u32::MAX - 1, 1), Step::Search);
+        // A list under the length floor is decoded whole whatever its ratio.
+        let long_only = AndPlan::gpu_only(5_000, (1024, 1 << 21));
+        assert_eq!(long_only.step(1024 * 1_000, 1_000), Step::MergePath);
+        assert_eq!(long_only.step(1024 * 3_000, 3_000), Step::SkipEntries);
     }
 }

@@ -1,28 +1,31 @@
 //! The transport floor of `POST /v1/rank` on this machine: what a request costs over loopback
 //! HTTP when the server does no work of its own. The same stack as `rankserve serve` (tokio,
-//! hyper, axum, TCP_NODELAY) reads the whole body, holds the request for `--hold-us` on a
-//! blocking-pool thread (busy, standing in for feature extraction and scoring, while the async
-//! worker that read the request waits as the real server's does), then answers a MessagePack
-//! `RankResponse` of `--docs` scores, the size of the real reply. The held time is reported as
-//! `me_us`, so `rankserve replay` and `scripts/load_ab.sh` count it as scoring: what is left of
-//! the client's latency is the part of the service overhead that no handler can remove (body
-//! transfer, HTTP parsing and writing, wake-ups), to compare with the real server's.
+//! hyper, axum, TCP_NODELAY) reads the whole body, hands the request to a CPU pool as the real
+//! server does ([`Engines::on_cpu_pool_task`]) where it is held busy for `--hold-us` (standing in
+//! for feature extraction and scoring, while the async worker that read the request waits),
+//! then answers a MessagePack `RankResponse` of `--docs` scores, the size of the real reply. The
+//! held time is reported as `me_us` and the body's reading as `read_us`, timed from the same
+//! point as the real server's, so `rankserve replay` and `scripts/load_ab.sh` count the hold as
+//! scoring: what is left of the client's latency is the part of the service overhead that no
+//! handler removes (body transfer, HTTP parsing and writing, one hand-off and wake-ups), to
+//! compare with the real server's.
 //!
 //!     cargo build --release --example http_floor
 //!     target/release/examples/http_floor --addr 127.0.0.1:18700 --docs 1000 --hold-us 2000 &
 //!     rankserve replay --url http://127.0.0.1:18700 --log requests.msgpack --concurrency 1 --duration 5
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
 use clap::Parser;
 use rankserve::server::api::{RankResponse, Timings};
+use rankserve::server::engine::Engines;
 
 #[derive(Parser)]
 struct Args {
@@ -37,29 +40,34 @@ struct Args {
     hold_us: u64,
 }
 
-#[derive(Clone, Copy)]
 struct Floor {
     docs: usize,
     hold: Duration,
+    pool: Engines,
 }
 
-async fn rank(State(floor): State<Floor>, body: Bytes) -> impl IntoResponse {
+async fn rank(State(floor): State<Arc<Floor>>, request: Request) -> impl IntoResponse {
     let arrived = Instant::now();
-    let held = tokio::task::spawn_blocking(move || {
-        let started = Instant::now();
-        while started.elapsed() < floor.hold {
-            std::hint::spin_loop();
-        }
-        drop(body);
-        started.elapsed()
-    })
-    .await
-    .unwrap_or_default();
+    let body = axum::body::to_bytes(request.into_body(), usize::MAX).await;
+    let read = arrived.elapsed();
+    let hold = floor.hold;
+    let held = floor
+        .pool
+        .on_cpu_pool_task(move || {
+            let started = Instant::now();
+            while started.elapsed() < hold {
+                std::hint::spin_loop();
+            }
+            drop(body);
+            started.elapsed()
+        })
+        .await
+        .unwrap_or_default();
     let reply = RankResponse {
         scores: vec![Some(0.5); floor.docs],
         order: None,
         timings: Timings {
-            read_us: 0,
+            read_us: read.as_micros() as u64,
             decode_us: 0,
             fe_us: 0,
             mit_us: None,
@@ -77,10 +85,12 @@ async fn rank(State(floor): State<Floor>, body: Bytes) -> impl IntoResponse {
 #[tokio::main]
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
-    let floor = Floor {
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let floor = Arc::new(Floor {
         docs: args.docs,
         hold: Duration::from_micros(args.hold_us),
-    };
+        pool: Engines::new(threads),
+    });
     let app = Router::new()
         .route("/v1/rank", post(rank))
         .route("/readyz", axum::routing::get(|| async { "ready" }))

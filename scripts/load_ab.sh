@@ -26,6 +26,20 @@ work=$(mktemp -d)
 trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 "$1" requests synth --ranker medium --docs "$docs" --count 64 --out "$work/requests.msgpack" >/dev/null
 
+# Waits for the server $1 listening on $port, replays the log against it for $seconds with the
+# client of binary $2 into $3, then stops the server.
+replay_against() {
+  local server=$1
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
+    sleep 0.1
+  done
+  "$2" replay --url "http://127.0.0.1:$port" --log "$work/requests.msgpack" \
+    --concurrency "$concurrency" --duration "$seconds" --json >"$3"
+  kill "$server"
+  wait "$server" 2>/dev/null || true
+}
+
 port=18520
 for round in $(seq "$rounds"); do
   for b in $(seq "$#"); do
@@ -33,29 +47,13 @@ for round in $(seq "$rounds"); do
     port=$((port + 1))
     "$bin" serve --addr "127.0.0.1:$port" --backend cpu --batch-window-us 0 --rankers rankers \
       >"$work/serve.log" 2>&1 &
-    server=$!
-    for _ in $(seq 100); do
-      curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
-      sleep 0.1
-    done
-    "$bin" replay --url "http://127.0.0.1:$port" --log "$work/requests.msgpack" \
-      --concurrency "$concurrency" --duration "$seconds" --json >"$work/r$round-$b.json"
-    kill "$server"
-    wait "$server" 2>/dev/null || true
+    replay_against $! "$bin" "$work/r$round-$b.json"
   done
   if [ -n "${FLOOR:-}" ]; then
     port=$((port + 1))
     hold=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["server_fe_us"]["mean"] + j["server_me_us"]["mean"]))' "$work/r$round-1.json")
     "$FLOOR" --addr "127.0.0.1:$port" --docs "$docs" --hold-us "$hold" >"$work/floor.log" 2>&1 &
-    server=$!
-    for _ in $(seq 100); do
-      curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
-      sleep 0.1
-    done
-    "$1" replay --url "http://127.0.0.1:$port" --log "$work/requests.msgpack" \
-      --concurrency "$concurrency" --duration "$seconds" --json >"$work/r$round-$(($# + 1)).json"
-    kill "$server"
-    wait "$server" 2>/dev/null || true
+    replay_against $! "$1" "$work/r$round-$(($# + 1)).json"
   fi
 done
 

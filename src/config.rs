@@ -135,7 +135,9 @@ impl FromStr for LogFormat {
 pub struct Sampling {
     /// The log (`.msgpack`: concatenated MessagePack objects, `.jsonl`: JSON Lines).
     pub path: PathBuf,
-    /// Fraction of requests recorded, in (0, 1].
+    /// Fraction of requests recorded, in (0, 1]: of those whose body was read and parsed,
+    /// drawn before anything else (so requests later refused, e.g. 503 `overloaded`, are
+    /// recorded as a frontend sent them).
     pub rate: f64,
 }
 

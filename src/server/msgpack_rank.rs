@@ -151,24 +151,39 @@ const TAIL_FIELDS: [&[u8]; 7] = [
     b"timeout_ms",
 ];
 
+/// The most bytes [`guess_tail`] reads over all the positions it tries: a body can put many
+/// field-like names before one long value, each try reading to the end; past it, the body is
+/// decoded in full instead, so a guess costs at most a few hundred µs of the async worker.
+const TAIL_READ_BYTES: usize = 2 * TAIL_SEARCH_BYTES;
+
 /// Where the `fields` fields after a request's documents (which start at `first`) begin, found
 /// from the end of `bytes`: the last position, within the last [`TAIL_SEARCH_BYTES`], from
 /// which `fields` values named as request fields read exactly to the end. Bytes inside the
 /// last of them can also read that way (a stream named `k` in `stats`), so this is a guess
-/// until the documents are walked ([`Framed::frame_documents`]).
+/// until the documents are walked ([`Framed::frame_documents`]). `None` past
+/// [`TAIL_READ_BYTES`] of reading.
 fn guess_tail(bytes: &[u8], first: usize, fields: usize) -> Option<usize> {
     let lowest = first.max(bytes.len().saturating_sub(TAIL_SEARCH_BYTES));
-    (lowest..=bytes.len()).rev().find(|&pos| {
+    let mut read = 0;
+    for pos in (lowest..=bytes.len()).rev() {
         let mut reader = Reader {
             bytes,
             pos,
             min_task: usize::MAX,
         };
-        (0..fields).all(|_| {
+        let fits = (0..fields).all(|_| {
             matches!(reader.str_bytes(), Ok(name) if TAIL_FIELDS.contains(&name))
                 && reader.skip_value().is_ok()
-        }) && reader.pos == bytes.len()
-    })
+        }) && reader.pos == bytes.len();
+        if fits {
+            return Some(pos);
+        }
+        read += 1 + reader.pos - pos;
+        if read > TAIL_READ_BYTES {
+            return None;
+        }
+    }
+    None
 }
 
 /// Documents per task of [`Framed::feature_matrix`], at least: the hand-off to rayon's pool
@@ -1229,6 +1244,25 @@ mod tests {
     const STATS_ENDING_LIKE_A_FIELD: &[u8] = b"\x83\xa6ranker\xa5small\xa9documents\x92\
         \x81\xa8features\x94\x01\x02\x03\x04\x81\xa8features\x94\x04\x03\x02\x01\
         \xa5stats\x81\xaaavg_length\x81\xa1k\x01";
+
+    #[test]
+    fn a_tail_of_nested_field_names_is_not_read_once_per_name() {
+        // {ranker: "small", documents: [], query: nil, stats: ["k", ["k", [… []]]]}: each `k`
+        // reads as a field whose value runs to the end, then the second field is missing. Read
+        // from every `k`, the guess would walk 20 000 × ~30 KB.
+        let mut body = b"\x84\xa6ranker\xa5small\xa9documents\x90\xa5query\xc0\xa5stats".to_vec();
+        for _ in 0..20_000 {
+            body.extend_from_slice(b"\x92\xa1k");
+        }
+        body.push(0x90);
+        let started = std::time::Instant::now();
+        assert!(frame(Bytes::from(body.clone())).is_none());
+        // Bounded: 0.18 ms in a release build on the development machine, against 570 ms
+        // when every name was read to the end.
+        assert!(started.elapsed() < std::time::Duration::from_millis(200));
+        // The full decode refuses it (`stats` is no map).
+        assert!(decode(&body).is_none());
+    }
 
     #[test]
     fn fields_misread_from_the_end_fail_to_frame() {

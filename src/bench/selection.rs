@@ -102,6 +102,12 @@ fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
     v
 }
 
+/// The median of `values` (the upper one of an even count), at least one value.
+fn median(values: impl Iterator<Item = f64>) -> f64 {
+    let v = sorted(values);
+    v[v.len() / 2]
+}
+
 /// The nearest-rank `q` quantile of `sorted` values (0 when there are none).
 fn nearest_rank(sorted: &[f64], q: f64) -> f64 {
     sorted
@@ -196,12 +202,11 @@ pub fn run(
             }
         }
         let dfs = QueryShape::of(index, &query).dfs;
-        for ((ran, mut times), out) in last.into_iter().zip(times).zip(&mut runs) {
-            times.sort_by(f64::total_cmp);
+        for ((ran, times), out) in last.into_iter().zip(times).zip(&mut runs) {
             let result = ran.result;
             out.push(QueryRun {
                 query: text.clone(),
-                us: times[times.len() / 2],
+                us: median(times.into_iter()),
                 ids: result
                     .hits
                     .iter()
@@ -413,15 +418,11 @@ pub fn step_ways(
                 times.push(gpu(plan)?.0);
             }
         }
-        let median_of = |values: &mut dyn Iterator<Item = f64>| {
-            let v = sorted(values);
-            v[v.len() / 2]
-        };
         let ways = way_times
             .iter()
             .map(|t| WayTiming {
-                wall_us: median_of(&mut t.iter().map(|w| w.wall_us)),
-                stream_us: median_of(&mut t.iter().map(|w| w.stream_us)),
+                wall_us: median(t.iter().map(|w| w.wall_us)),
+                stream_us: median(t.iter().map(|w| w.stream_us)),
                 // The same on every run: which blocks hold the candidates does not change.
                 blocks_decoded: t[0].blocks_decoded,
             })
@@ -429,7 +430,7 @@ pub fn step_ways(
         runs.push(StepWaysRun {
             query: text.clone(),
             dfs: QueryShape::from_terms(&terms, query.k).dfs,
-            cpu_us: median_of(&mut cpu_times.into_iter()),
+            cpu_us: median(cpu_times.into_iter()),
             ways,
             same_hits,
         });
@@ -471,15 +472,12 @@ pub fn by_ratio(runs: &[StepWaysRun]) -> Vec<RatioDecade> {
     decades
         .into_iter()
         .map(|(decade, runs)| {
-            let median = |f: &dyn Fn(&StepWaysRun) -> f64| {
-                let v = sorted(runs.iter().map(|r| f(r)));
-                v[v.len() / 2]
-            };
+            let median_of = |f: &dyn Fn(&StepWaysRun) -> f64| median(runs.iter().map(|r| f(r)));
             let ways = (0..STEP_WAYS.len())
                 .map(|w| WayTiming {
-                    wall_us: median(&|r| r.ways[w].wall_us),
-                    stream_us: median(&|r| r.ways[w].stream_us),
-                    blocks_decoded: median(&|r| r.ways[w].blocks_decoded as f64) as u64,
+                    wall_us: median_of(&|r| r.ways[w].wall_us),
+                    stream_us: median_of(&|r| r.ways[w].stream_us),
+                    blocks_decoded: median_of(&|r| r.ways[w].blocks_decoded as f64) as u64,
                 })
                 .collect();
             let mut fastest = vec![0; 1 + STEP_WAYS.len()];
@@ -494,9 +492,9 @@ pub fn by_ratio(runs: &[StepWaysRun]) -> Vec<RatioDecade> {
             RatioDecade {
                 decade,
                 queries: runs.len(),
-                shorter_df: median(&|r| r.dfs[0] as f64) as u32,
-                longer_df: median(&|r| r.dfs[1] as f64) as u32,
-                cpu_us: median(&|r| r.cpu_us),
+                shorter_df: median_of(&|r| r.dfs[0] as f64) as u32,
+                longer_df: median_of(&|r| r.dfs[1] as f64) as u32,
+                cpu_us: median_of(&|r| r.cpu_us),
                 ways,
                 fastest,
                 mismatches: runs.iter().filter(|r| !r.same_hits).count(),

@@ -354,14 +354,14 @@ fn write_runs(out: Option<&std::path::Path>, runs: &[selection::QueryRun]) -> an
 
 /// `--step-ways`: AND time by decade of the length ratio, on the CPU and each GPU way.
 fn print_step_ways(runs: &[selection::StepWaysRun], reps: usize) {
+    let ways = selection::STEP_WAYS.map(|(name, _)| name);
     println!(
         "intersection by length ratio (second shortest list over the shortest), mode And, µs per \
          query, median of {reps} runs each after a warm-up, the CPU and the GPU's ways taking \
          turns per query; GPU: wall (stream span from CUDA events) and blocks decoded, every \
          step run that way; fastest: queries each was fastest on by wall time (CPU / {}):",
-        selection::STEP_WAYS.map(|(name, _)| name).join(" / ")
+        ways.join(" / ")
     );
-    let ways = selection::STEP_WAYS.map(|(name, _)| name);
     println!(
         "| length ratio | queries | shorter df | longer df | CPU | {} | fastest | hits ≠ CPU |",
         ways.join(" | ")

@@ -153,7 +153,9 @@ const TAIL_FIELDS: [&[u8]; 7] = [
 
 /// The most bytes [`guess_tail`] reads over all the positions it tries: a body can put many
 /// field-like names before one long value, each try reading to the end; past it, the body is
-/// decoded in full instead, so a guess costs at most a few hundred µs of the async worker.
+/// decoded in full instead. A body that reaches the bound cost 0.18 ms of the async worker
+/// (release build, development machine; 570 ms without it:
+/// `a_tail_of_nested_field_names_is_not_read_once_per_name`).
 const TAIL_READ_BYTES: usize = 2 * TAIL_SEARCH_BYTES;
 
 /// Where the `fields` fields after a request's documents (which start at `first`) begin, found

@@ -34,15 +34,15 @@
 
 use cudarc::driver::{DevicePtr, LaunchConfig, PushKernelArg};
 
-use super::cache::{Decode, PostingCache, QueryPostings};
+use super::cache::{Decode, PostingCache, QueryPostings, StageRequest};
 use super::decode::{decode_blocks, DESC_WORDS};
 use super::phases::{self, Mark};
-use super::topk::top_k;
-use super::GpuSelectError;
+use super::topk::{host_words, launch_top_k};
+use super::{GpuSelectError, Queued};
 use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError, KernelModule};
 use crate::index::codecs::BLOCK_LEN;
-use crate::index::{DocId, Index, PostingList, TermId};
+use crate::index::{Index, PostingList, TermId};
 use crate::select::bm25::TermScorer;
 use crate::select::{cpu, Query, QueryTerms, SearchResult, SelectStats};
 
@@ -128,9 +128,7 @@ pub fn search_and(
     terms: &QueryTerms,
     plan: &AndPlan,
 ) -> Result<SearchResult, GpuSelectError> {
-    super::timed_search(query, |stats| {
-        and_topk(cache, index, query, terms, plan, stats)
-    })
+    super::search_one(cache, index, super::GpuRun::And(*plan), query, terms)
 }
 
 /// A query term's list with its place among the query's distinct terms.
@@ -140,14 +138,48 @@ struct QueryList<'a> {
     list: PostingList<'a>,
 }
 
-pub(super) fn and_topk(
-    cache: &mut PostingCache,
+/// An AND query staged in a batch: what its launches need beyond its lists on the device.
+pub(super) struct AndWork<'a> {
+    /// The query's lists in SvS order; the GPU intersects the first `on_gpu`.
+    lists: Vec<QueryList<'a>>,
+    on_gpu: usize,
+    /// Candidates (the shortest list's postings).
+    na: u32,
+    /// How each of the GPU's lists is stepped, and which are stepped by their own launches.
+    ways: Vec<Step>,
+    stepped: Vec<usize>,
+    /// Scratch words of the `found` arrays, where the hand-over's rows follow.
+    steps_words: usize,
+    /// Scratch word of the skip-entry steps' decode table.
+    skip_at: usize,
+    skip_steps: usize,
+    seek_blocks: usize,
+}
+
+impl AndWork<'_> {
+    /// Whether the GPU intersects every list (else the CPU finishes the query).
+    fn finished_here(&self) -> bool {
+        self.on_gpu == self.lists.len()
+    }
+
+    /// The mapped host words of the skip-entry steps' counts.
+    pub(super) fn count_words(&self) -> usize {
+        self.skip_steps * self.seek_blocks
+    }
+}
+
+/// What an AND query stages ([`PostingCache::stage`]) and the plan of its launches; `None`
+/// when its answer is empty without a launch (an unknown term, k = 0).
+///
+/// # Errors
+/// [`GpuError::TooLarge`] when an intersection step's merge exceeds what the kernels index.
+pub(super) fn and_stage<'a>(
     index: &Index,
     query: &Query,
-    terms: &QueryTerms,
+    terms: &QueryTerms<'a>,
     plan: &AndPlan,
     stats: &mut SelectStats,
-) -> Result<Vec<(DocId, f64)>, GpuError> {
+) -> Result<Option<(StageRequest<'a>, AndWork<'a>)>, GpuError> {
     // Any unknown term empties the result, as on the CPU.
     let Some(mut lists) = terms
         .lists
@@ -156,10 +188,10 @@ pub(super) fn and_topk(
         .map(|(qi, found)| found.map(|(id, list)| QueryList { qi, id, list }))
         .collect::<Option<Vec<QueryList>>>()
     else {
-        return Ok(Vec::new());
+        return Ok(None);
     };
     if query.k == 0 || lists.is_empty() {
-        return Ok(Vec::new());
+        return Ok(None);
     }
     // SvS order, as the CPU's AND and the scheduler's shape.
     lists.sort_by_key(|l| (l.list.df, l.qi));
@@ -216,9 +248,9 @@ pub(super) fn and_topk(
     // descriptor boundary) the skip-entry steps' decode table and candidate slots, which each
     // such step rewrites. Mapped host words: per skip-entry step, a count per seek block.
     let steps_words = stepped.len() * na as usize;
-    let gather_words = match on_gpu < lists.len() {
-        true => 1 + na as usize * (1 + on_gpu),
-        false => 0,
+    let gather_words = match finished_here {
+        false => 1 + na as usize * (1 + on_gpu),
+        true => 0,
     };
     let skip_steps = (1..on_gpu)
         .filter(|&s| ways[s] == Step::SkipEntries)
@@ -229,17 +261,47 @@ pub(super) fn and_topk(
         _ => (DESC_WORDS + 1) * na as usize,
     };
     let seek_blocks = na.div_ceil(SKIP_SEEK_THREADS) as usize;
-    let ids: Vec<(TermId, PostingList, Decode)> = (gpu_lists.iter().enumerate())
-        .map(|(s, l)| (l.id, l.list, decode_of(s)))
-        .collect();
-    let device = cache.device().clone();
-    let mut postings = cache.decode_query(
-        index,
-        &ids,
-        &extra,
-        skip_at + skip_words,
-        skip_steps * seek_blocks,
-    )?;
+    let request = StageRequest {
+        lists: (gpu_lists.iter().enumerate())
+            .map(|(s, l)| (l.id, l.list, decode_of(s)))
+            .collect(),
+        extra,
+        scratch_words: skip_at + skip_words,
+        mapped_words: skip_steps * seek_blocks,
+        topk_words: match finished_here {
+            true => host_words(na, query.k),
+            false => 0,
+        },
+    };
+    let work = AndWork {
+        lists,
+        on_gpu,
+        na,
+        ways,
+        stepped,
+        steps_words,
+        skip_at,
+        skip_steps,
+        seek_blocks,
+    };
+    Ok(Some((request, work)))
+}
+
+/// Queues a staged AND query's intersection steps, then its scoring and top-k, or hands its
+/// survivors over to the CPU, which finishes it at once (the hand-over waits for the stream).
+///
+/// # Errors
+/// A driver error when a launch or the hand-over's copy fails.
+pub(super) fn and_queue(
+    device: &GpuDevice,
+    mut postings: QueryPostings<'_>,
+    work: &AndWork<'_>,
+    index: &Index,
+    (query, terms): (&Query, &QueryTerms<'_>),
+    stats: &mut SelectStats,
+) -> Result<Queued, GpuError> {
+    let (na, on_gpu) = (work.na, work.on_gpu);
+    let gpu_lists = &work.lists[..on_gpu];
     let stream = device.stream();
     let docs = postings.decoded.docs.device_ptr(stream).0;
     let at = |slot: u32| docs + 4 * slot as u64;
@@ -247,20 +309,20 @@ pub(super) fn and_topk(
     let found_of = |k: usize| found + 4 * (k * na as usize) as u64;
     let candidates = at(postings.slot[0]);
     let mut skip_step = 0;
-    for (k, &s) in stepped.iter().enumerate() {
+    for (k, &s) in work.stepped.iter().enumerate() {
         let nb = gpu_lists[s].list.df;
         let alive = if k == 0 { 0 } else { found_of(k - 1) };
-        let (kernel, config) = match ways[s] {
+        let (kernel, config) = match work.ways[s] {
             Step::SkipEntries => {
                 let seek = SkipSeek {
                     list: s,
                     alive,
                     na,
-                    scratch_at: skip_at,
+                    scratch_at: work.skip_at,
                     found: found_of(k),
-                    counts_at: skip_step * seek_blocks,
+                    counts_at: postings.mapped_at + skip_step * work.seek_blocks,
                 };
-                seek_by_skip_entries(&device, &mut postings, gpu_lists[s].list, &seek)?;
+                seek_by_skip_entries(device, &mut postings, gpu_lists[s].list, &seek)?;
                 skip_step += 1;
                 continue;
             }
@@ -287,11 +349,12 @@ pub(super) fn and_topk(
         // SAFETY: both kernels are `(const u32* a, const u32* alive, u32 na, const u32* b, u32 nb,
         // u32* found)`: a is list 0's na decoded docIDs, b list s's nb (increasing, decoded
         // above), alive null or the previous step's na entries, found this step's na entries of
-        // the scratch (steps_words = steps × na); na + nb + 2048 < 2³² (checked above); the
-        // merge kernel gets one 256-thread block per 2048 merge elements, the search any grid.
+        // the scratch (steps_words = steps × na); na + nb + 2048 < 2³² (checked when staged);
+        // the merge kernel gets one 256-thread block per 2048 merge elements, the search any
+        // grid.
         unsafe { launch.launch(config) }.during(kernel)?;
     }
-    if finished_here {
+    if work.finished_here() {
         let scores = &mut *postings.acc;
         let function = device.function(KernelModule::Score, "score_and_found")?;
         let starts = postings.slots_and_dfs.slice(..on_gpu);
@@ -299,7 +362,7 @@ pub(super) fn and_topk(
         let params_at = postings.extra.device_ptr(stream).0;
         let order_at = params_at + 4 * 6 * on_gpu as u64;
         let step_of_at = order_at + 4 * on_gpu as u64;
-        let (lists_u32, steps) = (on_gpu as u32, stepped.len() as u32);
+        let (lists_u32, steps) = (on_gpu as u32, work.stepped.len() as u32);
         let mut launch = stream.launch_builder(function);
         launch
             .arg(&postings.decoded.docs)
@@ -326,25 +389,24 @@ pub(super) fn and_topk(
         phases::mark(postings.events, Mark::Scored, stream)?;
         let ids = (postings.decoded.docs)
             .slice(postings.slot[0] as usize..(postings.slot[0] + na) as usize);
-        let hits = top_k(
-            &device,
+        let top = launch_top_k(
+            device,
             postings.topk,
             postings.events,
             scores,
             Some(&ids),
             na,
             query.k,
+            postings.topk_at,
         )?;
-        stats.blocks_decoded += skip_blocks_decoded(&device, &postings, skip_steps * seek_blocks)?;
-        return Ok(hits);
+        return Ok(Queued::TopK(top));
     }
-    let rows = gather(&device, &mut postings, found, steps_words, on_gpu, na)?;
-    stats.blocks_decoded += skip_blocks_decoded(&device, &postings, skip_steps * seek_blocks)?;
+    let rows = gather(device, &mut postings, found, work.steps_words, on_gpu, na)?;
     let done: Vec<usize> = gpu_lists.iter().map(|l| l.qi).collect();
     let (hits, cpu_stats) = cpu::and_finish(index, query, terms, &done, &rows);
     stats.blocks_decoded += cpu_stats.blocks_decoded;
     stats.docs_scored += cpu_stats.docs_scored;
-    Ok(hits)
+    Ok(Queued::Done(hits))
 }
 
 /// Where a skip-entry step reads and writes (device addresses, scratch and mapped words).
@@ -446,29 +508,6 @@ fn seek_by_skip_entries(
     // skip-entry step); one 256-thread block per 256 candidates, as the kernel requires.
     unsafe { launch.launch(config) }.during("intersect_skip_seek")?;
     Ok(())
-}
-
-/// The blocks the query's skip-entry steps decoded: the sum of the first `words` mapped words,
-/// which their seeks wrote (after a wait for the stream, a few µs when it is idle as it is once
-/// the query's results are in).
-///
-/// # Errors
-/// A driver error when the wait fails.
-fn skip_blocks_decoded(
-    device: &GpuDevice,
-    postings: &QueryPostings<'_>,
-    words: usize,
-) -> Result<u64, GpuError> {
-    if words == 0 {
-        return Ok(0);
-    }
-    device.synchronize()?;
-    let counts = postings
-        .mapped
-        .host
-        .as_slice()
-        .during("decoded block counts read")?;
-    Ok(counts[..words].iter().map(|&c| c as u64).sum())
 }
 
 /// Packs the survivors of the GPU's `lists` − 1 steps (`intersect_gather`) into the scratch from

@@ -40,11 +40,11 @@ use super::decode::{
     decode_blocks, describe_list, push_words, DecodedBlocks, PackedLists, DESC_WORDS,
 };
 use super::phases::{self, Mark, QueryEvents};
-use super::topk::TopKBuffers;
+use super::topk::{PendingTopK, TopKBuffers};
 use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError, MappedHost};
 use crate::index::codecs::{Codec, BLOCK_LEN};
-use crate::index::{Index, PostingList, TermId};
+use crate::index::{DocId, Index, PostingList, TermId};
 use crate::select::{dedup_terms, Query};
 
 /// Sizes and admission rule of a [`PostingCache`].
@@ -73,13 +73,15 @@ impl Default for PostingCacheConfig {
 pub struct PostingCacheStats {
     /// Queries staged.
     pub queries: u64,
+    /// Batches staged (each query is staged in one, alone or with others).
+    pub batches: u64,
     /// Query lists found resident.
     pub hits: u64,
     /// Query lists copied per query.
     pub misses: u64,
     /// Bytes copied host → device by queries (block tables and non-resident lists).
     pub bytes_copied: u64,
-    /// Bytes copied by the last query.
+    /// Bytes copied by the last batch (its one query's, when it was alone).
     pub last_query_bytes_copied: u64,
     /// Lists and bytes resident on the device.
     pub resident_lists: u64,
@@ -114,9 +116,10 @@ struct Loaded {
     mapped: MappedHost<u32>,
 }
 
-/// Top-k candidate slots a cache starts with (enough for k = 256 over 500 000 documents); a
-/// larger query grows them once.
-const INITIAL_TOPK_SLOTS: usize = 1 << 16;
+/// Top-k candidate host words a cache starts with: the last pass of a top-k with k ≤ 1 024
+/// writes at most 2 048 candidates (3 072 words), so 21 such queries of a batch; a batch that
+/// needs more grows them once.
+const INITIAL_TOPK_WORDS: usize = 1 << 16;
 
 /// How much of a list the query's one decode launch decodes ([`PostingCache::decode_query`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -158,8 +161,101 @@ pub struct QueryPostings<'a> {
     pub acc: &'a mut CudaSlice<f64>,
     /// At least the scratch words the caller asked for (contents undefined).
     pub scratch: &'a mut CudaSlice<u32>,
-    /// At least the mapped host words the caller asked for (contents undefined).
+    /// Mapped host words, the query's `mapped_words` from word `mapped_at` on (contents
+    /// undefined).
     pub mapped: &'a MappedHost<u32>,
+    pub mapped_at: usize,
+    /// The query's top-k candidates' first host word ([`super::topk::launch_top_k`]'s `at`).
+    pub topk_at: usize,
+}
+
+/// One query's part of a batch that [`PostingCache::stage`] stages.
+pub struct StageRequest<'l> {
+    /// The query's lists, in the order its kernels index them, and how much of each to decode.
+    pub lists: Vec<(TermId, PostingList<'l>, Decode)>,
+    /// Words its kernels read (per-query parameters such as BM25's).
+    pub extra: Vec<u32>,
+    /// Device scratch words it needs (shared by the batch: its queries run one after another
+    /// on the stream).
+    pub scratch_words: usize,
+    /// Mapped host words it needs, its own until the batch's wait.
+    pub mapped_words: usize,
+    /// Top-k candidate host words it needs ([`super::topk::host_words`]), its own likewise.
+    pub topk_words: usize,
+}
+
+/// Where a staged query's parts lie (see [`StagedBatch::query`]).
+struct StagedQuery {
+    slot: Vec<u32>,
+    first_desc: Vec<u32>,
+    /// Staging word of its slots, then dfs, then extra words.
+    meta_at: usize,
+    lists: usize,
+    extra: usize,
+    mapped_at: usize,
+    topk_at: usize,
+}
+
+/// A batch of queries staged and decoded by [`PostingCache::stage`]: their device work queues
+/// after it on the one stream, one query after another.
+pub struct StagedBatch<'a> {
+    loaded: &'a mut Loaded,
+    topk: &'a mut TopKBuffers,
+    events: Option<&'a QueryEvents>,
+    codec: Codec,
+    /// The batch's block table, words of `loaded.words`.
+    table: std::ops::Range<usize>,
+    queries: Vec<StagedQuery>,
+}
+
+impl StagedBatch<'_> {
+    /// The hits of a top-k that query's launches queued, once the stream has passed it.
+    ///
+    /// # Errors
+    /// A driver error when the host buffer cannot be read.
+    pub fn top_k(&self, pending: &PendingTopK) -> Result<Vec<(DocId, f64)>, GpuError> {
+        self.topk.collect(pending)
+    }
+
+    /// The sum of query `q`'s first `words` mapped words, once the stream has passed the
+    /// kernels that write them.
+    ///
+    /// # Errors
+    /// A driver error when the host buffer cannot be read.
+    pub fn mapped_sum(&self, q: usize, words: usize) -> Result<u64, GpuError> {
+        if words == 0 {
+            return Ok(0);
+        }
+        let at = self.queries[q].mapped_at;
+        let host = (self.loaded.mapped.host.as_slice()).during("mapped words read")?;
+        Ok(host[at..at + words].iter().map(|&c| c as u64).sum())
+    }
+
+    /// Query `q`'s lists and buffers (`q` in the order of the requests staged).
+    pub fn query(&mut self, q: usize) -> QueryPostings<'_> {
+        let staged = &self.queries[q];
+        let loaded = &mut *self.loaded;
+        let at = loaded.staging_at + staged.meta_at;
+        let meta = at + 2 * staged.lists;
+        QueryPostings {
+            decoded: &mut loaded.decoded,
+            slot: staged.slot.clone(),
+            table: loaded.words.slice(self.table.clone()),
+            first_desc: staged.first_desc.clone(),
+            words: &loaded.words,
+            codec: self.codec,
+            slots_and_dfs: loaded.words.slice(at..meta),
+            extra: loaded.words.slice(meta..meta + staged.extra),
+            topk: &mut *self.topk,
+            events: self.events,
+            doc_len: &loaded.doc_len,
+            acc: &mut loaded.acc,
+            scratch: &mut loaded.scratch,
+            mapped: &loaded.mapped,
+            mapped_at: staged.mapped_at,
+            topk_at: staged.topk_at,
+        }
+    }
 }
 
 /// How lists are chosen to be resident.
@@ -225,7 +321,7 @@ impl PostingCache {
         // then reads.
         let staging = unsafe { device.context().alloc_pinned::<u32>(staging_words) }
             .during("pinned staging allocation")?;
-        let topk = TopKBuffers::alloc(&device, INITIAL_TOPK_SLOTS)?;
+        let topk = TopKBuffers::alloc(&device, INITIAL_TOPK_WORDS)?;
         Ok(PostingCache {
             device,
             config,
@@ -377,42 +473,56 @@ impl PostingCache {
         admitted
     }
 
-    /// Decodes `lists` (a query's, in order; those marked [`Decode::Whole`]) into the decode
-    /// output with one launch: resident lists from device memory, the others (and the block
-    /// table of every list) copied through the staging buffer first, in the same copy as the
-    /// lists' slots and dfs and the caller's `extra` words (per-query parameters of its
-    /// kernels), with at least `scratch_words` of device scratch and `mapped_words` of mapped
-    /// host words.
+    /// Stages a batch of queries and decodes, with one copy and one launch for the whole batch,
+    /// every list a request marks [`Decode::Whole`]: resident lists from device memory, the
+    /// others (and the block table of every list) copied through the staging buffer, in the
+    /// same copy as each query's slots, dfs and `extra` words. Scratch is sized for the largest
+    /// request, mapped and top-k host words for all of them together.
     ///
     /// # Errors
-    /// [`GpuError::TooLarge`] when what the query stages exceeds the staging region or its
+    /// [`GpuError::TooLarge`] when what the batch stages exceeds the staging region or its
     /// decoded slots overflow a u32; a device error when a copy, allocation or the launch fails.
-    pub fn decode_query(
+    pub fn stage(
         &mut self,
         index: &Index,
-        lists: &[(TermId, PostingList<'_>, Decode)],
-        extra: &[u32],
-        scratch_words: usize,
-        mapped_words: usize,
-    ) -> Result<QueryPostings<'_>, GpuError> {
+        requests: &[StageRequest<'_>],
+    ) -> Result<StagedBatch<'_>, GpuError> {
         self.prepare(index)?;
         let Some(loaded) = self.loaded.as_mut() else {
             unreachable!("prepare loads the index or fails")
         };
-        // Staging layout: slots, dfs, extra, padded to a descriptor (the kernels read the table
-        // as uint4), then the block table (the lists decoded whole first, so that the launch
-        // takes one contiguous run of it, then the others), then the non-resident lists.
-        let meta_words = 2 * lists.len() + extra.len();
+        let all_lists = || requests.iter().flat_map(|r| &r.lists);
+        // Staging layout: per query its slots, dfs and extra words; padded to a descriptor (the
+        // kernels read the table as uint4), the block table (every list decoded whole first, so
+        // that the launch takes one contiguous run of it, then the others), then the
+        // non-resident lists.
+        let meta_words: usize = (requests.iter())
+            .map(|r| 2 * r.lists.len() + r.extra.len())
+            .sum();
         let table_at = meta_words.next_multiple_of(DESC_WORDS);
-        let n_blocks: usize = lists.iter().map(|(_, l, _)| l.n_blocks()).sum();
-        let whole_blocks: usize = (lists.iter())
+        let n_blocks: usize = all_lists().map(|(_, l, _)| l.n_blocks()).sum();
+        let whole_blocks: usize = all_lists()
             .filter(|(_, _, decode)| *decode == Decode::Whole)
             .map(|(_, l, _)| l.n_blocks())
             .sum();
         let table_words = n_blocks * DESC_WORDS;
         let lists_at = table_at + table_words;
-        let mut slot = vec![0; lists.len()];
-        let mut first_desc = vec![0; lists.len()];
+        let mut queries: Vec<StagedQuery> = Vec::with_capacity(requests.len());
+        let (mut meta_at, mut mapped_at, mut topk_at) = (0, 0, 0);
+        for r in requests {
+            queries.push(StagedQuery {
+                slot: vec![0; r.lists.len()],
+                first_desc: vec![0; r.lists.len()],
+                meta_at,
+                lists: r.lists.len(),
+                extra: r.extra.len(),
+                mapped_at,
+                topk_at,
+            });
+            meta_at += 2 * r.lists.len() + r.extra.len();
+            mapped_at += r.mapped_words;
+            topk_at += r.topk_words;
+        }
         let mut table = Vec::with_capacity(table_words);
         let mut staged = Vec::new();
         let (mut hits, mut misses) = (0, 0);
@@ -426,34 +536,36 @@ impl PostingCache {
             })
         };
         let as_slot =
-            |block: usize| to_u32("decoded posting slots of one query", block * BLOCK_LEN);
+            |block: usize| to_u32("decoded posting slots of one batch", block * BLOCK_LEN);
         for whole in [true, false] {
-            for (t, &(id, list, decode)) in lists.iter().enumerate() {
-                if (decode == Decode::Whole) != whole {
-                    continue;
-                }
-                let desc = table.len() / DESC_WORDS;
-                first_desc[t] = to_u32("block descriptors of one query", desc)?;
-                slot[t] = match decode {
-                    Decode::Whole => as_slot(desc)?,
-                    Decode::Later { blocks } => {
-                        room_at += blocks as usize;
-                        as_slot(room_at - blocks as usize)?
+            for (r, query) in requests.iter().zip(&mut queries) {
+                for (t, &(id, list, decode)) in r.lists.iter().enumerate() {
+                    if (decode == Decode::Whole) != whole {
+                        continue;
                     }
-                };
-                match loaded.resident.get(&id) {
-                    Some(r) => {
-                        hits += 1;
-                        table.extend_from_slice(
-                            &loaded.resident_table[r.first_desc * DESC_WORDS
-                                ..(r.first_desc + r.n_blocks) * DESC_WORDS],
-                        );
-                    }
-                    None => {
-                        misses += 1;
-                        let word_at = loaded.staging_at + lists_at + staged.len();
-                        describe_list(list, word_at, &mut table)?;
-                        push_words(list.bytes(), &mut staged);
+                    let desc = table.len() / DESC_WORDS;
+                    query.first_desc[t] = to_u32("block descriptors of one batch", desc)?;
+                    query.slot[t] = match decode {
+                        Decode::Whole => as_slot(desc)?,
+                        Decode::Later { blocks } => {
+                            room_at += blocks as usize;
+                            as_slot(room_at - blocks as usize)?
+                        }
+                    };
+                    match loaded.resident.get(&id) {
+                        Some(r) => {
+                            hits += 1;
+                            table.extend_from_slice(
+                                &loaded.resident_table[r.first_desc * DESC_WORDS
+                                    ..(r.first_desc + r.n_blocks) * DESC_WORDS],
+                            );
+                        }
+                        None => {
+                            misses += 1;
+                            let word_at = loaded.staging_at + lists_at + staged.len();
+                            describe_list(list, word_at, &mut table)?;
+                            push_words(list.bytes(), &mut staged);
+                        }
                     }
                 }
             }
@@ -462,7 +574,7 @@ impl PostingCache {
         let copy_words = lists_at + staged.len();
         if copy_words > self.staging.len() {
             return Err(GpuError::TooLarge {
-                what: "bytes a query stages (block table and non-resident lists)",
+                what: "bytes a batch stages (block tables and non-resident lists)",
                 got: 4 * copy_words,
                 limit: 4 * self.staging.len(),
             });
@@ -471,28 +583,33 @@ impl PostingCache {
             loaded.decoded = DecodedBlocks::alloc(&self.device, room_at.next_power_of_two())?;
         }
         let stream = self.device.stream();
+        let scratch_words = requests.iter().map(|r| r.scratch_words).max().unwrap_or(0);
         if loaded.scratch.len() < scratch_words {
             // SAFETY: as at `prepare`: the query writes what it reads.
             loaded.scratch = unsafe { stream.alloc::<u32>(scratch_words.next_power_of_two()) }
                 .during("query scratch allocation")?;
         }
-        // Every query ends by waiting for the stream (its top-k download), but one that failed
-        // midway may have left its copy (or kernels writing the mapped words) in flight: wait
-        // before rewriting the pinned buffer or replacing the mapped one (a few µs when the
-        // stream is idle, as it is after a successful query).
+        // Every batch ends by waiting for the stream, but one that failed midway may have left
+        // its copy (or kernels writing mapped words) in flight: wait before rewriting the pinned
+        // buffer or replacing a mapped one (a few µs when the stream is idle, as it is after a
+        // successful batch).
         self.device.synchronize()?;
-        if loaded.mapped.host.len() < mapped_words {
-            loaded.mapped = MappedHost::alloc(&self.device, mapped_words.next_power_of_two())?;
+        if loaded.mapped.host.len() < mapped_at {
+            loaded.mapped = MappedHost::alloc(&self.device, mapped_at.next_power_of_two())?;
         }
+        self.topk.reserve(&self.device, topk_at)?;
         let host = self
             .staging
             .as_mut_slice()
             .during("pinned staging buffer")?;
-        let dfs = lists.iter().map(|(_, l, _)| l.df);
-        for (word, value) in host.iter_mut().zip(slot.iter().copied().chain(dfs)) {
-            *word = value;
+        for (r, query) in requests.iter().zip(&queries) {
+            let dfs = r.lists.iter().map(|(_, l, _)| l.df);
+            let meta = &mut host[query.meta_at..query.meta_at + 2 * query.lists + query.extra];
+            for (word, value) in meta.iter_mut().zip(query.slot.iter().copied().chain(dfs)) {
+                *word = value;
+            }
+            meta[2 * query.lists..].copy_from_slice(&r.extra);
         }
-        host[2 * lists.len()..meta_words].copy_from_slice(extra);
         host[table_at..lists_at].copy_from_slice(&table);
         host[lists_at..copy_words].copy_from_slice(&staged);
         let at = loaded.staging_at;
@@ -508,7 +625,8 @@ impl PostingCache {
                 .during("query staging copy")?;
         }
         phases::mark(events, Mark::Staged, stream)?;
-        self.stats.queries += 1;
+        self.stats.queries += requests.len() as u64;
+        self.stats.batches += 1;
         self.stats.hits += hits;
         self.stats.misses += misses;
         self.stats.last_query_bytes_copied = 4 * copy_words as u64;
@@ -526,21 +644,13 @@ impl PostingCache {
             0,
         )?;
         phases::mark(events, Mark::Decoded, stream)?;
-        Ok(QueryPostings {
-            decoded: &mut loaded.decoded,
-            slot,
-            table: loaded.words.slice(at + table_at..at + lists_at),
-            first_desc,
-            words: &loaded.words,
-            codec,
-            slots_and_dfs: loaded.words.slice(at..at + 2 * lists.len()),
-            extra: loaded.words.slice(at + 2 * lists.len()..at + meta_words),
+        Ok(StagedBatch {
+            loaded,
             topk: &mut self.topk,
             events,
-            doc_len: &loaded.doc_len,
-            acc: &mut loaded.acc,
-            scratch: &mut loaded.scratch,
-            mapped: &loaded.mapped,
+            codec,
+            table: at + table_at..at + lists_at,
+            queries,
         })
     }
 }

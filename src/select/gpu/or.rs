@@ -1,25 +1,26 @@
 //! OR queries on the GPU: term at a time into a dense accumulator (Ding et al. WWW'09), then a
 //! top-k from per-block candidates merged on the host.
 //!
-//! Every distinct known term's list is decoded in one launch ([`PostingCache::decode_query`]);
-//! then, in the query's term order, one launch per term adds its BM25 contributions
+//! Every distinct known term's list is decoded in the batch's one launch
+//! ([`super::cache::PostingCache::stage`]); then, in the query's term order, one launch per term adds its BM25 contributions
 //! (`score_term`) into one f64 per document. One stream makes every document's score the f64
 //! sum of its f32 contributions in query term order, the CPU's definition (`select::bm25`), so
 //! scores are bit-identical; `score.cu` is compiled without fused multiply-adds for the same
-//! reason.
+//! reason. The queries of a batch share the accumulator: each queues its reset, terms and
+//! top-k after the one before it.
 //!
 //! Counters: `blocks_decoded` is every block of every term (TAAT decodes whole lists);
 //! `docs_scored` stays 0, since the union's size is not counted on the device.
 
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 
-use super::cache::{Decode, PostingCache};
+use super::cache::{Decode, PostingCache, QueryPostings, StageRequest};
 use super::phases::{self, Mark};
-use super::topk::top_k;
+use super::topk::{host_words, launch_top_k, PendingTopK};
 use super::GpuSelectError;
 use crate::gpu::error::DriverResultExt;
-use crate::gpu::{GpuError, KernelModule};
-use crate::index::{DocId, Index};
+use crate::gpu::{GpuDevice, GpuError, KernelModule};
+use crate::index::{Index, PostingList, TermId};
 use crate::select::bm25::TermScorer;
 use crate::select::{Query, QueryTerms, SearchResult, SelectStats};
 
@@ -37,25 +38,52 @@ pub fn search_or(
     query: &Query,
     terms: &QueryTerms,
 ) -> Result<SearchResult, GpuSelectError> {
-    super::timed_search(query, |stats| or_topk(cache, index, query, terms, stats))
+    super::search_one(cache, index, super::GpuRun::Or, query, terms)
 }
 
-pub(super) fn or_topk(
-    cache: &mut PostingCache,
+/// An OR query staged in a batch: its lists, in query order.
+pub(super) struct OrWork<'a> {
+    lists: Vec<(TermId, PostingList<'a>)>,
+}
+
+/// What an OR query stages ([`super::cache::PostingCache::stage`]): every distinct known term's
+/// list, decoded whole; `None` when it has nothing to score (k = 0 or no known term).
+pub(super) fn or_stage<'a>(
     index: &Index,
     query: &Query,
-    terms: &QueryTerms,
+    terms: &QueryTerms<'a>,
     stats: &mut SelectStats,
-) -> Result<Vec<(DocId, f64)>, GpuError> {
-    let lists: Vec<_> = (terms.lists.iter().flatten())
-        .map(|&(id, list)| (id, list, Decode::Whole))
-        .collect();
+) -> Option<(StageRequest<'a>, OrWork<'a>)> {
+    let lists: Vec<_> = terms.lists.iter().flatten().copied().collect();
     if query.k == 0 || lists.is_empty() {
-        return Ok(Vec::new());
+        return None;
     }
-    let device = cache.device().clone();
+    stats.blocks_decoded += lists.iter().map(|(_, l)| l.n_blocks() as u64).sum::<u64>();
+    let request = StageRequest {
+        lists: (lists.iter())
+            .map(|&(id, list)| (id, list, Decode::Whole))
+            .collect(),
+        extra: Vec::new(),
+        scratch_words: 0,
+        mapped_words: 0,
+        topk_words: host_words(index.num_docs(), query.k),
+    };
+    Some((request, OrWork { lists }))
+}
+
+/// Queues a staged OR query: the accumulator's reset, a launch per term in query order, the
+/// top-k.
+///
+/// # Errors
+/// A driver error when a launch fails.
+pub(super) fn or_queue(
+    device: &GpuDevice,
+    postings: QueryPostings<'_>,
+    work: &OrWork<'_>,
+    index: &Index,
+    query: &Query,
+) -> Result<PendingTopK, GpuError> {
     let n_docs = index.num_docs();
-    let postings = cache.decode_query(index, &lists, &[], 0, 0)?;
     let stream = device.stream();
     let fill = device.function(KernelModule::Score, "score_fill")?;
     let mut launch = stream.launch_builder(fill);
@@ -66,8 +94,7 @@ pub(super) fn or_topk(
 
     let n = n_docs as u64;
     let avgdl = index.avg_scoring_length();
-    for (&(_, list, _), &slot) in lists.iter().zip(&postings.slot) {
-        stats.blocks_decoded += list.n_blocks() as u64;
+    for (&(_, list), &slot) in work.lists.iter().zip(&postings.slot) {
         let span = slot as usize..slot as usize + list.df as usize;
         let docs = postings.decoded.docs.slice(span.clone());
         let tfs = postings.decoded.tfs.slice(span);
@@ -93,13 +120,14 @@ pub(super) fn or_topk(
         unsafe { launch.launch(LaunchConfig::for_num_elems(list.df)) }.during("score_term")?;
     }
     phases::mark(postings.events, Mark::Scored, stream)?;
-    top_k(
-        &device,
+    launch_top_k(
+        device,
         postings.topk,
         postings.events,
         &*postings.acc,
         None,
         n_docs,
         query.k,
+        postings.topk_at,
     )
 }

@@ -2,10 +2,11 @@
 //! candidates, merged by the CPU's [`TopK`]).
 //!
 //! The candidate buffers (device and pinned host) live in [`TopKBuffers`], kept by the posting
-//! cache and grown only when a query needs more slots than any before it: a query allocates
-//! nothing, launches once (a pass more over many entries, below), and waits on the stream once.
-//! The kernel writes its candidates (scores, then docIDs, in one buffer) straight into pinned
-//! host memory through the buffer's device mapping: no download to queue and wait for.
+//! cache and grown only when a batch needs more room than any before it: a query allocates
+//! nothing and launches once (a pass more over many entries, below); the batch it belongs to
+//! waits on the stream once for all its queries. The kernel writes its candidates (scores, then
+//! docIDs, in the query's own run of one buffer) straight into pinned host memory through the
+//! buffer's device mapping: no download to queue and wait for.
 //!
 //! For k ≤ 32 (`score_block_topk_warp`) each block picks its best k by shuffle arg-max rounds
 //! instead of sorting its 2 048 entries: on the H100 the sort was 52 µs of a 116 µs AND query
@@ -35,10 +36,9 @@ const TOPK_WARP_KEEP: usize = 32;
 const NO_DOC: u32 = u32::MAX;
 
 /// Candidate slots in pinned host memory that the device writes through its mapping, reused
-/// across queries: a query of `n` slots uses the first `words(n)` words, its `n` scores then its
-/// `n` docIDs packed two to a word.
+/// across queries: each query of a batch has its own run of words (from `PendingTopK::at`), its
+/// `n` scores then its `n` docIDs packed two to a word.
 pub struct TopKBuffers {
-    slots: usize,
     candidates: MappedHost<f64>,
     /// Device candidates between passes, alternately written and read (empty until a query
     /// needs more than one pass).
@@ -71,27 +71,104 @@ fn words(slots: usize) -> usize {
 }
 
 impl TopKBuffers {
-    /// Buffers of `slots` host candidates (at least one) and empty scratch.
+    /// Buffers of `words` host words (at least one) and empty scratch.
     ///
     /// # Errors
     /// A driver error when an allocation fails.
-    pub fn alloc(device: &GpuDevice, slots: usize) -> Result<TopKBuffers, GpuError> {
+    pub fn alloc(device: &GpuDevice, words: usize) -> Result<TopKBuffers, GpuError> {
         Ok(TopKBuffers {
-            slots: slots.max(1),
-            candidates: MappedHost::alloc(device, words(slots.max(1)))?,
+            candidates: MappedHost::alloc(device, words.max(1))?,
             scratch: [Candidates::alloc(device, 1)?, Candidates::alloc(device, 1)?],
         })
     }
+
+    /// Makes room for `words` host words (to a power of two). Only between batches: the host
+    /// words are freed at once, while a queued kernel may still write them.
+    ///
+    /// # Errors
+    /// A driver error when the allocation fails.
+    pub fn reserve(&mut self, device: &GpuDevice, words: usize) -> Result<(), GpuError> {
+        if self.candidates.host.len() < words {
+            self.candidates = MappedHost::alloc(device, words.next_power_of_two())?;
+        }
+        Ok(())
+    }
+
+    /// The best `pending.k` of a top-k queued by [`launch_top_k`], best first, ties by smaller
+    /// docID. Call it once the stream has passed the launch (the batch's one wait).
+    ///
+    /// # Errors
+    /// A driver error when the host buffer cannot be read.
+    pub fn collect(&self, pending: &PendingTopK) -> Result<Vec<(DocId, f64)>, GpuError> {
+        if pending.slots == 0 {
+            return Ok(Vec::new());
+        }
+        let host = self
+            .candidates
+            .host
+            .as_slice()
+            .during("top-k candidates read")?;
+        let (best, doc_words) =
+            host[pending.at..pending.at + words(pending.slots)].split_at(pending.slots);
+        // The device wrote the docIDs as u32 pairs in each word: low half first (little-endian).
+        let docs = doc_words
+            .iter()
+            .flat_map(|w| [w.to_bits() as u32, (w.to_bits() >> 32) as u32]);
+        let mut top = TopK::new(pending.k);
+        for (doc, &score) in docs.zip(best) {
+            if doc != NO_DOC {
+                top.push(doc, score);
+            }
+        }
+        Ok(top.into_sorted())
+    }
 }
 
-/// The best `k` of `n` scores on the device (-0.0 marks an entry no document reached), best
-/// first, ties by smaller docID. Entry `e` is document `e`, or `ids[e]` when `ids` is given.
-/// `buffers` grows (to a power of two) when it holds too few slots.
+/// A top-k queued on the stream: its candidates' host words from word `at` on.
+#[derive(Debug, Clone, Copy)]
+pub struct PendingTopK {
+    at: usize,
+    slots: usize,
+    k: usize,
+}
+
+/// The passes of a top-k of `k` over `n` entries: each pass's entries in, candidate groups out
+/// (its slots are groups × the kept candidates per group); the last writes to the host.
+fn passes(n: u32, k: usize) -> (usize, Vec<(usize, usize)>) {
+    let keep = k.min(TOPK_CHUNK);
+    let mut n = n as usize;
+    let mut passes = Vec::new();
+    loop {
+        let groups = n.div_ceil(TOPK_CHUNK);
+        passes.push((n, groups));
+        let slots = groups * keep;
+        // While more than a block's worth is left (and a pass still shrinks them), again.
+        if slots <= TOPK_CHUNK || 2 * keep > TOPK_CHUNK {
+            return (keep, passes);
+        }
+        n = slots;
+    }
+}
+
+/// Host words a top-k of `k` over `n` entries writes ([`launch_top_k`]'s run).
+pub(super) fn host_words(n: u32, k: usize) -> usize {
+    if n == 0 || k == 0 {
+        return 0;
+    }
+    let (keep, passes) = passes(n, k);
+    passes.last().map_or(0, |&(_, groups)| words(groups * keep))
+}
+
+/// Queues the top-k of `n` scores on the device (-0.0 marks an entry no document reached):
+/// entry `e` is document `e`, or `ids[e]` when `ids` is given. Its candidates land in the host
+/// words from `at` on (`host_words(n, k)` of them, which [`TopKBuffers::reserve`] made room
+/// for); [`TopKBuffers::collect`] reads them once the stream has passed them.
 ///
 /// # Errors
-/// [`GpuError::TooLarge`] when the candidate slots overflow a u32; a driver error when an
-/// allocation, the launch or a copy fails.
-pub(super) fn top_k(
+/// [`GpuError::TooLarge`] when the candidate slots overflow a u32 or the host words from `at`
+/// on are too few; a driver error when an allocation or the launch fails.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn launch_top_k(
     device: &GpuDevice,
     buffers: &mut TopKBuffers,
     events: Option<&QueryEvents>,
@@ -99,26 +176,27 @@ pub(super) fn top_k(
     ids: Option<&CudaView<'_, u32>>,
     n: u32,
     k: usize,
-) -> Result<Vec<(DocId, f64)>, GpuError> {
+    at: usize,
+) -> Result<PendingTopK, GpuError> {
+    let none = PendingTopK { at, slots: 0, k };
     if n == 0 || k == 0 {
-        return Ok(Vec::new());
+        return Ok(none);
     }
-    let keep = k.min(TOPK_CHUNK);
+    let (keep, passes) = passes(n, k);
     let kernel = match keep <= TOPK_WARP_KEEP {
         true => "score_block_topk_warp",
         false => "score_block_topk",
     };
     let function = device.function(KernelModule::Score, kernel)?;
     let stream = device.stream();
-    // Pass p reads (scores, ids) of `n` entries and writes groups × keep candidates: to device
-    // scratch while they exceed one block (and a pass still shrinks them), else to the host.
-    let (mut n, mut pass) = (n as usize, 0usize);
     let mut src_scores = scores.device_ptr(stream).0;
     // A null `ids`: entry e is document e.
     let mut src_ids = ids.map_or(0, |ids| ids.device_ptr(stream).0);
-    let slots = loop {
-        let groups = n.div_ceil(TOPK_CHUNK);
-        let slots = groups * keep;
+    let mut slots = 0;
+    // Pass p reads (scores, ids) of `n` entries and writes groups × keep candidates: to device
+    // scratch until the last pass, which writes to the host.
+    for (pass, &(n, groups)) in passes.iter().enumerate() {
+        slots = groups * keep;
         if u32::try_from(slots).is_err() {
             return Err(GpuError::TooLarge {
                 what: "top-k candidate slots",
@@ -126,16 +204,20 @@ pub(super) fn top_k(
                 limit: u32::MAX as usize,
             });
         }
-        let last = slots <= TOPK_CHUNK || 2 * keep > TOPK_CHUNK;
+        let last = pass + 1 == passes.len();
         let (out_scores, out_docs) = if last {
-            if buffers.slots < slots {
-                let grown = slots.next_power_of_two();
-                buffers.candidates = MappedHost::alloc(device, words(grown))?;
-                buffers.slots = grown;
+            let room = buffers.candidates.host.len();
+            if at + words(slots) > room {
+                return Err(GpuError::TooLarge {
+                    what: "top-k candidate words of a batch (reserved fewer)",
+                    got: at + words(slots),
+                    limit: room,
+                });
             }
-            let mapped = buffers.candidates.mapped;
+            let mapped = buffers.candidates.mapped + 8 * at as u64;
             (mapped, mapped + 8 * slots as u64)
         } else {
+            // Reallocating mid-batch is safe: a device buffer is freed in stream order.
             let out = &mut buffers.scratch[pass % 2];
             if out.slots() < slots {
                 *out = Candidates::alloc(device, slots.next_power_of_two())?;
@@ -164,35 +246,14 @@ pub(super) fn top_k(
         // `scores` and `ids`, or a null `ids`; or the previous pass's scratch) hold n entries
         // (n fits a u32: the caller's n, or a previous pass's checked slots); the outputs (a
         // scratch pair of ≥ slots entries, or device addresses of the mapped host buffer: slots
-        // f64 then slots u32 within its words(slots) ≤ words(buffers.slots)) take groups × keep
-        // slots (keep ≤ 2048, ≤ 32 for the warp kernel); one 256-thread block per 2048 entries
-        // as their comments require. Every pass is on the one stream, in order.
+        // f64 then slots u32 within words(slots) words from `at`, checked above) take groups ×
+        // keep slots (keep ≤ 2048, ≤ 32 for the warp kernel); one 256-thread block per 2048
+        // entries as their comments require. Every pass is on the one stream, in order.
         unsafe { launch.launch(config) }.during(kernel)?;
-        if last {
-            break slots;
-        }
-        (src_scores, src_ids, n, pass) = (out_scores, out_docs, slots, pass + 1);
-    };
-    phases::mark(events, Mark::Selected, stream)?;
-    // The query's one wait: once the stream is idle the kernel's writes are visible here.
-    device.synchronize()?;
-    let host = buffers
-        .candidates
-        .host
-        .as_slice()
-        .during("top-k candidates read")?;
-    let (best, doc_words) = host[..words(slots)].split_at(slots);
-    // The device wrote the docIDs as u32 pairs in each word: low half first (little-endian).
-    let docs = doc_words
-        .iter()
-        .flat_map(|w| [w.to_bits() as u32, (w.to_bits() >> 32) as u32]);
-    let mut top = TopK::new(k);
-    for (doc, &score) in docs.zip(best) {
-        if doc != NO_DOC {
-            top.push(doc, score);
-        }
+        (src_scores, src_ids) = (out_scores, out_docs);
     }
-    Ok(top.into_sorted())
+    phases::mark(events, Mark::Selected, stream)?;
+    Ok(PendingTopK { at, slots, k })
 }
 
 #[cfg(test)]
@@ -225,7 +286,14 @@ mod tests {
         let scores_dev = stream.clone_htod(&scores).unwrap();
         let ids_dev = stream.clone_htod(&ids).unwrap();
         let mut buffers = TopKBuffers::alloc(&device, 1).unwrap();
-        for k in [1, 10, 32, 33, 100, 1000, 1024, 5000] {
+        // Every (k, ids) case in one batch: each has its own run of the host words, reserved
+        // before the first launch.
+        let ks = [1, 10, 32, 33, 100, 1000, 1024, 5000];
+        let total: usize = ks.iter().map(|&k| 2 * host_words(n as u32, k)).sum();
+        buffers.reserve(&device, total).unwrap();
+        let mut cases = Vec::new();
+        let mut at = 0;
+        for k in ks {
             for with_ids in [false, true] {
                 let mut want = TopK::new(k);
                 for (e, &s) in scores.iter().enumerate() {
@@ -234,7 +302,7 @@ mod tests {
                     }
                 }
                 let view = ids_dev.as_view();
-                let got = top_k(
+                let pending = launch_top_k(
                     &device,
                     &mut buffers,
                     None,
@@ -242,10 +310,20 @@ mod tests {
                     with_ids.then_some(&view),
                     n as u32,
                     k,
+                    at,
                 )
                 .unwrap();
-                assert_eq!(got, want.into_sorted(), "k {k}, ids {with_ids}");
+                at += host_words(n as u32, k);
+                cases.push((k, with_ids, pending, want.into_sorted()));
             }
+        }
+        device.synchronize().unwrap();
+        for (k, with_ids, pending, want) in cases {
+            assert_eq!(
+                buffers.collect(&pending).unwrap(),
+                want,
+                "k {k}, ids {with_ids}"
+            );
         }
     }
 }

@@ -5,7 +5,9 @@
 # round, mode and client count lets the binaries take turns running scripts/search_latency.py
 # (BM25 order, no ranker). BINS lists "name=path" pairs; DOCS (default 3 000 000), QUERIES
 # (500), MODES ("or and_or"), CLIENTS ("1 4 16"), BACKENDS ("auto"), ROUNDS (2) size it. Logs
-# and every table go to $OUT; a line per run is printed last.
+# and every table go to $OUT; a line per run is printed last. ARGS_<name> adds serve flags to
+# one server (e.g. ARGS_alone="--gpu-select-batch 1", the same binary without GPU batches); at the
+# end each server's GPU batch sizes (queries per batch, from /metrics) are printed.
 #
 #   BINS="before=carry/old/rankserve after=carry/rankserve" OUT=$OUT bash scripts/search_load_ab.sh
 set -uo pipefail
@@ -22,7 +24,9 @@ echo "index and queries: $(($(date +%s) - start)) s"
 port=18600
 for bin in "${bins[@]}"; do
   port=$((port + 1))
-  "${bin#*=}" serve --index "$work/ef" --addr "127.0.0.1:$port" --backend auto \
+  args=ARGS_${bin%%=*}
+  # shellcheck disable=SC2086 # the flags are words
+  "${bin#*=}" serve --index "$work/ef" --addr "127.0.0.1:$port" --backend auto ${!args:-} \
     >"$out/serve-${bin%%=*}.log" 2>&1 &
 done
 for p in $(seq 18601 "$port"); do
@@ -52,4 +56,10 @@ for round in $(seq "${ROUNDS:-2}"); do
   done
 done
 echo "total: $(($(date +%s) - start)) s"
+p=18600
+for bin in "${bins[@]}"; do
+  p=$((p + 1))
+  batches=$(curl -sf "http://127.0.0.1:$p/metrics" | grep -E '^rankserve_select_gpu_batch_queries_(sum|count)' | awk '{printf "%s %s ", $1, $2}')
+  summary+=("${bin%%=*} GPU batches: ${batches:-none}")
+done
 printf '%s\n' "${summary[@]}"

@@ -19,6 +19,7 @@
 //! | `gpu_posting_cache_bytes` | `RANKSERVE_GPU_POSTING_CACHE_BYTES` | 1 GiB (posting lists resident on the device; 0: every list copied per query) |
 //! | `griffin_ratio` | `RANKSERVE_GRIFFIN_RATIO` | 4096 (AND runs on the CPU when the second shortest list is more than this many times the shortest, and hands over between steps when the next list is not resident on the GPU and more than this many times the intersection so far) |
 //! | `gpu_queue_ms` | `RANKSERVE_GPU_QUEUE_MS` | 500 (the longest a `backend=gpu` selection waits for the device, busy with other queries, before it runs on the CPU) |
+//! | `gpu_select_batch` | `RANKSERVE_GPU_SELECT_BATCH` | 16 (the most GPU selections that run as one batch: the queries that arrived while the device was busy; 1: each alone) |
 //! | `queue_capacity` | `RANKSERVE_QUEUE_CAPACITY` | 256 requests per ranker |
 //! | `batch_window_us` | `RANKSERVE_BATCH_WINDOW_US` | 200 (0 turns batching off) |
 //! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 4096 |
@@ -162,6 +163,8 @@ pub struct Config {
     pub griffin_ratio: f64,
     /// The longest a `backend=gpu` selection waits for the device before it runs on the CPU.
     pub gpu_queue_ms: u64,
+    /// The most GPU selections run as one batch (`select::gpu::search_batch`).
+    pub gpu_select_batch: usize,
     pub queue_capacity: usize,
     /// 0: batching off.
     pub batch_window_us: u64,
@@ -188,6 +191,7 @@ impl Default for Config {
             gpu_posting_cache_bytes: 1 << 30,
             griffin_ratio: crate::select::schedule::DEFAULT_GRIFFIN_RATIO,
             gpu_queue_ms: 500,
+            gpu_select_batch: 16,
             queue_capacity: 256,
             batch_window_us: 200,
             max_batch_docs: 4096,
@@ -216,6 +220,7 @@ pub struct Layer {
     pub gpu_posting_cache_bytes: Option<String>,
     pub griffin_ratio: Option<String>,
     pub gpu_queue_ms: Option<String>,
+    pub gpu_select_batch: Option<String>,
     pub queue_capacity: Option<String>,
     pub batch_window_us: Option<String>,
     pub max_batch_docs: Option<String>,
@@ -262,6 +267,7 @@ impl Layer {
             gpu_posting_cache_bytes: lookup("RANKSERVE_GPU_POSTING_CACHE_BYTES"),
             griffin_ratio: lookup("RANKSERVE_GRIFFIN_RATIO"),
             gpu_queue_ms: lookup("RANKSERVE_GPU_QUEUE_MS"),
+            gpu_select_batch: lookup("RANKSERVE_GPU_SELECT_BATCH"),
             queue_capacity: lookup("RANKSERVE_QUEUE_CAPACITY"),
             batch_window_us: lookup("RANKSERVE_BATCH_WINDOW_US"),
             max_batch_docs: lookup("RANKSERVE_MAX_BATCH_DOCS"),
@@ -380,6 +386,11 @@ impl Resolver {
         }
         if let Some(v) = layer.gpu_queue_ms {
             c.gpu_queue_ms = parse("gpu_queue_ms", &v, "milliseconds ≥ 0", source, |_| true)?;
+        }
+        if let Some(v) = layer.gpu_select_batch {
+            c.gpu_select_batch = parse("gpu_select_batch", &v, "an integer ≥ 1", source, |n| {
+                *n >= 1
+            })?;
         }
         if let Some(v) = layer.queue_capacity {
             c.queue_capacity = parse("queue_capacity", &v, "an integer ≥ 1", source, |n| {

@@ -1033,10 +1033,9 @@ async fn a_gpu_query_past_its_queue_deadline_runs_on_the_cpu() {
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let state = s.state.clone();
     let holder = std::thread::spawn(move || {
-        state.with_posting_cache(std::time::Duration::ZERO, |_| {
-            held_tx.send(()).unwrap();
-            std::thread::sleep(std::time::Duration::from_secs(2));
-        })
+        let _held = state.posting_cache();
+        held_tx.send(()).unwrap();
+        std::thread::sleep(std::time::Duration::from_secs(2));
     });
     held_rx.recv().unwrap();
     let started = std::time::Instant::now();

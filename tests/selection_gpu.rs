@@ -5,7 +5,9 @@
 //! order with bit-identical scores (AND by merge path, by binary search, by skip entries with
 //! only the candidates' blocks decoded, and handed to the CPU after one or two lists), through posting caches that hold none, about half, or all of the lists;
 //! a cache given another (or a reopened) index reloads, and a query too large for the staging
-//! buffer is refused with `TooLarge`, and through the scheduler runs on the CPU instead.
+//! buffer is refused with `TooLarge`, and through the scheduler runs on the CPU instead. Batches
+//! of mixed queries (every mode, an invalid one among them) answer each query as the CPU does,
+//! and a batch over the staging buffer runs in parts.
 //!
 //! Without a GPU each test prints why and passes, unless `RANKSERVE_REQUIRE_GPU=1`.
 
@@ -21,8 +23,8 @@ use rankserve::index::codecs::{encode_list, BlockDecoder, Codec, BLOCK_LEN};
 use rankserve::index::{DocId, Index, PostingList};
 use rankserve::select::gpu::decode::decode_list;
 use rankserve::select::gpu::{
-    search_and, search_and_or, search_or, AndPlan, DecodedBlocks, GpuSelectError, PackedLists,
-    PostingCache, PostingCacheConfig, Step,
+    search_and, search_and_or, search_batch, search_or, AndPlan, BatchQuery, DecodedBlocks, GpuRun,
+    GpuSelectError, PackedLists, PostingCache, PostingCacheConfig, Step,
 };
 use rankserve::select::schedule::{self, Scheduler, Side};
 use rankserve::select::{search, Bm25Params, Mode, Query, QueryTerms, SelectError};
@@ -559,4 +561,110 @@ fn a_query_larger_than_the_staging_buffer_is_refused_gpu() {
         assert!(matches!(ran.fallback, Some(GpuError::TooLarge { .. })));
         assert_eq!(ran.result.hits, search(index, &q).unwrap().hits);
     }
+}
+
+/// Random queries of 1–4 terms of `index` (an unknown term now and then) in every mode, with k
+/// from 1 to 1 000.
+fn random_queries(index: &Index, n: usize, seed: u64) -> Vec<Query> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let modes = [Mode::Or, Mode::And, Mode::AndOr];
+    (0..n)
+        .map(|i| {
+            let terms = (0..rng.random_range(1..=4))
+                .map(|_| match rng.random_range(0..20) {
+                    0 => "nonexistent".to_string(),
+                    _ => index
+                        .term_at(rng.random_range(0..index.num_terms() as usize))
+                        .0
+                        .to_string(),
+                })
+                .collect();
+            let k = [1, 10, 100, 1000][rng.random_range(0..4)];
+            Query::new(terms, k, modes[i % 3])
+        })
+        .collect()
+}
+
+#[test]
+fn batches_of_mixed_queries_match_the_cpu_gpu() {
+    let Some(device) = device("batches_of_mixed_queries_match_the_cpu_gpu") else {
+        return;
+    };
+    for codec in [Codec::Ef, Codec::Pfor] {
+        let index = synthetic(codec);
+        let mut queries = random_queries(index, 40, 11);
+        // One query with invalid BM25 parameters: its own error, the others unharmed.
+        queries[5].params = Bm25Params { k1: -1.0, b: 0.4 };
+        let terms: Vec<QueryTerms> = queries.iter().map(|q| QueryTerms::of(index, q)).collect();
+        let mut caches = caches(&device, index);
+        for (what, cache) in caches.iter_mut() {
+            // Finished on the GPU by merge path, handed over after one list, by skip entries.
+            for plan in [PLANS[0], PLANS[2], SKIP_EVERY_STEP] {
+                let batch: Vec<BatchQuery> = (queries.iter().zip(&terms))
+                    .map(|(query, terms)| BatchQuery {
+                        query,
+                        terms,
+                        run: GpuRun::of(query.mode, plan),
+                    })
+                    .collect();
+                let batches_before = cache.stats().batches;
+                let answers = search_batch(cache, index, &batch).unwrap();
+                assert_eq!(answers.len(), queries.len());
+                for (q, answer) in queries.iter().zip(answers) {
+                    match search(index, q) {
+                        Ok(cpu) => assert_eq!(
+                            bits(&answer.unwrap().hits),
+                            bits(&cpu.hits),
+                            "{codec:?}, {what}, {plan:?}: {q:?}"
+                        ),
+                        Err(_) => assert!(matches!(answer, Err(GpuSelectError::Query(_)))),
+                    }
+                }
+                // One staged batch for the AND and OR round, one for AND_OR's OR round.
+                assert!(cache.stats().batches - batches_before <= 2);
+            }
+        }
+    }
+}
+
+#[test]
+fn a_batch_over_the_staging_buffer_runs_in_parts_gpu() {
+    let Some(device) = device("a_batch_over_the_staging_buffer_runs_in_parts_gpu") else {
+        return;
+    };
+    let index = synthetic(Codec::Pfor);
+    let queries: Vec<Query> = random_queries(index, 12, 5)
+        .into_iter()
+        .map(|q| Query {
+            mode: Mode::Or,
+            ..q
+        })
+        .collect();
+    let terms: Vec<QueryTerms> = queries.iter().map(|q| QueryTerms::of(index, q)).collect();
+    let batch: Vec<BatchQuery> = (queries.iter().zip(&terms))
+        .map(|(query, terms)| BatchQuery {
+            query,
+            terms,
+            run: GpuRun::Or,
+        })
+        .collect();
+    // Staging room for the largest query alone, not for all of them.
+    let mut largest = 0;
+    let mut roomy = cache_of(&device, 0, &[]);
+    for one in &batch {
+        search_batch(&mut roomy, index, std::slice::from_ref(one)).unwrap();
+        largest = largest.max(roomy.stats().last_query_bytes_copied);
+    }
+    let config = PostingCacheConfig {
+        budget_bytes: 0,
+        min_visits: 1,
+        staging_bytes: largest,
+    };
+    let mut cache = PostingCache::new(device.clone(), config, &[]).unwrap();
+    let answers = search_batch(&mut cache, index, &batch).unwrap();
+    for (q, answer) in queries.iter().zip(answers) {
+        let cpu = search(index, q).unwrap();
+        assert_eq!(bits(&answer.unwrap().hits), bits(&cpu.hits), "{q:?}");
+    }
+    assert!(cache.stats().batches > 1, "{:?}", cache.stats());
 }

@@ -67,6 +67,10 @@ pub struct Args {
     /// in milliseconds [default: 500].
     #[arg(long)]
     gpu_queue_ms: Option<String>,
+    /// The most GPU selections run as one batch (the queries that arrived while the device was
+    /// busy share its copies, launches and waits); 1 runs each alone [default: 16].
+    #[arg(long)]
+    gpu_select_batch: Option<String>,
     /// Requests admitted per ranker before 503 overloaded [default: 256].
     #[arg(long)]
     queue_capacity: Option<String>,
@@ -107,6 +111,7 @@ impl Args {
             gpu_posting_cache_bytes: self.gpu_posting_cache_bytes,
             griffin_ratio: self.griffin_ratio,
             gpu_queue_ms: self.gpu_queue_ms,
+            gpu_select_batch: self.gpu_select_batch,
             queue_capacity: self.queue_capacity,
             batch_window_us: self.batch_window_us,
             max_batch_docs: self.max_batch_docs,

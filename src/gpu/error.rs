@@ -43,6 +43,10 @@ pub enum GpuError {
         #[source]
         source: cudarc::cublas::result::CublasError,
     },
+    /// A batch of work that this one was part of failed (the batch's first job carries the
+    /// error itself).
+    #[error("the GPU batch this ran in failed: {reason}")]
+    BatchFailed { reason: String },
     /// The work does not fit what the device or the kernel supports.
     #[error("{what} exceeds the GPU limit: {got} > {limit}")]
     TooLarge {

@@ -12,6 +12,7 @@
 //! - [`mapped`]: pinned host memory that kernels write through its device mapping.
 //! - [`power`]: board power and energy through NVML, for the benchmark and the metrics.
 
+pub mod combine;
 pub mod device;
 pub mod error;
 pub mod lru;
@@ -19,6 +20,7 @@ pub mod mapped;
 pub mod module;
 pub mod power;
 
+pub use combine::Combiner;
 pub use device::GpuDevice;
 pub use error::GpuError;
 pub use mapped::MappedHost;

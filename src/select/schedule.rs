@@ -50,12 +50,13 @@
 //! `docs/benchmarks.md`, issue 6, run G), so it was taken out again.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use crate::config::Backend;
 use crate::gpu::GpuError;
 use crate::index::{Index, TermId};
 use crate::select::gpu::{
-    search_and, search_and_or, search_or, AndPlan, GpuSelectError, PostingCache,
+    search_batch, search_one, AndPlan, BatchQuery, GpuRun, GpuSelectError, PostingCache,
 };
 use crate::select::{check_params, SelectError};
 use crate::select::{search_terms as cpu_search, Mode, Query, QueryTerms, SearchResult};
@@ -454,6 +455,24 @@ impl Scheduler {
         }
     }
 
+    /// The AND plan of a query bound for the GPU: `auto`'s per-step plan from its shape
+    /// ([`Scheduler::and_plan`], with `cache`'s resident lists), or, without a shape (`gpu`),
+    /// every step on the GPU.
+    pub fn plan_for(
+        &self,
+        shape: Option<&QueryShape>,
+        index: &Index,
+        cache: &PostingCache,
+    ) -> AndPlan {
+        match shape {
+            Some(shape) => self.and_plan(shape, index.num_docs(), |t| cache.is_resident(index, t)),
+            None => AndPlan::gpu_only(
+                self.merge_path_min_df,
+                (self.skip_entry_min_ratio, self.skip_entry_min_df),
+            ),
+        }
+    }
+
     /// How the GPU runs an AND over `shape` on an index of `n_docs` (see the module docs): the
     /// lists, shortest first (the shortest always), while each is resident in the GPU posting
     /// cache (`resident` says which terms are) or at most `griffin_ratio` times the
@@ -576,39 +595,122 @@ pub fn search_routed(
     scheduler: &Scheduler,
 ) -> Result<Scheduled, SelectError> {
     check_params(query.params)?;
-    let mut fallback = None;
-    if let (true, Some(cache)) = (route.to_gpu(), gpu) {
-        let plan = match &route.shape {
-            Some(shape) => {
-                scheduler.and_plan(shape, index.num_docs(), |t| cache.is_resident(index, t))
-            }
-            None => AndPlan::gpu_only(
-                scheduler.merge_path_min_df,
-                (scheduler.skip_entry_min_ratio, scheduler.skip_entry_min_df),
-            ),
-        };
-        let ran = match query.mode {
-            Mode::Or => search_or(cache, index, query, &route.terms),
-            Mode::And => search_and(cache, index, query, &route.terms, &plan),
-            Mode::AndOr => search_and_or(cache, index, query, &route.terms, &plan),
-        };
-        match ran {
-            Ok(result) => {
-                return Ok(Scheduled {
-                    result,
-                    side: Side::Gpu,
-                    fallback: None,
-                })
-            }
-            Err(GpuSelectError::Query(err)) => return Err(err),
-            Err(GpuSelectError::Gpu(err)) => fallback = Some(err),
+    let answer = match (route.to_gpu(), gpu) {
+        (true, Some(cache)) => {
+            let plan = scheduler.plan_for(route.shape.as_ref(), index, cache);
+            let run = GpuRun::of(query.mode, plan);
+            Some(search_one(cache, index, run, query, &route.terms))
         }
-    }
+        _ => None,
+    };
+    settle(index, query, route, answer)
+}
+
+/// The answer of a routed query from the GPU's (`None`: it did not run there): the GPU's
+/// result, or the CPU's when the GPU failed (with the error, for the caller to count and log).
+///
+/// # Errors
+/// As [`search`].
+pub fn settle(
+    index: &Index,
+    query: &Query,
+    route: Route,
+    gpu: Option<Result<SearchResult, GpuSelectError>>,
+) -> Result<Scheduled, SelectError> {
+    check_params(query.params)?;
+    let fallback = match gpu {
+        Some(Ok(result)) => {
+            return Ok(Scheduled {
+                result,
+                side: Side::Gpu,
+                fallback: None,
+            })
+        }
+        Some(Err(GpuSelectError::Query(err))) => return Err(err),
+        Some(Err(GpuSelectError::Gpu(err))) => Some(err),
+        None => None,
+    };
     Ok(Scheduled {
         result: cpu_search(index, query, &route.terms)?,
         side: Side::Cpu,
         fallback,
     })
+}
+
+/// A query bound for the GPU, owned, so that whichever thread holds the device runs it in a
+/// batch with other requests' queries ([`run_gpu_batch`]).
+#[derive(Debug)]
+pub struct GpuJob {
+    pub index: Arc<Index>,
+    pub query: Query,
+    /// The route's term lookups (the lists are taken from the index again, without a search).
+    terms: Vec<Option<TermId>>,
+    shape: Option<QueryShape>,
+}
+
+impl Route<'_> {
+    /// This route's query as a [`GpuJob`] over `index` (the index it was routed on).
+    pub fn gpu_job(&self, index: Arc<Index>, query: &Query) -> GpuJob {
+        GpuJob {
+            index,
+            query: query.clone(),
+            terms: self
+                .terms
+                .lists
+                .iter()
+                .map(|l| l.map(|(id, _)| id))
+                .collect(),
+            shape: self.shape.clone(),
+        }
+    }
+}
+
+/// Runs `jobs` on the GPU in batches ([`crate::select::gpu::search_batch`]), one per index
+/// (consecutive jobs of one index share a batch), each with the plan [`search_routed`] would
+/// give it; answers in job order, `None` for every job when there is no device. A batch's
+/// device error is the first job's answer; the others' say that their batch failed (each then
+/// runs on the CPU).
+pub fn run_gpu_batch(
+    cache: Option<&mut PostingCache>,
+    scheduler: &Scheduler,
+    jobs: &[GpuJob],
+) -> Vec<Option<Result<SearchResult, GpuSelectError>>> {
+    let Some(cache) = cache else {
+        return jobs.iter().map(|_| None).collect();
+    };
+    let mut answers = Vec::with_capacity(jobs.len());
+    for group in jobs.chunk_by(|a, b| Arc::ptr_eq(&a.index, &b.index)) {
+        let index = &*group[0].index;
+        let terms: Vec<QueryTerms> = (group.iter())
+            .map(|job| QueryTerms {
+                lists: (job.terms.iter())
+                    .map(|id| id.map(|id| (id, index.postings(id))))
+                    .collect(),
+            })
+            .collect();
+        let batch: Vec<BatchQuery> = (group.iter().zip(&terms))
+            .map(|(job, terms)| BatchQuery {
+                query: &job.query,
+                terms,
+                run: GpuRun::of(
+                    job.query.mode,
+                    scheduler.plan_for(job.shape.as_ref(), index, cache),
+                ),
+            })
+            .collect();
+        match search_batch(cache, index, &batch) {
+            Ok(ran) => answers.extend(ran.into_iter().map(Some)),
+            Err(err) => {
+                let reason = err.to_string();
+                answers.push(Some(Err(err.into())));
+                answers.extend((1..group.len()).map(|_| {
+                    let reason = reason.clone();
+                    Some(Err(GpuError::BatchFailed { reason }.into()))
+                }));
+            }
+        }
+    }
+    answers
 }
 
 #[cfg(test)]

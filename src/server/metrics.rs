@@ -11,6 +11,7 @@
 //! | `rankserve_search_duration_seconds` | histogram | `ranker` (`none` for BM25 order) |
 //! | `rankserve_search_select_seconds` | histogram | |
 //! | `rankserve_batch_documents`, `rankserve_batch_requests` | histogram | |
+//! | `rankserve_select_gpu_batch_queries` | histogram | none (GPU selections run as one batch) |
 //! | `rankserve_ranker_cache_{hits,misses,evictions}_total` | counter | `cache` (`cpu`, `gpu`) |
 //! | `rankserve_ranker_cache_bytes`, `rankserve_ranker_cache_budget_bytes` | gauge | `cache` |
 //! | `rankserve_gpu_fallback_total` | counter | `stage` (`rank`, `select`), `reason` (`too_large`, `gpu_error`) |
@@ -51,6 +52,10 @@ pub fn handle() -> &'static PrometheusHandle {
             .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
             .and_then(|b| {
                 b.set_buckets_for_metric(Matcher::Prefix("rankserve_batch_".into()), SIZE_BUCKETS)
+            })
+            .and_then(|b| {
+                let batch = Matcher::Full("rankserve_select_gpu_batch_queries".into());
+                b.set_buckets_for_metric(batch, SIZE_BUCKETS)
             });
         let recorder = match builder {
             Ok(builder) => builder.build_recorder(),

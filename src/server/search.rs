@@ -127,7 +127,7 @@ fn runs_inline(route: &Route) -> bool {
 /// [`ApiError::Internal`] for BM25 parameters out of range (the server's own).
 fn select_routed(
     state: &State,
-    index: &Index,
+    index: &Arc<Index>,
     query: &Query,
     route: Route,
     backend: Backend,
@@ -150,19 +150,19 @@ fn select_routed(
     });
     let ran = match route.to_gpu() {
         false => schedule::search_routed(index, query, route, None, &state.scheduler),
-        // An `auto` route carries the scheduler's per-step plan (a hand-over to the CPU before
-        // lists the posting cache would have to copy).
-        true => state.with_posting_cache(wait, |cache| {
-            // A query that did not get the device runs on the CPU: its place moves there.
-            let _booking = match cache {
-                Some(_) => booking,
-                None => {
-                    drop(booking);
-                    state.backlog.book(Side::Cpu, 0.0)
-                }
-            };
-            schedule::search_routed(index, query, route, cache, &state.scheduler)
-        }),
+        // Run in a batch with the GPU selections waiting beside it; an `auto` route carries the
+        // scheduler's per-step plan (a hand-over to the CPU before lists the posting cache
+        // would have to copy).
+        true => match state.select_on_gpu(route.gpu_job(Arc::clone(index), query), wait) {
+            Ok(Some(answer)) => schedule::settle(index, query, route, Some(answer)),
+            // A query that did not get the device (none, or busy past its wait) runs on the
+            // CPU: its place moves there.
+            Ok(None) | Err(_) => {
+                drop(booking);
+                let _booking = state.backlog.book(Side::Cpu, 0.0);
+                schedule::search_routed(index, query, route, None, &state.scheduler)
+            }
+        },
     }
     .map_err(ApiError::internal)?;
     if let Some(err) = &ran.fallback {
@@ -179,7 +179,7 @@ fn select_routed(
 /// As [`select_routed`] and [`candidates`].
 fn select_candidates(
     state: &State,
-    index: &Index,
+    index: &Arc<Index>,
     query: &Query,
     backend: Backend,
     ranker: Option<&LoadedRanker>,

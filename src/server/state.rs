@@ -19,13 +19,18 @@ use super::rank_body::RankBody;
 use super::store::{RankerStore, StoreError};
 use crate::config::{Backend, Config, Sampling};
 use crate::gpu::power::PowerMeter;
-use crate::gpu::GpuDevice;
+use crate::gpu::{Combiner, GpuDevice};
 use crate::index::{Index, IndexError};
-use crate::select::gpu::{PostingCache, PostingCacheConfig, PostingCacheStats};
-use crate::select::schedule::{Backlog, Scheduler};
+use crate::select::gpu::{GpuSelectError, PostingCache, PostingCacheConfig, PostingCacheStats};
+use crate::select::schedule::{self, Backlog, GpuJob, Scheduler};
+use crate::select::SearchResult;
 
 /// What handlers share.
 pub type AppState = Arc<State>;
+
+/// The GPU posting cache (when there is a GPU) and the GPU selections waiting for it.
+type GpuSelections =
+    Combiner<Option<PostingCache>, GpuJob, Option<Result<SearchResult, GpuSelectError>>>;
 
 /// The shared state; see the module docs.
 pub struct State {
@@ -35,9 +40,10 @@ pub struct State {
     /// The index `/v1/search` reads. A request clones the `Arc` and keeps its index to the end,
     /// so a reload swaps it without waiting for (or disturbing) the searches in flight.
     index: RwLock<Option<Arc<Index>>>,
-    /// The GPU posting cache of the served index, once the probe found a GPU (one query on the
-    /// device at a time: the cache holds the query's buffers).
-    posting_cache: Mutex<Option<PostingCache>>,
+    /// The GPU posting cache of the served index, once the probe found a GPU, and the GPU
+    /// selections waiting for it: one batch on the device at a time (the cache holds its
+    /// buffers), made of the queries that arrived while the one before ran.
+    posting_cache: GpuSelections,
     /// The selection stage's CPU/GPU choice.
     pub scheduler: Scheduler,
     /// The selections booked on each processor, which the choice counts.
@@ -58,6 +64,7 @@ impl State {
     /// # Errors
     /// The store's directory or the sample log cannot be created; the index does not open.
     pub fn new(config: Config) -> Result<AppState, StateError> {
+        let gpu_select_batch = config.gpu_select_batch;
         let store = RankerStore::open(&config.rankers, config.cpu_cache_bytes)?;
         let scorer = Scorer::new(BatchConfig {
             window: Duration::from_micros(config.batch_window_us),
@@ -80,7 +87,7 @@ impl State {
             store,
             scorer,
             index: RwLock::new(index),
-            posting_cache: Mutex::new(None),
+            posting_cache: Combiner::new(None, gpu_select_batch),
             scheduler,
             // Selections run on the blocking pool (a thread each) or, the cheapest, on the
             // runtime's workers: either way they share every core.
@@ -141,7 +148,7 @@ impl State {
                 };
                 match PostingCache::longest_first(device, posting_config) {
                     Ok(cache) => {
-                        *self.posting_cache.lock() = Some(cache);
+                        *self.posting_cache() = Some(cache);
                         if let Some(index) = self.index() {
                             self.prepare_posting_cache(&index);
                         }
@@ -171,7 +178,7 @@ impl State {
     /// no query pays for it. A failure is logged; the cache then loads on the next GPU query,
     /// which runs on the CPU if that fails too.
     pub fn prepare_posting_cache(&self, index: &Index) {
-        if let Some(cache) = self.posting_cache.lock().as_mut() {
+        if let Some(cache) = self.posting_cache().as_mut() {
             match cache.prepare(index) {
                 Ok(()) => {
                     let stats = cache.stats();
@@ -186,28 +193,35 @@ impl State {
         }
     }
 
-    /// Runs `select` with the GPU posting cache: `None` without a GPU, and when other queries
-    /// hold it for longer than `wait` (the device is busy: the caller's CPU is free). A query
-    /// that gave up waiting is counted in `rankserve_gpu_queue_timeouts_total`.
-    pub fn with_posting_cache<T>(
+    /// Runs `job` on the GPU in a batch with the GPU selections waiting beside it
+    /// ([`schedule::run_gpu_batch`]): `Err(job)` when no batch took it within `wait` (the
+    /// device is busy: the caller's CPU is free), counted in
+    /// `rankserve_gpu_queue_timeouts_total`; `Ok(None)` without a GPU.
+    pub fn select_on_gpu(
         &self,
+        job: GpuJob,
         wait: Duration,
-        select: impl FnOnce(Option<&mut PostingCache>) -> T,
-    ) -> T {
-        let mut held = match wait.is_zero() {
-            true => self.posting_cache.try_lock(),
-            false => self.posting_cache.try_lock_for(wait),
-        };
-        if held.is_none() && !wait.is_zero() {
+    ) -> Result<Option<Result<SearchResult, GpuSelectError>>, GpuJob> {
+        let ran = self.posting_cache.submit(job, wait, |cache, jobs| {
+            metrics::histogram!("rankserve_select_gpu_batch_queries").record(jobs.len() as f64);
+            schedule::run_gpu_batch(cache.as_mut(), &self.scheduler, &jobs)
+        });
+        if ran.is_err() {
             metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
                 .increment(1);
         }
-        select(held.as_mut().and_then(|cache| cache.as_mut()))
+        ran
+    }
+
+    /// The GPU posting cache (`None` without a GPU), once the batch holding it is done; while
+    /// the guard lives, GPU selections wait for it.
+    pub fn posting_cache(&self) -> parking_lot::MutexGuard<'_, Option<PostingCache>> {
+        self.posting_cache.lock()
     }
 
     /// The GPU posting cache's counters, when there is one.
     pub fn posting_cache_stats(&self) -> Option<PostingCacheStats> {
-        self.posting_cache.lock().as_ref().map(PostingCache::stats)
+        self.posting_cache().as_ref().map(PostingCache::stats)
     }
 
     pub fn power(&self) -> Option<&PowerMeter> {

@@ -17,10 +17,10 @@
 //! or takes a lock to count visits.
 //!
 //! Device memory is one word array: the resident lists, then a staging region into which each
-//! query copies everything it needs (its lists' slots and lengths, the caller's per-query words
-//! such as BM25 parameters, its block table and the lists that are not resident) in one copy from
-//! a pinned host buffer; one decode launch then covers every list of the query that the caller
-//! wants whole ([`Decode`]; an AND's skip-entry steps decode only their candidates' blocks of
+//! batch of queries copies everything it needs (its lists' slots and lengths, the caller's
+//! per-query words such as BM25 parameters, its block table and the lists that are not
+//! resident) in one copy from a pinned host buffer; one decode launch then covers every list of
+//! the batch that the caller wants whole ([`Decode`]; an AND's skip-entry steps decode only their candidates' blocks of
 //! the others, later, from the same block table). Every other
 //! buffer a query touches (decode output, accumulator, top-k candidates) is kept here and reused,
 //! so the query path allocates nothing once the cache has seen a query as large. A query whose table and

@@ -9,6 +9,12 @@
 //! candidates' blocks decoded, and may hand the survivors to the CPU between steps ([`and`]);
 //! AND_OR is AND, then OR when AND found fewer than k ([`search_and_or`]).
 //!
+//! Queries run in batches ([`search_batch`]; one query is a batch of one): the server gathers
+//! the GPU selections that arrive while the device is busy (`gpu::Combiner`), and a batch shares
+//! one staging copy, one decode launch and one wait for the stream, each query's other launches
+//! queued after the one before it (Wang et al. batch queries so, to pay the copies and the
+//! kernel invocations once per batch).
+//!
 //! The CPU ([`crate::select::cpu`]) is the reference: GPU results are the same documents in the
 //! same order with bit-identical scores (DESIGN §5), which `tests/selection_gpu.rs` checks.
 //! [`crate::select::schedule`] chooses between this path and the CPU per query, and for AND
@@ -22,7 +28,7 @@ pub mod phases;
 mod topk;
 
 pub use and::{search_and, AndPlan, Step};
-pub use cache::{PostingCache, PostingCacheConfig, PostingCacheStats};
+pub use cache::{PostingCache, PostingCacheConfig, PostingCacheStats, StageRequest, StagedBatch};
 pub use decode::{DecodeTiming, DecodedBlocks, PackedLists};
 pub use or::search_or;
 pub use phases::SelectPhases;
@@ -33,7 +39,6 @@ use super::{check_params, cpu, Mode, Query, QueryTerms, SearchResult, SelectStat
 use crate::gpu::GpuError;
 use crate::index::{DocId, Index};
 use and::AndWork;
-use cache::StageRequest;
 use or::OrWork;
 use topk::PendingTopK;
 

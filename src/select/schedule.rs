@@ -35,8 +35,9 @@
 //! returned beside the result so that the caller counts and logs it.
 //!
 //! The processors' queues enter the estimates through a [`Load`] read from a [`Backlog`]: the
-//! device runs one query at a time, so a query bound for it first waits for the estimated
-//! work booked before it; the CPU's queries share the cores, so once more run than there are
+//! device runs one batch at a time, so a query bound for it first waits for the estimated
+//! work booked before it (counted as if each booked query ran alone: batches shared by the
+//! queries waiting together make the real wait shorter, [`run_gpu_batch`]); the CPU's queries share the cores, so once more run than there are
 //! cores each takes proportionally longer. [`Scheduler::route`] adds both to the estimates, so
 //! that a heavy OR waits for a busy GPU when the wait plus its GPU time still beats the CPU,
 //! and a CPU-bound query goes to an idle GPU when the cores are oversubscribed (work stealing,

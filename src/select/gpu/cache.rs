@@ -121,7 +121,7 @@ struct Loaded {
 /// needs more grows them once.
 const INITIAL_TOPK_WORDS: usize = 1 << 16;
 
-/// How much of a list the query's one decode launch decodes ([`PostingCache::decode_query`]).
+/// How much of a list the batch's one decode launch decodes ([`PostingCache::stage`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decode {
     /// Every block.
@@ -149,7 +149,7 @@ pub struct QueryPostings<'a> {
     pub codec: Codec,
     /// On the device: `slot` then every list's df (2 × lists words).
     pub slots_and_dfs: CudaView<'a, u32>,
-    /// On the device: the words the caller passed to [`PostingCache::decode_query`].
+    /// On the device: the query's `extra` words ([`StageRequest::extra`]).
     pub extra: CudaView<'a, u32>,
     /// Reusable top-k candidate buffers.
     pub topk: &'a mut TopKBuffers,
@@ -316,7 +316,7 @@ impl PostingCache {
         admission: Admission,
     ) -> Result<PostingCache, GpuError> {
         let staging_words = (config.staging_bytes as usize / 4).max(DESC_WORDS);
-        // SAFETY: the buffer is written only once the stream is idle (`decode_query` waits for
+        // SAFETY: the buffer is written only once the stream is idle (`stage` waits for
         // it), so never while a copy reads it; write-combined suits host writes that the device
         // then reads.
         let staging = unsafe { device.context().alloc_pinned::<u32>(staging_words) }

@@ -4,9 +4,10 @@
 //! arrive while the device is busy are answered by the next holder, in one batch, instead of
 //! each taking the lock in turn: their work can share launches, copies and waits.
 //!
-//! A caller waits at most as long as it says; if its job is still queued then, it takes the job
-//! back (to run it elsewhere, on the CPU); once a holder has taken it, the caller waits for that
-//! batch to end. Jobs run in the order they were queued.
+//! A caller waits at most as long as it says; if its job is still queued then, it withdraws it
+//! (to run it elsewhere, on the CPU); once a holder has taken it, the caller waits for that
+//! batch to end, which answers it (or says it could not, if the batch panicked). Jobs run in
+//! the order they were queued.
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,29 +16,45 @@ use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
 
-/// Where a queued job's answer lands.
+/// Where a queued job's answer lands: `Some(None)` when its batch ended without answering it
+/// (the run panicked or gave too few answers).
 struct Slot<T> {
-    answer: Mutex<Option<T>>,
+    answer: Mutex<Option<Option<T>>>,
     answered: Condvar,
 }
 
 impl<T> Slot<T> {
-    fn put(&self, answer: T) {
+    fn put(&self, answer: Option<T>) {
         *self.answer.lock() = Some(answer);
         self.answered.notify_all();
     }
 
-    fn take(&self) -> Option<T> {
+    fn take(&self) -> Option<Option<T>> {
         self.answer.lock().take()
     }
 
-    fn wait(&self) -> T {
+    fn wait(&self) -> Option<T> {
         let mut answer = self.answer.lock();
         loop {
             if let Some(answer) = answer.take() {
                 return answer;
             }
             self.answered.wait(&mut answer);
+        }
+    }
+}
+
+/// The slots of a running batch: those its run did not answer are told so when it ends, even
+/// by a panic, so that no caller waits for ever.
+struct Answering<T> {
+    slots: Vec<Arc<Slot<T>>>,
+    answered: usize,
+}
+
+impl<T> Drop for Answering<T> {
+    fn drop(&mut self) {
+        for slot in &self.slots[self.answered..] {
+            slot.put(None);
         }
     }
 }
@@ -68,16 +85,17 @@ impl<R, J, T> Combiner<R, J, T> {
 
     /// Runs `job` with `run` (the jobs of a batch in queue order → one answer each, in the same
     /// order), in a batch with the jobs queued beside it, by whichever caller holds the
-    /// resource. `Err(job)` gives the job back when no holder took it within `wait`.
+    /// resource. `None` when no holder took the job within `wait` (it is withdrawn), or when the
+    /// batch that took it ended without its answer (its run panicked).
     ///
     /// `run` must be the same function for every caller: a holder runs the others' jobs with
-    /// its own. It must answer every job; a missing answer leaves its caller waiting.
+    /// its own.
     pub fn submit(
         &self,
         job: J,
         wait: Duration,
         mut run: impl FnMut(&mut R, Vec<J>) -> Vec<T>,
-    ) -> Result<T, J> {
+    ) -> Option<T> {
         let slot = Arc::new(Slot {
             answer: Mutex::new(None),
             answered: Condvar::new(),
@@ -87,22 +105,21 @@ impl<R, J, T> Combiner<R, J, T> {
         let until = Instant::now() + wait;
         loop {
             if let Some(answer) = slot.take() {
-                return Ok(answer);
+                return answer;
             }
             let Some(mut resource) = self.resource.try_lock_until(until) else {
                 let mut queued = self.queued.lock();
-                return match queued.iter().position(|(queued_id, ..)| *queued_id == id) {
+                match queued.iter().position(|(queued_id, ..)| *queued_id == id) {
                     Some(at) => {
-                        Err(queued.remove(at).map(|(_, job, _)| job).unwrap_or_else(|| {
-                            unreachable!("the position was found under the same lock")
-                        }))
+                        queued.remove(at);
+                        return None;
                     }
                     // A holder took it: its batch is running.
                     None => {
                         drop(queued);
-                        Ok(slot.wait())
+                        return slot.wait();
                     }
-                };
+                }
             };
             let batch: Vec<_> = {
                 let mut queued = self.queued.lock();
@@ -116,10 +133,14 @@ impl<R, J, T> Combiner<R, J, T> {
             }
             let (jobs, slots): (Vec<J>, Vec<Arc<Slot<T>>>) =
                 batch.into_iter().map(|(_, job, slot)| (job, slot)).unzip();
-            let answers = run(&mut resource, jobs);
-            for (slot, answer) in slots.iter().zip(answers) {
-                slot.put(answer);
+            let mut answering = Answering { slots, answered: 0 };
+            for answer in run(&mut resource, jobs) {
+                if let Some(slot) = answering.slots.get(answering.answered) {
+                    slot.put(Some(answer));
+                    answering.answered += 1;
+                }
             }
+            drop(answering);
             drop(resource);
         }
     }
@@ -146,7 +167,7 @@ mod tests {
                                 std::thread::sleep(Duration::from_micros(200));
                                 jobs.iter().map(|j| 2 * j).collect()
                             });
-                        assert_eq!(answer, Ok(2 * job));
+                        assert_eq!(answer, Some(2 * job));
                     }
                 })
             })
@@ -160,8 +181,8 @@ mod tests {
         assert!(sizes.iter().any(|&n| n > 1), "no batch formed: {sizes:?}");
     }
 
-    /// A job still queued when its wait ends comes back to its caller; the holder's batch
-    /// does not run it.
+    /// A job still queued when its wait ends is withdrawn: its caller gets `None` and no batch
+    /// runs it.
     #[test]
     fn a_job_not_taken_within_its_wait_comes_back() {
         let combiner: Arc<Combiner<Vec<u64>, u64, u64>> = Arc::new(Combiner::new(Vec::new(), 4));
@@ -175,13 +196,43 @@ mod tests {
                 })
             })
         };
-        assert_eq!(waiter.join().unwrap(), Err(7));
+        assert_eq!(waiter.join().unwrap(), None);
         drop(held);
         let answer = combiner.submit(8, Duration::ZERO, |ran, jobs| {
             ran.extend(&jobs);
             jobs
         });
-        assert_eq!(answer, Ok(8));
+        assert_eq!(answer, Some(8));
         assert_eq!(*combiner.lock(), [8]);
+    }
+
+    /// A batch whose run panics answers its waiting jobs with `None` instead of leaving them
+    /// waiting; the panic stays the holder's.
+    #[test]
+    fn a_panicking_batch_leaves_no_job_waiting() {
+        let combiner: Arc<Combiner<(), u64, u64>> = Arc::new(Combiner::new((), 8));
+        let held = combiner.lock();
+        let waiters: Vec<_> = (0..3)
+            .map(|job| {
+                let combiner = Arc::clone(&combiner);
+                std::thread::spawn(move || {
+                    combiner.submit(job, Duration::from_secs(60), |_, jobs| {
+                        if jobs.len() > 1 {
+                            panic!("a batch of {} jobs", jobs.len());
+                        }
+                        jobs
+                    })
+                })
+            })
+            .collect();
+        // Let all three queue before the device is free.
+        while combiner.queued.lock().len() < 3 {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        drop(held);
+        let answers: Vec<_> = waiters.into_iter().map(|w| w.join()).collect();
+        // One thread held the batch and panicked; the other two were told it ended.
+        assert_eq!(answers.iter().filter(|a| a.is_err()).count(), 1);
+        assert!(answers.iter().flatten().all(Option::is_none));
     }
 }

@@ -154,10 +154,10 @@ fn select_routed(
         // scheduler's per-step plan (a hand-over to the CPU before lists the posting cache
         // would have to copy).
         true => match state.select_on_gpu(route.gpu_job(Arc::clone(index), query), wait) {
-            Ok(Some(answer)) => schedule::settle(index, query, route, Some(answer)),
+            Some(Some(answer)) => schedule::settle(index, query, route, Some(answer)),
             // A query that did not get the device (none, or busy past its wait) runs on the
             // CPU: its place moves there.
-            Ok(None) | Err(_) => {
+            Some(None) | None => {
                 drop(booking);
                 let _booking = state.backlog.book(Side::Cpu, 0.0);
                 schedule::search_routed(index, query, route, None, &state.scheduler)

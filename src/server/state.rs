@@ -194,19 +194,19 @@ impl State {
     }
 
     /// Runs `job` on the GPU in a batch with the GPU selections waiting beside it
-    /// ([`schedule::run_gpu_batch`]): `Err(job)` when no batch took it within `wait` (the
-    /// device is busy: the caller's CPU is free), counted in
-    /// `rankserve_gpu_queue_timeouts_total`; `Ok(None)` without a GPU.
+    /// ([`schedule::run_gpu_batch`]): `None` when no batch took it within `wait` (the device
+    /// is busy: the caller's CPU is free; counted in `rankserve_gpu_queue_timeouts_total`) or
+    /// its batch ended without answering it, `Some(None)` without a GPU.
     pub fn select_on_gpu(
         &self,
         job: GpuJob,
         wait: Duration,
-    ) -> Result<Option<Result<SearchResult, GpuSelectError>>, GpuJob> {
+    ) -> Option<Option<Result<SearchResult, GpuSelectError>>> {
         let ran = self.posting_cache.submit(job, wait, |cache, jobs| {
             metrics::histogram!("rankserve_select_gpu_batch_queries").record(jobs.len() as f64);
             schedule::run_gpu_batch(cache.as_mut(), &self.scheduler, &jobs)
         });
-        if ran.is_err() {
+        if ran.is_none() {
             metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
                 .increment(1);
         }

@@ -184,7 +184,7 @@ mod tests {
     /// A job still queued when its wait ends is withdrawn: its caller gets `None` and no batch
     /// runs it.
     #[test]
-    fn a_job_not_taken_within_its_wait_comes_back() {
+    fn a_job_not_taken_within_its_wait_is_withdrawn() {
         let combiner: Arc<Combiner<Vec<u64>, u64, u64>> = Arc::new(Combiner::new(Vec::new(), 4));
         let held = combiner.lock();
         let waiter = {

@@ -59,10 +59,14 @@ impl<T> Drop for Answering<T> {
     }
 }
 
+/// A queued job: its id (to withdraw it), the job, where its answer lands.
+type Queued<J, T> = (u64, J, Arc<Slot<T>>);
+
 /// A resource `R` (the device's state) and the jobs `J` waiting for it, answered with `T`.
 pub struct Combiner<R, J, T> {
     resource: Mutex<R>,
-    queued: Mutex<VecDeque<(u64, J, Arc<Slot<T>>)>>,
+    /// The jobs no holder has taken yet, each with its id and answer slot.
+    queued: Mutex<VecDeque<Queued<J, T>>>,
     next_id: AtomicU64,
     max_batch: usize,
 }

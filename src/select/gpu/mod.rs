@@ -142,7 +142,7 @@ pub fn search_batch(
 ) -> Result<Vec<Result<SearchResult, GpuSelectError>>, GpuError> {
     let started = Instant::now();
     let mut stats = vec![SelectStats::default(); batch.len()];
-    let mut answers: Vec<Option<Result<Vec<(DocId, f64)>, GpuSelectError>>> =
+    let mut answers: Vec<Option<Result<Hits, GpuSelectError>>> =
         (0..batch.len()).map(|_| None).collect();
     let mut round = Vec::new();
     for (i, b) in batch.iter().enumerate() {
@@ -198,6 +198,9 @@ pub fn search_batch(
         .collect())
 }
 
+/// A query's hits, best first.
+type Hits = Vec<(DocId, f64)>;
+
 /// A staged query's plan of launches, by mode.
 enum Work<'a> {
     Or(OrWork<'a>),
@@ -209,7 +212,7 @@ enum Queued {
     /// The GPU finishes it: its top-k, read after the batch's wait.
     TopK(PendingTopK),
     /// The CPU finished it after a hand-over (which waited for the stream).
-    Done(Vec<(DocId, f64)>),
+    Done(Hits),
 }
 
 /// One round of [`search_batch`]: stages `round` (batch index, request, work), queues each
@@ -220,7 +223,7 @@ fn run_round<'a>(
     batch: &[BatchQuery<'_, 'a>],
     round: Vec<(usize, StageRequest<'a>, Work<'a>)>,
     stats: &mut [SelectStats],
-) -> Result<Vec<(usize, Vec<(DocId, f64)>)>, GpuError> {
+) -> Result<Vec<(usize, Hits)>, GpuError> {
     if round.is_empty() {
         return Ok(Vec::new());
     }

@@ -164,11 +164,12 @@ pub fn search_batch(
             Err(err) => answers[i] = Some(Err(err.into())),
         }
     }
+    let mut done_us = vec![0; batch.len()];
     for (i, hits) in run_round(cache, index, batch, round, &mut stats)? {
         answers[i] = Some(Ok(hits));
     }
-    let elapsed = || started.elapsed().as_micros() as u64;
-    let mut done_us = vec![elapsed(); batch.len()];
+    let elapsed = |started: Instant| started.elapsed().as_micros() as u64;
+    done_us.fill(elapsed(started));
     // AND_OR: OR where AND found fewer than k.
     let mut round = Vec::new();
     for (i, b) in batch.iter().enumerate() {
@@ -183,7 +184,7 @@ pub fn search_batch(
         if let Some(Ok(and)) = answers[i].take() {
             answers[i] = Some(Ok(cpu::fill_and_or(and, or, batch[i].query.k)));
         }
-        done_us[i] = elapsed();
+        done_us[i] = elapsed(started);
     }
     Ok((answers.into_iter().zip(stats).zip(done_us))
         .map(|((answer, stats), select_us)| {

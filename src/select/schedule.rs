@@ -37,14 +37,15 @@
 //! The processors' queues enter the estimates through a [`Load`] read from a [`Backlog`]: the
 //! device runs one batch at a time, so a query bound for it first waits for the estimated
 //! work booked before it (counted as if each booked query ran alone: batches shared by the
-//! queries waiting together make the real wait shorter, [`run_gpu_batch`]); the CPU's queries share the cores, so once more run than there are
-//! cores each takes proportionally longer. [`Scheduler::route`] adds both to the estimates, so
-//! that a heavy OR waits for a busy GPU when the wait plus its GPU time still beats the CPU,
-//! and a CPU-bound query goes to an idle GPU when the cores are oversubscribed (work stealing,
-//! by the idle side taking work at the choice rather than by moving queries already queued);
-//! [`Choice::gpu_margin_us`] bounds how long such a query may then wait for the device before
-//! running on the CPU after all. Not built (issue 6): batches of concurrent queries sharing
-//! launches, and a query jumping the device's queue at its deadline: the device's lock is
+//! queries waiting together make the real wait shorter, [`run_gpu_batch`]); the CPU's queries
+//! share the cores, so once more run than there are cores each takes proportionally longer.
+//! [`Scheduler::route`] adds both to the estimates, so that a heavy OR waits for a busy GPU
+//! when the wait plus its GPU time still beats the CPU, and a CPU-bound query goes to an idle
+//! GPU when the cores are oversubscribed (work stealing, by the idle side taking work at the
+//! choice rather than by moving queries already queued); [`Choice::gpu_margin_us`] bounds how
+//! long such a query may then wait for the device before running on the CPU after all. The
+//! queries waiting for the device run as one batch when it is free ([`run_gpu_batch`]). Not
+//! built (issue 6): a query jumping the device's queue at its deadline: the device's lock is
 //! fair only eventually, and a strict queue by due time (one condition variable, every waiter
 //! woken at each hand-off) measured slower under 16 clients on the H100 host (throughput
 //! 2 650–3 130 → 2 040–2 850 queries/s, the server's p99 9.6–11.5 → 11.8–44.3 ms;
@@ -595,7 +596,7 @@ pub fn search_routed(
     gpu: Option<&mut PostingCache>,
     scheduler: &Scheduler,
 ) -> Result<Scheduled, SelectError> {
-    check_params(query.params)?;
+    // The parameters are checked once, by the GPU's batch or by `settle`.
     let answer = match (route.to_gpu(), gpu) {
         (true, Some(cache)) => {
             let plan = scheduler.plan_for(route.shape.as_ref(), index, cache);
@@ -642,8 +643,8 @@ pub fn settle(
 /// batch with other requests' queries ([`run_gpu_batch`]).
 #[derive(Debug)]
 pub struct GpuJob {
-    pub index: Arc<Index>,
-    pub query: Query,
+    index: Arc<Index>,
+    query: Query,
     /// The route's term lookups (the lists are taken from the index again, without a search).
     terms: Vec<Option<TermId>>,
     shape: Option<QueryShape>,

@@ -38,48 +38,130 @@ struct Args {
     /// How long each request is held (busy) before its reply.
     #[arg(long, default_value_t = 0)]
     hold_us: u64,
+    /// Where the hold runs: `pool` (a CPU pool task, as the real server's work) or `worker`
+    /// (the async worker that read the request, no hand-off).
+    #[arg(long, value_enum, default_value_t = HoldOn::Pool)]
+    hold_on: HoldOn,
+    /// `hyper` (axum, as the real server) or `raw`: HTTP/1.1 read and written by hand (headers
+    /// scanned for `Content-Length`, one write per reply), the least a server can do.
+    #[arg(long, value_enum, default_value_t = Transport::Hyper)]
+    transport: Transport,
+    /// SO_RCVBUF of the listening socket (inherited by its connections), in bytes; the
+    /// kernel's default (autotuned) when not given.
+    #[arg(long)]
+    recv_buffer: Option<u32>,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum HoldOn {
+    Pool,
+    Worker,
+}
+
+#[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
+enum Transport {
+    Hyper,
+    Raw,
 }
 
 struct Floor {
     docs: usize,
     hold: Duration,
+    hold_on: HoldOn,
     pool: Engines,
 }
 
-async fn rank(State(floor): State<Arc<Floor>>, request: Request) -> impl IntoResponse {
-    let arrived = Instant::now();
-    let body = axum::body::to_bytes(request.into_body(), usize::MAX).await;
-    let read = arrived.elapsed();
-    let hold = floor.hold;
-    let held = floor
-        .pool
-        .on_cpu_pool_task(move || {
+impl Floor {
+    /// Holds the request busy where `--hold-on` says, then drops its body; returns the hold.
+    async fn hold(&self, body: Vec<u8>) -> Duration {
+        let hold = self.hold;
+        let spin = move || {
             let started = Instant::now();
             while started.elapsed() < hold {
                 std::hint::spin_loop();
             }
             drop(body);
             started.elapsed()
-        })
+        };
+        match self.hold_on {
+            HoldOn::Pool => self.pool.on_cpu_pool_task(spin).await.unwrap_or_default(),
+            HoldOn::Worker => tokio::task::block_in_place(spin),
+        }
+    }
+
+    /// The MessagePack reply: `docs` scores and the timings.
+    fn reply(&self, arrived: Instant, read: Duration, held: Duration) -> Vec<u8> {
+        let reply = RankResponse {
+            scores: vec![Some(0.5); self.docs],
+            order: None,
+            timings: Timings {
+                read_us: read.as_micros() as u64,
+                decode_us: 0,
+                fe_us: 0,
+                mit_us: None,
+                me_us: held.as_micros() as u64,
+                queue_us: 0,
+                total_us: arrived.elapsed().as_micros() as u64,
+            },
+            backend: "none".to_string(),
+            explain: None,
+        };
+        rmp_serde::to_vec_named(&reply).unwrap_or_default()
+    }
+}
+
+async fn rank(State(floor): State<Arc<Floor>>, request: Request) -> impl IntoResponse {
+    let arrived = Instant::now();
+    let body = axum::body::to_bytes(request.into_body(), usize::MAX)
         .await
         .unwrap_or_default();
-    let reply = RankResponse {
-        scores: vec![Some(0.5); floor.docs],
-        order: None,
-        timings: Timings {
-            read_us: read.as_micros() as u64,
-            decode_us: 0,
-            fe_us: 0,
-            mit_us: None,
-            me_us: held.as_micros() as u64,
-            queue_us: 0,
-            total_us: arrived.elapsed().as_micros() as u64,
-        },
-        backend: "none".to_string(),
-        explain: None,
-    };
-    let bytes = rmp_serde::to_vec_named(&reply).unwrap_or_default();
-    ([(header::CONTENT_TYPE, "application/msgpack")], bytes)
+    let read = arrived.elapsed();
+    let held = floor.hold(body.to_vec()).await;
+    (
+        [(header::CONTENT_TYPE, "application/msgpack")],
+        floor.reply(arrived, read, held),
+    )
+}
+
+/// One connection served by hand: each request's headers read until the blank line, its body
+/// by `Content-Length`, the reply written in one piece.
+async fn serve_raw(floor: Arc<Floor>, mut stream: tokio::net::TcpStream) -> std::io::Result<()> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buffer = Vec::with_capacity(1 << 20);
+    loop {
+        let head_end = loop {
+            if let Some(at) = buffer.windows(4).position(|w| w == b"\r\n\r\n") {
+                break at + 4;
+            }
+            if stream.read_buf(&mut buffer).await? == 0 {
+                return Ok(());
+            }
+        };
+        let arrived = Instant::now();
+        let head = String::from_utf8_lossy(&buffer[..head_end]).to_ascii_lowercase();
+        let length: usize = head
+            .lines()
+            .find_map(|l| l.strip_prefix("content-length:"))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0);
+        while buffer.len() < head_end + length {
+            if stream.read_buf(&mut buffer).await? == 0 {
+                return Ok(());
+            }
+        }
+        let read = arrived.elapsed();
+        let body = buffer[head_end..head_end + length].to_vec();
+        buffer.drain(..head_end + length);
+        let held = floor.hold(body).await;
+        let reply = floor.reply(arrived, read, held);
+        let mut out = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/msgpack\r\ncontent-length: {}\r\n\r\n",
+            reply.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(&reply);
+        stream.write_all(&out).await?;
+    }
 }
 
 #[tokio::main]
@@ -89,14 +171,31 @@ async fn main() -> std::io::Result<()> {
     let floor = Arc::new(Floor {
         docs: args.docs,
         hold: Duration::from_micros(args.hold_us),
-        pool: Engines::new(threads),
+        hold_on: args.hold_on,
+        pool: Engines::new(threads, 0),
     });
+    let socket = match args.addr {
+        SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    if let Some(bytes) = args.recv_buffer {
+        socket.set_recv_buffer_size(bytes)?;
+    }
+    socket.bind(args.addr)?;
+    let listener = socket.listen(1024)?;
+    if args.transport == Transport::Raw {
+        loop {
+            let (stream, _) = listener.accept().await?;
+            let _ = stream.set_nodelay(true);
+            tokio::spawn(serve_raw(Arc::clone(&floor), stream));
+        }
+    }
     let app = Router::new()
         .route("/v1/rank", post(rank))
         .route("/readyz", axum::routing::get(|| async { "ready" }))
         .layer(DefaultBodyLimit::disable())
         .with_state(floor);
-    let listener = tokio::net::TcpListener::bind(args.addr).await?;
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });

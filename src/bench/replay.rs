@@ -17,6 +17,8 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
+use hyper::body::Incoming;
+use hyper::header::{HeaderValue, CONTENT_TYPE, HOST};
 use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
@@ -101,6 +103,26 @@ impl RequestLog {
             return Err(LogError::Empty { path: shown });
         }
         Ok(RequestLog { format, bodies })
+    }
+
+    /// A `POST` of the log's request `index` (modulo its length) to `target` on `host`.
+    fn request(
+        &self,
+        index: usize,
+        target: &hyper::Uri,
+        host: &HeaderValue,
+    ) -> hyper::Request<Full<Bytes>> {
+        let body = self.bodies[index % self.bodies.len()].clone();
+        let mut request = hyper::Request::new(Full::new(body));
+        *request.method_mut() = hyper::Method::POST;
+        *request.uri_mut() = target.clone();
+        let headers = request.headers_mut();
+        headers.insert(HOST, host.clone());
+        headers.insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static(self.format.content_type()),
+        );
+        request
     }
 
     /// Writes `requests` as a log at `path` (its format by extension).
@@ -322,11 +344,57 @@ fn histogram() -> hdrhistogram::Histogram<u64> {
     hdrhistogram::Histogram::new_with_bounds(1, 100_000_000, 3).expect("constant histogram bounds")
 }
 
+fn add(h: &mut Option<hdrhistogram::Histogram<u64>>, v: u64) {
+    let _ = h
+        .get_or_insert_with(histogram)
+        .record(v.clamp(1, 100_000_000));
+}
+
+/// How one request ended, as the tally counts it.
+enum Outcome {
+    /// A 2xx reply, with its timings and scores when it parses as a `RankResponse`.
+    Answered(Duration, Option<RankResponse>),
+    Status(hyper::StatusCode),
+    /// No answer on the connection.
+    Lost,
+}
+
+impl Outcome {
+    /// Reads `answer`, taken `latency` after its request was due, replies being in `format`.
+    fn of(format: Format, latency: Duration, answer: Answer) -> Outcome {
+        match answer {
+            Some((status, Ok(body))) if status.is_success() => {
+                Outcome::Answered(latency, format.decode::<RankResponse>(&body).ok())
+            }
+            Some((status, _)) => Outcome::Status(status),
+            None => Outcome::Lost,
+        }
+    }
+}
+
 impl Tally {
-    fn record(h: &mut Option<hdrhistogram::Histogram<u64>>, v: u64) {
-        let _ = h
-            .get_or_insert_with(histogram)
-            .record(v.clamp(1, 100_000_000));
+    fn record(&mut self, outcome: Outcome) {
+        self.requests += 1;
+        match outcome {
+            Outcome::Answered(latency, reply) => {
+                self.ok += 1;
+                add(&mut self.latency, latency.as_micros() as u64);
+                if let Some(reply) = reply {
+                    let t = reply.timings;
+                    self.documents += reply.scores.len() as u64;
+                    add(&mut self.total, t.total_us);
+                    add(&mut self.read, t.read_us);
+                    add(&mut self.decode, t.decode_us);
+                    add(&mut self.fe, t.fe_us);
+                    add(&mut self.me, t.me_us);
+                    add(&mut self.queue, t.queue_us);
+                }
+            }
+            Outcome::Status(status) => {
+                *self.errors.entry(status.as_u16().to_string()).or_insert(0) += 1;
+            }
+            Outcome::Lost => *self.errors.entry("connection".to_string()).or_insert(0) += 1,
+        }
     }
 }
 
@@ -366,12 +434,15 @@ pub async fn replay(
             url: url.to_string(),
         });
     }
-    let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    connector.set_nodelay(true);
-    let client: Client =
-        hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
-            .pool_max_idle_per_host(4096)
-            .build(connector);
+    let bad_url = || ReplayError::BadUrl {
+        url: url.to_string(),
+    };
+    let host = target.host().ok_or_else(bad_url)?;
+    let addr = format!("{host}:{}", target.port_u16().unwrap_or(80));
+    let host = target
+        .authority()
+        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
+        .ok_or_else(bad_url)?;
     let tally = Arc::new(Mutex::new(Tally::default()));
     let started = Instant::now();
     let ends = started + duration;
@@ -382,41 +453,54 @@ pub async fn replay(
         }
         progress(1.0);
     });
-    let one = {
-        let (client, target, log, tally) = (
-            client.clone(),
-            target.clone(),
-            Arc::clone(&log),
-            Arc::clone(&tally),
-        );
-        move |index: usize, due: Instant| {
-            let (client, target, log, tally) = (
-                client.clone(),
-                target.clone(),
-                Arc::clone(&log),
-                Arc::clone(&tally),
-            );
-            async move { send_one(&client, &target, &log, index, due, &tally).await }
-        }
-    };
     match load {
         Load::Concurrency(clients) => {
-            let mut workers = Vec::new();
-            for worker in 0..clients.max(1) {
-                let one = one.clone();
-                workers.push(tokio::spawn(async move {
-                    let mut index = worker;
-                    while Instant::now() < ends {
-                        one(index, Instant::now()).await;
-                        index += clients;
-                    }
-                }));
-            }
-            for worker in workers {
-                let _ = worker.await;
-            }
+            // Each client is a thread with one connection, driven on the same thread as its
+            // requests (a current-thread runtime): a request and its reply cross no thread on
+            // the client's side, so the latency measured is the server's and the transport's,
+            // not the client's hand-offs (a pooled client's connection task and request task
+            // can sit on different workers, a wake-up more each way).
+            let clients = clients.max(1);
+            let workers: Vec<_> = (0..clients)
+                .map(|first| {
+                    let (addr, host, log, tally) = (
+                        addr.clone(),
+                        host.clone(),
+                        Arc::clone(&log),
+                        Arc::clone(&tally),
+                    );
+                    std::thread::spawn(move || {
+                        let runtime = tokio::runtime::Builder::new_current_thread()
+                            .enable_all()
+                            .build();
+                        match runtime {
+                            Ok(runtime) => runtime.block_on(closed_loop(
+                                &addr,
+                                &host,
+                                &log,
+                                (first, clients),
+                                ends,
+                                &tally,
+                            )),
+                            Err(_) => tally.lock().record(Outcome::Lost),
+                        }
+                    })
+                })
+                .collect();
+            let _ = tokio::task::spawn_blocking(move || {
+                for worker in workers {
+                    let _ = worker.join();
+                }
+            })
+            .await;
         }
         Load::Rate(per_s) => {
+            let mut connector = hyper_util::client::legacy::connect::HttpConnector::new();
+            connector.set_nodelay(true);
+            let client: Client =
+                hyper_util::client::legacy::Client::builder(hyper_util::rt::TokioExecutor::new())
+                    .pool_max_idle_per_host(4096)
+                    .build(connector);
             let interval = Duration::from_secs_f64(1.0 / per_s.max(1e-3));
             let mut in_flight = tokio::task::JoinSet::new();
             let mut index = 0usize;
@@ -426,7 +510,19 @@ pub async fn replay(
                     break;
                 }
                 tokio::time::sleep_until(due.into()).await;
-                in_flight.spawn(one(index, due));
+                let (client, target, host, log, tally) = (
+                    client.clone(),
+                    target.clone(),
+                    host.clone(),
+                    Arc::clone(&log),
+                    Arc::clone(&tally),
+                );
+                in_flight.spawn(async move {
+                    let response = client.request(log.request(index, &target, &host)).await;
+                    let answer = collect(response.ok()).await;
+                    let outcome = Outcome::of(log.format, due.elapsed(), answer);
+                    tally.lock().record(outcome);
+                });
                 index += 1;
                 while in_flight.try_join_next().is_some() {}
             }
@@ -461,47 +557,70 @@ pub async fn replay(
     })
 }
 
-async fn send_one(
-    client: &Client,
-    target: &hyper::Uri,
+/// What came back for one request: its status and body, or nothing (no answer on the
+/// connection).
+type Answer = Option<(hyper::StatusCode, Result<Bytes, hyper::Error>)>;
+
+/// Reads the whole body of `response` (the latency is taken after it).
+async fn collect(response: Option<hyper::Response<Incoming>>) -> Answer {
+    let response = response?;
+    let status = response.status();
+    Some((
+        status,
+        response.into_body().collect().await.map(|b| b.to_bytes()),
+    ))
+}
+
+/// One client of a closed-loop replay: sends request `first`, then every `step`-th after it,
+/// each when the last is answered, until `ends`, over one keep-alive connection (a new one
+/// when it is lost).
+async fn closed_loop(
+    addr: &str,
+    host: &HeaderValue,
     log: &RequestLog,
-    index: usize,
-    due: Instant,
+    (first, step): (usize, usize),
+    ends: Instant,
     tally: &Mutex<Tally>,
 ) {
-    let body = log.bodies[index % log.bodies.len()].clone();
-    let request = hyper::Request::post(target.clone())
-        .header(hyper::header::CONTENT_TYPE, log.format.content_type())
-        .body(Full::new(body));
-    let Ok(request) = request else { return };
-    let answer = match client.request(request).await {
-        Ok(response) => {
-            let status = response.status();
-            let body = response.into_body().collect().await.map(|b| b.to_bytes());
-            Some((status, body))
-        }
-        Err(_) => None,
-    };
-    let latency_us = due.elapsed().as_micros() as u64;
-    let mut tally = tally.lock();
-    tally.requests += 1;
-    match answer {
-        Some((status, Ok(body))) if status.is_success() => {
-            tally.ok += 1;
-            Tally::record(&mut tally.latency, latency_us);
-            if let Ok(reply) = log.format.decode::<RankResponse>(&body) {
-                tally.documents += reply.scores.len() as u64;
-                Tally::record(&mut tally.total, reply.timings.total_us);
-                Tally::record(&mut tally.read, reply.timings.read_us);
-                Tally::record(&mut tally.decode, reply.timings.decode_us);
-                Tally::record(&mut tally.fe, reply.timings.fe_us);
-                Tally::record(&mut tally.me, reply.timings.me_us);
-                Tally::record(&mut tally.queue, reply.timings.queue_us);
+    let target = hyper::Uri::from_static("/v1/rank");
+    let mut index = first;
+    while Instant::now() < ends {
+        let Some(mut sender) = connect(addr).await else {
+            tally.lock().record(Outcome::Lost);
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        while Instant::now() < ends {
+            let due = Instant::now();
+            let response = match sender.ready().await {
+                Ok(()) => sender
+                    .send_request(log.request(index, &target, host))
+                    .await
+                    .ok(),
+                Err(_) => None,
+            };
+            let answer = collect(response).await;
+            let outcome = Outcome::of(log.format, due.elapsed(), answer);
+            let lost = matches!(outcome, Outcome::Lost);
+            tally.lock().record(outcome);
+            index += step;
+            if lost {
+                break;
             }
         }
-        Some((status, _)) => *tally.errors.entry(status.as_u16().to_string()).or_insert(0) += 1,
-        None => *tally.errors.entry("connection".to_string()).or_insert(0) += 1,
     }
+}
+
+/// An HTTP/1.1 connection to `addr` whose I/O runs as a task of the calling thread's runtime.
+async fn connect(addr: &str) -> Option<hyper::client::conn::http1::SendRequest<Full<Bytes>>> {
+    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream.set_nodelay(true).ok()?;
+    let (sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .ok()?;
+    tokio::spawn(connection);
+    Some(sender)
 }
 
 #[cfg(test)]

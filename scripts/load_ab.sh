@@ -15,6 +15,8 @@
 # FLOOR=PATH (the `http_floor` example, `cargo build --release --example http_floor`) adds, in
 # each round, that server held for the first binary's FE + scoring of the round: its overhead
 # is the transport floor (body transfer, HTTP, wake-ups) that no handler removes.
+# FLOOR_ARGS are passed to it: `--transport raw --hold-on worker` makes it the least a server
+# can do (HTTP by hand, the hold on the thread that read the request, no hand-off).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=$1
@@ -52,7 +54,7 @@ for round in $(seq "$rounds"); do
   if [ -n "${FLOOR:-}" ]; then
     port=$((port + 1))
     hold=$(python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(round(j["server_fe_us"]["mean"] + j["server_me_us"]["mean"]))' "$work/r$round-1.json")
-    "$FLOOR" --addr "127.0.0.1:$port" --docs "$docs" --hold-us "$hold" >"$work/floor.log" 2>&1 &
+    "$FLOOR" --addr "127.0.0.1:$port" --docs "$docs" --hold-us "$hold" ${FLOOR_ARGS:-} >"$work/floor.log" 2>&1 &
     replay_against $! "$1" "$work/r$round-$(($# + 1)).json"
   fi
 done

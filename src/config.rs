@@ -15,7 +15,7 @@
 //! | `body_limit_bytes` | `RANKSERVE_BODY_LIMIT_BYTES` | 64 MiB |
 //! | `cpu_cache_bytes` | `RANKSERVE_CPU_CACHE_BYTES` | 1 GiB |
 //! | `cpu_threads` | `RANKSERVE_CPU_THREADS` | the machine's parallelism |
-//! | `cpu_pool_nice` | `RANKSERVE_CPU_POOL_NICE` | 0 (nice value of the CPU scoring threads, 0..=19: above 0 the async workers that read and answer requests get a core first when scoring keeps every core busy) |
+//! | `cpu_pool_nice` | `RANKSERVE_CPU_POOL_NICE` | 10 (nice value of the CPU scoring threads, 0..=19: above 0 the async workers that read and answer requests get a core first when scoring keeps every core busy; 0: the process's own) |
 //! | `gpu_cache_bytes` | `RANKSERVE_GPU_CACHE_BYTES` | 4 GiB (device copies of rankers) |
 //! | `gpu_posting_cache_bytes` | `RANKSERVE_GPU_POSTING_CACHE_BYTES` | 1 GiB (posting lists resident on the device; 0: every list copied per query) |
 //! | `griffin_ratio` | `RANKSERVE_GRIFFIN_RATIO` | 4096 (AND runs on the CPU when the second shortest list is more than this many times the shortest, and hands over between steps when the next list is not resident on the GPU and more than this many times the intersection so far) |
@@ -190,7 +190,7 @@ impl Default for Config {
             body_limit_bytes: 64 << 20,
             cpu_cache_bytes: 1 << 30,
             cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            cpu_pool_nice: 0,
+            cpu_pool_nice: 10,
             gpu_cache_bytes: 4 << 30,
             gpu_posting_cache_bytes: 1 << 30,
             griffin_ratio: crate::select::schedule::DEFAULT_GRIFFIN_RATIO,
@@ -596,7 +596,7 @@ mod tests {
 
     #[test]
     fn cpu_pool_nice_is_0_to_19() {
-        assert_eq!(Config::default().cpu_pool_nice, 0);
+        assert_eq!(Config::default().cpu_pool_nice, 10);
         let c = Config::resolve(
             None,
             env(&[("RANKSERVE_CPU_POOL_NICE", "19")]),

@@ -52,7 +52,8 @@ pub struct Args {
     #[arg(long)]
     cpu_threads: Option<String>,
     /// Nice value of the CPU scoring threads, 0..=19: above 0, the threads that read and answer
-    /// requests get a core first while scoring keeps every core busy [default: 0].
+    /// requests get a core first while scoring keeps every core busy; 0: the process's own
+    /// [default: 10].
     #[arg(long)]
     cpu_pool_nice: Option<String>,
     /// Memory budget of the GPU ranker cache [default: 4294967296].

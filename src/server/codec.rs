@@ -15,7 +15,7 @@ use axum::http::request::Parts;
 use axum::http::{header, HeaderMap, HeaderValue};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
@@ -157,34 +157,65 @@ impl Format {
 
 /// Reads a whole body of at most `limit` bytes.
 ///
+/// A body that arrives in several chunks is copied into one buffer (sized by `Content-Length`)
+/// chunk by chunk as they come, so that only the last chunk's copy follows the last byte's
+/// arrival; collecting the chunks and joining them afterwards would copy the whole body then
+/// (about 20 µs for 222 KB). A body of one chunk is kept as it is.
+///
 /// # Errors
 /// [`ApiError::PayloadTooLarge`] when `Content-Length` announces more (nothing is read) or the
 /// body turns out longer; [`ApiError::BadBody`] when the connection fails mid-body.
 pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let mut capacity = 0;
     if let Some(announced) = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
     {
-        if announced.parse::<u64>().map_or(true, |n| n > limit as u64) {
-            return Err(ApiError::PayloadTooLarge {
-                limit,
-                got: announced.to_string(),
-            });
+        match announced.parse::<u64>() {
+            Ok(n) if n <= limit as u64 => capacity = n as usize,
+            _ => {
+                return Err(ApiError::PayloadTooLarge {
+                    limit,
+                    got: announced.to_string(),
+                })
+            }
         }
     }
-    match Limited::new(body, limit).collect().await {
-        Ok(collected) => Ok(collected.to_bytes()),
-        Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => {
-            Err(ApiError::PayloadTooLarge {
+    // Reserved ahead at most this much: an announced length is not yet a received one.
+    const RESERVED_AHEAD_AT_MOST: usize = 4 << 20;
+    let mut body = Limited::new(body, limit);
+    let mut first: Option<Bytes> = None;
+    let mut joined = BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        let frame = frame.map_err(|err| match err.downcast_ref::<LengthLimitError>() {
+            Some(_) => ApiError::PayloadTooLarge {
                 limit,
                 got: format!("more than {limit}"),
-            })
+            },
+            None => ApiError::BadBody {
+                format: "request",
+                reason: format!("reading the body failed: {err}"),
+            },
+        })?;
+        let Ok(data) = frame.into_data() else {
+            continue; // trailers
+        };
+        if data.is_empty() {
+            continue;
         }
-        Err(err) => Err(ApiError::BadBody {
-            format: "request",
-            reason: format!("reading the body failed: {err}"),
-        }),
+        match first.take() {
+            None if joined.is_empty() => first = Some(data),
+            earlier => {
+                if let Some(earlier) = earlier {
+                    let received = earlier.len() + data.len();
+                    joined.reserve(capacity.min(RESERVED_AHEAD_AT_MOST).max(received));
+                    joined.extend_from_slice(&earlier);
+                }
+                joined.extend_from_slice(&data);
+            }
+        }
     }
+    Ok(first.unwrap_or_else(|| joined.freeze()))
 }
 
 /// A request body type and how the [`Coded`] extractor decodes it.
@@ -304,6 +335,74 @@ pub async fn negotiate_errors(req: Request, next: Next) -> Response {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A body of these chunks, in order.
+    fn chunked(chunks: &[Bytes]) -> Body {
+        struct Chunks(Vec<Bytes>);
+        impl hyper::body::Body for Chunks {
+            type Data = Bytes;
+            type Error = std::convert::Infallible;
+            fn poll_frame(
+                mut self: std::pin::Pin<&mut Self>,
+                _: &mut std::task::Context<'_>,
+            ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Self::Error>>>
+            {
+                std::task::Poll::Ready(self.0.pop().map(|c| Ok(hyper::body::Frame::data(c))))
+            }
+        }
+        Body::new(Chunks(chunks.iter().rev().cloned().collect()))
+    }
+
+    #[tokio::test]
+    async fn bodies_are_read_whole_from_their_chunks_within_the_limit() {
+        let chunks: Vec<Bytes> = [1000, 1, 0, 3000]
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| Bytes::from(vec![i as u8 + 1; n]))
+            .collect();
+        let whole = chunks.concat();
+        let mut announced = HeaderMap::new();
+        announced.insert(header::CONTENT_LENGTH, HeaderValue::from(whole.len()));
+        for headers in [HeaderMap::new(), announced] {
+            let read = read_body(&headers, chunked(&chunks), 1 << 20)
+                .await
+                .unwrap();
+            assert_eq!(read, whole);
+            // A body exactly at the limit is read.
+            assert_eq!(
+                read_body(&headers, chunked(&chunks), whole.len())
+                    .await
+                    .unwrap(),
+                whole
+            );
+        }
+        // One byte over it, not announced: refused while reading.
+        let over = read_body(&HeaderMap::new(), chunked(&chunks), whole.len() - 1).await;
+        assert!(
+            matches!(&over, Err(ApiError::PayloadTooLarge { got, .. }) if got == "more than 4000"),
+            "{over:?}"
+        );
+        // One chunk is kept, not copied.
+        let one = read_body(&HeaderMap::new(), chunked(&chunks[3..]), 1 << 20)
+            .await
+            .unwrap();
+        assert_eq!(one.as_ptr(), chunks[3].as_ptr());
+        assert!(read_body(&HeaderMap::new(), chunked(&[]), 10)
+            .await
+            .unwrap()
+            .is_empty());
+        // Announced over the limit: refused before anything is read.
+        let mut huge = HeaderMap::new();
+        huge.insert(
+            header::CONTENT_LENGTH,
+            HeaderValue::from_static("1000000000"),
+        );
+        let refused = read_body(&huge, chunked(&chunks), 1 << 20).await;
+        assert!(
+            matches!(&refused, Err(ApiError::PayloadTooLarge { got, .. }) if got == "1000000000"),
+            "{refused:?}"
+        );
+    }
 
     #[test]
     fn media_types() {

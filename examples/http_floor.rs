@@ -172,7 +172,7 @@ async fn main() -> std::io::Result<()> {
         docs: args.docs,
         hold: Duration::from_micros(args.hold_us),
         hold_on: args.hold_on,
-        pool: Engines::new(threads, 0),
+        pool: Engines::new(threads),
     });
     let socket = match args.addr {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,

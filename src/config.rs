@@ -15,7 +15,6 @@
 //! | `body_limit_bytes` | `RANKSERVE_BODY_LIMIT_BYTES` | 64 MiB |
 //! | `cpu_cache_bytes` | `RANKSERVE_CPU_CACHE_BYTES` | 1 GiB |
 //! | `cpu_threads` | `RANKSERVE_CPU_THREADS` | the machine's parallelism |
-//! | `cpu_pool_nice` | `RANKSERVE_CPU_POOL_NICE` | 10 (nice value of the CPU scoring threads, 0..=19: above 0 the async workers that read and answer requests get a core first when scoring keeps every core busy; 0: the process's own) |
 //! | `gpu_cache_bytes` | `RANKSERVE_GPU_CACHE_BYTES` | 4 GiB (device copies of rankers) |
 //! | `gpu_posting_cache_bytes` | `RANKSERVE_GPU_POSTING_CACHE_BYTES` | 1 GiB (posting lists resident on the device; 0: every list copied per query) |
 //! | `griffin_ratio` | `RANKSERVE_GRIFFIN_RATIO` | 4096 (AND runs on the CPU when the second shortest list is more than this many times the shortest, and hands over between steps when the next list is not resident on the GPU and more than this many times the intersection so far) |
@@ -156,8 +155,6 @@ pub struct Config {
     pub body_limit_bytes: usize,
     pub cpu_cache_bytes: u64,
     pub cpu_threads: usize,
-    /// Nice value of the CPU scoring pool's threads (0..=19).
-    pub cpu_pool_nice: i32,
     /// Budget of the GPU ranker cache (device memory).
     pub gpu_cache_bytes: u64,
     /// Budget of the GPU posting cache (device memory) of the served index.
@@ -190,7 +187,6 @@ impl Default for Config {
             body_limit_bytes: 64 << 20,
             cpu_cache_bytes: 1 << 30,
             cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
-            cpu_pool_nice: 10,
             gpu_cache_bytes: 4 << 30,
             gpu_posting_cache_bytes: 1 << 30,
             griffin_ratio: crate::select::schedule::DEFAULT_GRIFFIN_RATIO,
@@ -220,7 +216,6 @@ pub struct Layer {
     pub body_limit_bytes: Option<String>,
     pub cpu_cache_bytes: Option<String>,
     pub cpu_threads: Option<String>,
-    pub cpu_pool_nice: Option<String>,
     pub gpu_cache_bytes: Option<String>,
     pub gpu_posting_cache_bytes: Option<String>,
     pub griffin_ratio: Option<String>,
@@ -268,7 +263,6 @@ impl Layer {
             body_limit_bytes: lookup("RANKSERVE_BODY_LIMIT_BYTES"),
             cpu_cache_bytes: lookup("RANKSERVE_CPU_CACHE_BYTES"),
             cpu_threads: lookup("RANKSERVE_CPU_THREADS"),
-            cpu_pool_nice: lookup("RANKSERVE_CPU_POOL_NICE"),
             gpu_cache_bytes: lookup("RANKSERVE_GPU_CACHE_BYTES"),
             gpu_posting_cache_bytes: lookup("RANKSERVE_GPU_POSTING_CACHE_BYTES"),
             griffin_ratio: lookup("RANKSERVE_GRIFFIN_RATIO"),
@@ -365,11 +359,6 @@ impl Resolver {
         if let Some(v) = layer.cpu_threads {
             c.cpu_threads = parse("cpu_threads", &v, "an integer in 1..=1024", source, |n| {
                 (1..=1024).contains(n)
-            })?;
-        }
-        if let Some(v) = layer.cpu_pool_nice {
-            c.cpu_pool_nice = parse("cpu_pool_nice", &v, "an integer in 0..=19", source, |n| {
-                (0..=19).contains(n)
             })?;
         }
         if let Some(v) = layer.gpu_cache_bytes {
@@ -592,31 +581,6 @@ mod tests {
             err.to_string(),
             "griffin_ratio (from environment variable RANKSERVE_GRIFFIN_RATIO): expected a finite number ≥ 1, got \"0.5\""
         );
-    }
-
-    #[test]
-    fn cpu_pool_nice_is_0_to_19() {
-        assert_eq!(Config::default().cpu_pool_nice, 10);
-        let c = Config::resolve(
-            None,
-            env(&[("RANKSERVE_CPU_POOL_NICE", "19")]),
-            Layer::default(),
-        )
-        .unwrap();
-        assert_eq!(c.cpu_pool_nice, 19);
-        for bad in ["-1", "20", "low"] {
-            let flags = Layer {
-                cpu_pool_nice: Some(bad.into()),
-                ..Layer::default()
-            };
-            let err = Config::resolve(None, Layer::default(), flags).unwrap_err();
-            assert_eq!(
-                err.to_string(),
-                format!(
-                    "cpu_pool_nice (from command line): expected an integer in 0..=19, got {bad:?}"
-                )
-            );
-        }
     }
 
     #[test]

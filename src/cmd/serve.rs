@@ -51,11 +51,6 @@ pub struct Args {
     /// Threads used to score one batch [default: the machine's].
     #[arg(long)]
     cpu_threads: Option<String>,
-    /// Nice value of the CPU scoring threads, 0..=19: above 0, the threads that read and answer
-    /// requests get a core first while scoring keeps every core busy; 0: the process's own
-    /// [default: 10].
-    #[arg(long)]
-    cpu_pool_nice: Option<String>,
     /// Memory budget of the GPU ranker cache [default: 4294967296].
     #[arg(long)]
     gpu_cache_bytes: Option<String>,
@@ -112,7 +107,6 @@ impl Args {
             body_limit_bytes: self.body_limit_bytes,
             cpu_cache_bytes: self.cpu_cache_bytes,
             cpu_threads: self.cpu_threads,
-            cpu_pool_nice: self.cpu_pool_nice,
             gpu_cache_bytes: self.gpu_cache_bytes,
             gpu_posting_cache_bytes: self.gpu_posting_cache_bytes,
             griffin_ratio: self.griffin_ratio,

@@ -38,8 +38,6 @@ pub struct BatchConfig {
     pub max_docs: usize,
     /// Threads CPU scoring uses.
     pub threads: usize,
-    /// Their nice value.
-    pub nice: i32,
 }
 
 /// A scored request.
@@ -88,7 +86,7 @@ impl Scorer {
     pub fn new(config: BatchConfig) -> Scorer {
         Scorer {
             config,
-            engines: Arc::new(Engines::new(config.threads, config.nice)),
+            engines: Arc::new(Engines::new(config.threads)),
             queues: Mutex::new(HashMap::new()),
         }
     }

@@ -51,20 +51,14 @@ pub struct Engines {
 }
 
 impl Engines {
-    /// CPU scoring on `threads` threads (1: the calling thread) of nice value `nice` (0: the
-    /// process's own; see [`lower_priority`]). The GPU comes later, from
+    /// CPU scoring on `threads` threads (1: the calling thread). The GPU comes later, from
     /// [`Engines::install_gpu`].
-    pub fn new(threads: usize, nice: i32) -> Engines {
+    pub fn new(threads: usize) -> Engines {
         let pool = (threads != 1)
             .then(|| {
                 rayon::ThreadPoolBuilder::new()
                     .num_threads(threads)
                     .thread_name(|i| format!("score-{i}"))
-                    .start_handler(move |_| {
-                        if nice != 0 {
-                            lower_priority(nice);
-                        }
-                    })
                     .build()
             })
             .and_then(|built| {
@@ -202,27 +196,6 @@ impl Engines {
 #[error("a task on the CPU scoring pool failed: {0}")]
 pub struct PoolTaskFailed(String);
 
-/// Gives the calling thread nice value `nice`. Scoring threads that keep every core busy
-/// otherwise delay the wake-up of the async workers that read requests and write replies (the
-/// scheduler shares a core between equals); at a lower priority they yield it at once. Where
-/// it is refused (a process already nicer needs privileges to go back), it is logged and the
-/// thread keeps the process's value. Linux only: elsewhere a nice value is the whole process's.
-fn lower_priority(nice: i32) {
-    #[cfg(target_os = "linux")]
-    {
-        // SAFETY: gettid and setpriority take plain integers and touch no memory of ours; on
-        // Linux the nice value set for a thread id is that thread's alone.
-        let failed = unsafe {
-            libc::setpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t, nice) != 0
-        };
-        if failed {
-            tracing::warn!(nice, error = %std::io::Error::last_os_error(), "scoring thread keeps its priority");
-        }
-    }
-    #[cfg(not(target_os = "linux"))]
-    tracing::warn!(nice, "cpu_pool_nice is applied on Linux only");
-}
-
 /// Logs and counts a GPU failure of `stage` (`rank` or `select`) whose work moved to the CPU;
 /// `subject` names the ranker or the query.
 pub(super) fn fell_back(stage: &'static str, subject: &str, err: &GpuError) {
@@ -242,7 +215,7 @@ mod tests {
     #[tokio::test]
     async fn a_pool_task_returns_its_result_or_an_error_when_it_panics() {
         for threads in [1, 2] {
-            let engines = Engines::new(threads, 0);
+            let engines = Engines::new(threads);
             let on_pool = engines
                 .on_cpu_pool_task(|| rayon::current_thread_index().is_some())
                 .await
@@ -256,31 +229,5 @@ mod tests {
             // The pool survives a task's panic.
             assert_eq!(engines.on_cpu_pool_task(|| 7).await.expect("ran"), 7);
         }
-    }
-
-    #[cfg(target_os = "linux")]
-    #[tokio::test]
-    async fn pool_threads_take_the_nice_value_and_callers_keep_theirs() {
-        // SAFETY: as in `lower_priority`; getpriority returns a nice value (−1 is one too, and
-        // none of the values compared here).
-        let nice_of_this_thread =
-            || unsafe { libc::getpriority(libc::PRIO_PROCESS, libc::gettid() as libc::id_t) };
-        let before = nice_of_this_thread();
-        let engines = Engines::new(2, 7);
-        let on_pool = engines
-            .on_cpu_pool_task(nice_of_this_thread)
-            .await
-            .expect("ran");
-        // A process already nicer than 7 cannot go back to it without privileges.
-        assert_eq!(on_pool, before.max(7));
-        assert_eq!(nice_of_this_thread(), before);
-        let untouched = Engines::new(2, 0);
-        assert_eq!(
-            untouched
-                .on_cpu_pool_task(nice_of_this_thread)
-                .await
-                .expect("ran"),
-            before
-        );
     }
 }

@@ -70,7 +70,6 @@ impl State {
             window: Duration::from_micros(config.batch_window_us),
             max_docs: config.max_batch_docs,
             threads: config.cpu_threads,
-            nice: config.cpu_pool_nice,
         });
         let sampler = config.sampling.as_ref().map(Sampler::open).transpose()?;
         let index = config

@@ -3,11 +3,12 @@
 //! A request log holds `/v1/rank` request bodies: concatenated MessagePack objects (`.msgpack`)
 //! or JSON Lines (`.jsonl`). [`synth_requests`] writes production-like ones, the server's
 //! sampler records live ones, and [`replay`] sends them (closed loop: `concurrency` clients
-//! each sending the next request when the last one is answered; or open loop: `rate` requests
-//! per second whatever the answers, latency counted from when each was due, so a stalled
-//! server is not hidden) and reports throughput, latency percentiles, errors by status, and
-//! the server's own timings read from the replies (to separate scoring from the service's
-//! overhead).
+//! each sending the next request when the last one is answered, each a thread of its own with
+//! one keep-alive connection, so that the client adds no hand-off between threads to the
+//! latency it measures; or open loop: `rate` requests per second whatever the answers, latency
+//! counted from when each was due, so a stalled server is not hidden) and reports throughput,
+//! latency percentiles, errors by status, and the server's own timings read from the replies
+//! (to separate scoring from the service's overhead).
 
 use std::collections::BTreeMap;
 use std::io::Cursor;
@@ -251,7 +252,8 @@ pub struct ReplayReport {
     pub server_me_us: Percentiles,
     /// The server's `timings.queue_us`, microseconds.
     pub server_queue_us: Percentiles,
-    /// Non-2xx answers by status, and `"connection"` for requests with no answer.
+    /// Non-2xx answers by status, `"connection"` for requests with no answer, and `"client"`
+    /// for closed-loop clients that could not start (a thread or runtime refused).
     pub errors: BTreeMap<String, u64>,
 }
 
@@ -373,6 +375,12 @@ impl Outcome {
 }
 
 impl Tally {
+    /// Counts a closed-loop client whose thread or runtime did not start: its requests are
+    /// missing from the load, which the report says instead of hiding.
+    fn client_failed(&mut self) {
+        *self.errors.entry("client".to_string()).or_insert(0) += 1;
+    }
+
     fn record(&mut self, outcome: Outcome) {
         self.requests += 1;
         match outcome {
@@ -422,27 +430,19 @@ pub async fn replay(
     duration: Duration,
     progress: impl Fn(f64) + Send + 'static,
 ) -> Result<ReplayReport, ReplayError> {
-    let root = url.trim_end_matches('/');
-    let target: hyper::Uri =
-        format!("{root}/v1/rank")
-            .parse()
-            .map_err(|_| ReplayError::BadUrl {
-                url: url.to_string(),
-            })?;
-    if target.scheme_str() != Some("http") || target.host().is_none() {
-        return Err(ReplayError::BadUrl {
-            url: url.to_string(),
-        });
-    }
     let bad_url = || ReplayError::BadUrl {
         url: url.to_string(),
     };
-    let host = target.host().ok_or_else(bad_url)?;
+    let target: hyper::Uri = format!("{}/v1/rank", url.trim_end_matches('/'))
+        .parse()
+        .map_err(|_| bad_url())?;
+    let (Some("http"), Some(host), Some(authority)) =
+        (target.scheme_str(), target.host(), target.authority())
+    else {
+        return Err(bad_url());
+    };
     let addr = format!("{host}:{}", target.port_u16().unwrap_or(80));
-    let host = target
-        .authority()
-        .and_then(|a| HeaderValue::from_str(a.as_str()).ok())
-        .ok_or_else(bad_url)?;
+    let host = HeaderValue::from_str(authority.as_str()).map_err(|_| bad_url())?;
     let tally = Arc::new(Mutex::new(Tally::default()));
     let started = Instant::now();
     let ends = started + duration;
@@ -469,26 +469,30 @@ pub async fn replay(
                         Arc::clone(&log),
                         Arc::clone(&tally),
                     );
-                    std::thread::spawn(move || {
-                        let runtime = tokio::runtime::Builder::new_current_thread()
-                            .enable_all()
-                            .build();
-                        match runtime {
-                            Ok(runtime) => runtime.block_on(closed_loop(
-                                &addr,
-                                &host,
-                                &log,
-                                (first, clients),
-                                ends,
-                                &tally,
-                            )),
-                            Err(_) => tally.lock().record(Outcome::Lost),
-                        }
-                    })
+                    let on_thread = Arc::clone(&tally);
+                    let spawned = std::thread::Builder::new()
+                        .name(format!("replay-{first}"))
+                        .spawn(move || {
+                            let runtime = tokio::runtime::Builder::new_current_thread()
+                                .enable_all()
+                                .build();
+                            match runtime {
+                                Ok(runtime) => runtime.block_on(closed_loop(
+                                    &addr,
+                                    &host,
+                                    &log,
+                                    (first, clients),
+                                    ends,
+                                    &on_thread,
+                                )),
+                                Err(_) => on_thread.lock().client_failed(),
+                            }
+                        });
+                    spawned.inspect_err(|_| tally.lock().client_failed()).ok()
                 })
                 .collect();
             let _ = tokio::task::spawn_blocking(move || {
-                for worker in workers {
+                for worker in workers.into_iter().flatten() {
                     let _ = worker.join();
                 }
             })

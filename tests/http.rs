@@ -979,16 +979,17 @@ async fn replay_counts_every_answer_closed_and_open_loop() {
     .unwrap();
     let log = Arc::new(RequestLog::read(&path).unwrap());
     let url = format!("http://{}", live.addr);
-    for load in [Load::Concurrency(3), Load::Rate(100.0)] {
-        let report = replay(
+    let run = |load: Load, ms: u64| {
+        replay(
             &url,
             Arc::clone(&log),
             load,
-            Duration::from_millis(300),
+            Duration::from_millis(ms),
             |_| {},
         )
-        .await
-        .unwrap();
+    };
+    for load in [Load::Concurrency(3), Load::Rate(100.0)] {
+        let report = run(load, 300).await.unwrap();
         assert!(report.errors.is_empty(), "{load:?}: {:?}", report.errors);
         assert!(
             report.ok >= 3 && report.ok == report.requests,
@@ -1011,15 +1012,7 @@ async fn replay_counts_every_answer_closed_and_open_loop() {
     live.task.await.unwrap().unwrap();
     // Nobody listens any more: every request is a connection error, and the replay still ends.
     for load in [Load::Concurrency(2), Load::Rate(50.0)] {
-        let report = replay(
-            &url,
-            Arc::clone(&log),
-            load,
-            Duration::from_millis(100),
-            |_| {},
-        )
-        .await
-        .unwrap();
+        let report = run(load, 100).await.unwrap();
         assert_eq!(report.ok, 0, "{load:?}");
         assert!(report.errors["connection"] > 0, "{load:?}: {report:?}");
         assert_eq!(report.errors["connection"], report.requests, "{load:?}");

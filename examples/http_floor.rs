@@ -72,8 +72,9 @@ struct Floor {
 }
 
 impl Floor {
-    /// Holds the request busy where `--hold-on` says, then drops its body; returns the hold.
-    async fn hold(&self, body: Vec<u8>) -> Duration {
+    /// Holds the request busy where `--hold-on` says, then drops `body` (as the real server
+    /// frees a request after scoring it); returns the hold.
+    async fn hold<B: Send + 'static>(&self, body: B) -> Duration {
         let hold = self.hold;
         let spin = move || {
             let started = Instant::now();
@@ -116,7 +117,7 @@ async fn rank(State(floor): State<Arc<Floor>>, request: Request) -> impl IntoRes
         .await
         .unwrap_or_default();
     let read = arrived.elapsed();
-    let held = floor.hold(body.to_vec()).await;
+    let held = floor.hold(body).await;
     (
         [(header::CONTENT_TYPE, "application/msgpack")],
         floor.reply(arrived, read, held),
@@ -150,9 +151,9 @@ async fn serve_raw(floor: Arc<Floor>, mut stream: tokio::net::TcpStream) -> std:
             }
         }
         let read = arrived.elapsed();
-        let body = buffer[head_end..head_end + length].to_vec();
+        // The body stays in the connection's buffer, dropped from it after the hold.
+        let held = floor.hold(()).await;
         buffer.drain(..head_end + length);
-        let held = floor.hold(body).await;
         let reply = floor.reply(arrived, read, held);
         let mut out = format!(
             "HTTP/1.1 200 OK\r\ncontent-type: application/msgpack\r\ncontent-length: {}\r\n\r\n",

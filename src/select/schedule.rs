@@ -60,7 +60,7 @@ use crate::index::{Index, TermId};
 use crate::select::gpu::{
     search_batch, search_one, AndPlan, BatchQuery, GpuRun, GpuSelectError, PostingCache,
 };
-use crate::select::{check_params, SelectError};
+use crate::select::SelectError;
 use crate::select::{search_terms as cpu_search, Mode, Query, QueryTerms, SearchResult};
 
 /// The length ratio above which AND runs on the CPU whatever the estimates say. Griffin's paper
@@ -596,7 +596,7 @@ pub fn search_routed(
     gpu: Option<&mut PostingCache>,
     scheduler: &Scheduler,
 ) -> Result<Scheduled, SelectError> {
-    // The parameters are checked once, by the GPU's batch or by `settle`.
+    // The parameters are checked once, by the GPU's batch or by the CPU's search.
     let answer = match (route.to_gpu(), gpu) {
         (true, Some(cache)) => {
             let plan = scheduler.plan_for(route.shape.as_ref(), index, cache);
@@ -619,7 +619,6 @@ pub fn settle(
     route: Route,
     gpu: Option<Result<SearchResult, GpuSelectError>>,
 ) -> Result<Scheduled, SelectError> {
-    check_params(query.params)?;
     let fallback = match gpu {
         Some(Ok(result)) => {
             return Ok(Scheduled {

@@ -206,7 +206,8 @@ impl State {
             metrics::histogram!("rankserve_select_gpu_batch_queries").record(jobs.len() as f64);
             schedule::run_gpu_batch(cache.as_mut(), &self.scheduler, &jobs)
         });
-        if ran.is_none() {
+        // A zero wait is a query that could not afford to wait: it gave nothing up.
+        if ran.is_none() && !wait.is_zero() {
             metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
                 .increment(1);
         }

@@ -17,11 +17,11 @@ use std::path::Path;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use rankserve::api::feature_matrix;
+use rankserve::api::msgpack_rank;
+use rankserve::api::Format;
 use rankserve::bench::replay::synth_requests;
-use rankserve::server::codec::Format;
-use rankserve::server::msgpack_rank;
-use rankserve::server::routes::feature_matrix;
-use rankserve::server::store::RankerStore;
+use rankserve::rank::store::RankerStore;
 
 /// The allocator of the `rankserve` binary, so that the bench measures what the server runs.
 #[global_allocator]

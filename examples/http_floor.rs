@@ -1,7 +1,7 @@
 //! The transport floor of `POST /v1/rank` on this machine: what a request costs over loopback
 //! HTTP when the server does no work of its own. The same stack as `rankserve serve` (tokio,
 //! hyper, axum, TCP_NODELAY) reads the whole body, hands the request to a CPU pool as the real
-//! server does ([`Engines::on_cpu_pool_task`]) where it is held busy for `--hold-us` (standing in
+//! server does ([`Backends::on_cpu_pool_task`]) where it is held busy for `--hold-us` (standing in
 //! for feature extraction and scoring, while the async worker that read the request waits),
 //! then answers a MessagePack `RankResponse` of `--docs` scores, the size of the real reply. The
 //! held time is reported as `me_us` and the body's reading as `read_us`, timed from the same
@@ -24,8 +24,9 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
 use clap::Parser;
-use rankserve::server::api::{RankResponse, Timings};
-use rankserve::server::engine::Engines;
+use rankserve::api::{RankResponse, Timings};
+use rankserve::backend::Backend;
+use rankserve::rank::engine::Backends;
 
 #[derive(Parser)]
 struct Args {
@@ -68,7 +69,7 @@ struct Floor {
     docs: usize,
     hold: Duration,
     hold_on: HoldOn,
-    pool: Engines,
+    pool: Backends,
 }
 
 impl Floor {
@@ -173,7 +174,7 @@ async fn main() -> std::io::Result<()> {
         docs: args.docs,
         hold: Duration::from_micros(args.hold_us),
         hold_on: args.hold_on,
-        pool: Engines::new(threads),
+        pool: Backends::new(threads, Backend::Cpu),
     });
     let socket = match args.addr {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,

@@ -11,6 +11,7 @@
 //! | `data_dir` | `RANKSERVE_DATA_DIR` | `.rankserve/` |
 //! | `index` | `RANKSERVE_INDEX` | none (`serve` then builds or reuses the demo index `DATA_DIR/index`) |
 //! | `backend` | `RANKSERVE_BACKEND` | `auto` (`auto`, `cpu`, `gpu`) |
+//! | `fe_backend` | `RANKSERVE_FE_BACKEND` | `cpu` (where hit documents' features are extracted: `cpu`, `gpu`, or `auto`, the GPU from the ranker's scoring crossover on) |
 //! | `admin_token` | `RANKSERVE_ADMIN_TOKEN` | none (admin routes disabled) |
 //! | `body_limit_bytes` | `RANKSERVE_BODY_LIMIT_BYTES` | 64 MiB |
 //! | `cpu_cache_bytes` | `RANKSERVE_CPU_CACHE_BYTES` | 1 GiB |
@@ -34,6 +35,8 @@ use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use serde::Deserialize;
+
+use crate::backend::Backend;
 
 /// Where a configuration value came from, for error messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -78,40 +81,6 @@ pub enum ConfigError {
     },
 }
 
-/// Which backend ranks when a request does not say.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Backend {
-    /// Per batch: the GPU above its measured crossover, else the CPU; CPU on any GPU failure.
-    Auto,
-    /// Never the GPU.
-    Cpu,
-    /// The GPU; 503 `gpu_unavailable` without one.
-    Gpu,
-}
-
-impl FromStr for Backend {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "auto" => Ok(Backend::Auto),
-            "cpu" => Ok(Backend::Cpu),
-            "gpu" => Ok(Backend::Gpu),
-            _ => Err(()),
-        }
-    }
-}
-
-impl fmt::Display for Backend {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Backend::Auto => "auto",
-            Backend::Cpu => "cpu",
-            Backend::Gpu => "gpu",
-        })
-    }
-}
-
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -150,6 +119,8 @@ pub struct Config {
     pub data_dir: PathBuf,
     pub index: Option<PathBuf>,
     pub backend: Backend,
+    /// Where feature extraction of hit documents runs (`rank::engine::backends`).
+    pub fe_backend: Backend,
     /// `None`: admin routes answer 403 `admin_disabled`.
     pub admin_token: Option<String>,
     pub body_limit_bytes: usize,
@@ -183,6 +154,7 @@ impl Default for Config {
             data_dir: PathBuf::from(".rankserve"),
             index: None,
             backend: Backend::Auto,
+            fe_backend: Backend::Cpu,
             admin_token: None,
             body_limit_bytes: 64 << 20,
             cpu_cache_bytes: 1 << 30,
@@ -212,6 +184,7 @@ pub struct Layer {
     pub data_dir: Option<PathBuf>,
     pub index: Option<PathBuf>,
     pub backend: Option<String>,
+    pub fe_backend: Option<String>,
     pub admin_token: Option<String>,
     pub body_limit_bytes: Option<String>,
     pub cpu_cache_bytes: Option<String>,
@@ -259,6 +232,7 @@ impl Layer {
             data_dir: lookup("RANKSERVE_DATA_DIR").map(PathBuf::from),
             index: lookup("RANKSERVE_INDEX").map(PathBuf::from),
             backend: lookup("RANKSERVE_BACKEND"),
+            fe_backend: lookup("RANKSERVE_FE_BACKEND"),
             admin_token: lookup("RANKSERVE_ADMIN_TOKEN"),
             body_limit_bytes: lookup("RANKSERVE_BODY_LIMIT_BYTES"),
             cpu_cache_bytes: lookup("RANKSERVE_CPU_CACHE_BYTES"),
@@ -330,6 +304,9 @@ impl Resolver {
         }
         if let Some(v) = layer.backend {
             c.backend = parse("backend", &v, "one of auto, cpu, gpu", source, |_| true)?;
+        }
+        if let Some(v) = layer.fe_backend {
+            c.fe_backend = parse("fe_backend", &v, "one of auto, cpu, gpu", source, |_| true)?;
         }
         if let Some(v) = layer.admin_token {
             if v.is_empty() {

@@ -10,6 +10,8 @@
 //! Dependencies point one way: [`server`] at the top; [`select`] and [`rank`] below it;
 //! [`index`] and [`gpu`] at the bottom.
 
+pub mod api;
+pub mod backend;
 pub mod bench;
 pub mod config;
 pub mod gpu;

@@ -11,7 +11,9 @@ use http_body_util::BodyExt;
 use rand::{Rng, SeedableRng};
 use tower::ServiceExt;
 
-use rankserve::config::{Backend, Config};
+use rankserve::api::{FeatureValues, RankDocument, RankRequest, RankResponse, RankerDescription};
+use rankserve::backend::Backend;
+use rankserve::config::Config;
 use rankserve::rank::cpu::score_batch;
 use rankserve::rank::fe::{
     feature_names, synth_corpus_stats, synth_hit_documents, synth_query, FeatureResolver,
@@ -19,9 +21,6 @@ use rankserve::rank::fe::{
 use rankserve::rank::format::{to_native_json, validate};
 use rankserve::rank::model::{
     Activation, Decision, Ensemble, Input, Layer, Missing, Node, Ranker, Split, Tree,
-};
-use rankserve::server::api::{
-    FeatureValues, RankDocument, RankRequest, RankResponse, RankerDescription,
 };
 use rankserve::server::error::ErrorBody;
 use rankserve::server::{router, AppState, State};
@@ -659,7 +658,7 @@ async fn bad_upload_leaves_the_old_ranker_serving_and_good_upload_replaces_it() 
         )
     };
     let before: RankResponse = serde_json::from_slice(&send(&s.app, rank()).await.2).unwrap();
-    let file = s.state.store.dir().join("small.json");
+    let file = s.state.store().dir().join("small.json");
     let on_disk = std::fs::read(&file).unwrap();
 
     let put = |body: String| {
@@ -694,7 +693,7 @@ async fn bad_upload_leaves_the_old_ranker_serving_and_good_upload_replaces_it() 
     assert_eq!(std::fs::read(&file).unwrap(), on_disk);
     let after: RankResponse = serde_json::from_slice(&send(&s.app, rank()).await.2).unwrap();
     assert_eq!(after.scores, before.scores);
-    let leftovers: Vec<_> = std::fs::read_dir(s.state.store.dir())
+    let leftovers: Vec<_> = std::fs::read_dir(s.state.store().dir())
         .unwrap()
         .map(|e| e.unwrap().file_name())
         .collect();

@@ -13,7 +13,10 @@ use http_body_util::BodyExt;
 use crate::cli::{rankserve, root};
 use crate::http::{client, expect_error, json, live, post, send, server_with, TestServer, TOKEN};
 use crate::selection::{built, fixture_corpus};
-use rankserve::config::Backend;
+use rankserve::api::{
+    IndexDescription, RankDocument, RankRequest, RankResponse, SearchRequest, SearchResponse,
+};
+use rankserve::backend::Backend;
 use rankserve::index::builder::{build, BuildOptions};
 use rankserve::index::codecs::Codec;
 use rankserve::index::tokenize::Tokenizer;
@@ -21,9 +24,6 @@ use rankserve::index::{DocId, Index};
 use rankserve::rank::fe::{CorpusStats, FeatureResolver, HitDocument, HitStream, QueryInfo};
 use rankserve::rank::format::parse_native;
 use rankserve::select::{bm25, dedup_terms, search, Mode, Query};
-use rankserve::server::api::{
-    IndexDescription, RankDocument, RankRequest, RankResponse, SearchRequest, SearchResponse,
-};
 
 fn bundled_rankers() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers")
@@ -46,7 +46,7 @@ fn search_server_on(backend: Backend) -> (TestServer, tempfile::TempDir, Index) 
     for name in ["small", "medium"] {
         std::fs::copy(
             bundled_rankers().join(format!("{name}.json")),
-            server.state.store.dir().join(format!("prod-{name}.json")),
+            server.state.store().dir().join(format!("prod-{name}.json")),
         )
         .unwrap();
     }
@@ -271,7 +271,7 @@ async fn index_without_a_forward_index_ranks_by_bm25_even_with_a_ranker() {
     let s = server_with(|c| c.index = Some(out.clone()));
     std::fs::copy(
         bundled_rankers().join("small.json"),
-        s.state.store.dir().join("small.json"),
+        s.state.store().dir().join("small.json"),
     )
     .unwrap();
     let mut req = request("the kitchen", Mode::Or, 5);
@@ -1033,7 +1033,8 @@ async fn a_gpu_query_past_its_queue_deadline_runs_on_the_cpu() {
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let state = s.state.clone();
     let holder = std::thread::spawn(move || {
-        let _held = state.posting_cache();
+        let executor = state.gpu_executor().expect("the probe found the GPU");
+        let _held = executor.turns().take();
         held_tx.send(()).unwrap();
         std::thread::sleep(std::time::Duration::from_secs(2));
     });

@@ -16,7 +16,7 @@ use std::sync::{Arc, OnceLock};
 use proptest::prelude::*;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use rankserve::config::Backend;
+use rankserve::backend::{Backend, Processor};
 use rankserve::gpu::device::device_for_tests;
 use rankserve::gpu::{GpuDevice, GpuError};
 use rankserve::index::codecs::{encode_list, BlockDecoder, Codec, BLOCK_LEN};
@@ -26,7 +26,7 @@ use rankserve::select::gpu::{
     search_and, search_and_or, search_batch, search_or, AndPlan, BatchQuery, DecodedBlocks, GpuRun,
     GpuSelectError, PackedLists, PostingCache, PostingCacheConfig, Step,
 };
-use rankserve::select::schedule::{self, Scheduler, Side};
+use rankserve::select::schedule::{self, Scheduler};
 use rankserve::select::{search, Bm25Params, Mode, Query, QueryTerms, SelectError};
 
 use crate::selection::{fixture, pick_terms, query_strategy, synthetic};
@@ -557,7 +557,7 @@ fn a_query_larger_than_the_staging_buffer_is_refused_gpu() {
             &Scheduler::default(),
         )
         .unwrap();
-        assert_eq!(ran.side, Side::Cpu);
+        assert_eq!(ran.side, Processor::Cpu);
         assert!(matches!(ran.fallback, Some(GpuError::TooLarge { .. })));
         assert_eq!(ran.result.hits, search(index, &q).unwrap().hits);
     }

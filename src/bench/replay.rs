@@ -24,11 +24,9 @@ use parking_lot::Mutex;
 use rand::{Rng, SeedableRng};
 use serde::{Deserialize, Serialize};
 
+use crate::api::{FeatureValues, Format, RankDocument, RankRequest, RankResponse};
 use crate::rank::fe::{synth_corpus_stats, synth_hit_documents, synth_query, FeatureResolver};
 use crate::rank::model::Ranker;
-use crate::server::api::{FeatureValues, RankDocument, RankRequest, RankResponse};
-use crate::server::codec::Format;
-use crate::server::state::log_format_of;
 
 /// Why a request log could not be read or written.
 #[derive(Debug, thiserror::Error)]
@@ -67,7 +65,7 @@ impl RequestLog {
             path: shown.clone(),
             source,
         })?;
-        let format = log_format_of(path);
+        let format = Format::of_log(path);
         let mut bodies = Vec::new();
         let bytes = Bytes::from(bytes);
         let parse = |index: usize, offset: u64, reason: String| LogError::Parse {
@@ -131,7 +129,7 @@ impl RequestLog {
     /// # Errors
     /// [`LogError::Io`].
     pub fn write(path: &Path, requests: &[RankRequest]) -> Result<(), LogError> {
-        let format = log_format_of(path);
+        let format = Format::of_log(path);
         let mut out = Vec::new();
         for request in requests {
             let frame = format.encode(request).map_err(|e| LogError::Io {

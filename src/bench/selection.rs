@@ -13,7 +13,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::config::Backend;
+use crate::backend::{Backend, Processor};
 use crate::gpu::GpuError;
 use crate::index::codecs::BlockDecoder;
 use crate::index::{Index, PostingList};
@@ -21,7 +21,7 @@ use crate::select::gpu::{
     decode::time_decode, search_and, AndPlan, DecodeTiming, GpuSelectError, PostingCache,
     SelectPhases,
 };
-use crate::select::schedule::{self, QueryShape, Scheduler, Side};
+use crate::select::schedule::{self, QueryShape, Scheduler};
 use crate::select::{search_terms, Bm25Params, Mode, Query, QueryTerms, SelectError};
 
 /// What to run.
@@ -56,7 +56,7 @@ pub struct QueryRun {
     pub blocks_decoded: u64,
     pub docs_scored: u64,
     /// The processor that answered.
-    pub side: Side,
+    pub side: Processor,
     /// The dfs of the query's terms found in the index, ascending (the scheduler's input).
     pub dfs: Vec<u32>,
 }
@@ -90,7 +90,7 @@ impl LatencySummary {
             p99: at(0.99),
             p999: at(0.999),
             max: us.last().copied().unwrap_or(0.0),
-            on_gpu: runs.iter().filter(|r| r.side == Side::Gpu).count(),
+            on_gpu: runs.iter().filter(|r| r.side == Processor::Gpu).count(),
         }
     }
 }
@@ -570,7 +570,7 @@ mod tests {
             scores: Vec::new(),
             blocks_decoded: 0,
             docs_scored: 0,
-            side: Side::Cpu,
+            side: Processor::Cpu,
             dfs: Vec::new(),
         }
     }

@@ -5,9 +5,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
+use rankserve::backend::Backend;
 use rankserve::bench::ranking::{self, BenchConfig, BenchRanker, PowerConfig};
 use rankserve::bench::selection::{self, LatencySummary, SelectionConfig};
-use rankserve::config::Backend;
 use rankserve::gpu::GpuDevice;
 use rankserve::index::Index;
 use rankserve::rank::import::load_any;

@@ -42,6 +42,10 @@ pub struct Args {
     /// Default backend: auto, cpu or gpu [default: auto].
     #[arg(long)]
     backend: Option<String>,
+    /// Where hit documents' features are extracted: cpu, gpu, or auto (the GPU from the
+    /// ranker's scoring crossover on) [default: cpu].
+    #[arg(long)]
+    fe_backend: Option<String>,
     /// Most bytes in a request body [default: 67108864].
     #[arg(long)]
     body_limit_bytes: Option<String>,
@@ -102,6 +106,7 @@ impl Args {
             data_dir: self.data_dir,
             index: self.index,
             backend: self.backend,
+            fe_backend: self.fe_backend,
             // The token is read from the file or the environment only: a flag shows in `ps`.
             admin_token: None,
             body_limit_bytes: self.body_limit_bytes,
@@ -157,7 +162,7 @@ pub fn run(args: Args) -> CmdResult {
         let state = server::State::new(config).context("opening the server state")?;
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
         let index = state.index().map_or("none".into(), |i| i.dir().display().to_string());
-        tracing::info!(addr = %listener.local_addr()?, rankers = %state.store.dir().display(), index, "listening");
+        tracing::info!(addr = %listener.local_addr()?, rankers = %state.store().dir().display(), index, "listening");
         server::serve(listener, state, server::shutdown_signal()).await.context("serving")?;
         tracing::info!("stopped");
         Ok(())

@@ -1,6 +1,8 @@
 //! One device shared by concurrent callers, whose waiting work runs in batches (flat
-//! combining): a caller queues its job, then takes the device's lock; whoever holds it runs the
-//! jobs queued so far (up to a batch's size) in one go and hands each its answer. Callers that
+//! combining): a caller queues its job, then waits for the device's turn ([`Turns`], one per
+//! [`Executor`](super::Executor)); whoever gets it runs the jobs queued so far (up to a batch's
+//! size) in one go, with the resource they need (a stage's device-side cache), and hands each
+//! its answer. Callers that
 //! arrive while the device is busy are answered by the next holder, in one batch, instead of
 //! each taking the lock in turn: their work can share launches, copies and waits.
 //!
@@ -15,6 +17,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
+
+use super::executor::Turns;
 
 /// Where a queued job's answer lands: `Some(None)` when its batch ended without answering it
 /// (the run panicked or gave too few answers).
@@ -82,20 +86,22 @@ impl<R, J, T> Combiner<R, J, T> {
         }
     }
 
-    /// The resource itself, waiting for the batch that holds it (to replace or inspect it).
+    /// The resource itself, waiting for the batch that holds it (to replace or inspect it;
+    /// work on the device takes the device's turn first, as batches do).
     pub fn lock(&self) -> MutexGuard<'_, R> {
         self.resource.lock()
     }
 
     /// Runs `job` with `run` (the jobs of a batch in queue order → one answer each, in the same
-    /// order), in a batch with the jobs queued beside it, by whichever caller holds the
-    /// resource. `None` when no holder took the job within `wait` (it is withdrawn), or when the
+    /// order), in a batch with the jobs queued beside it, by whichever caller gets the device's
+    /// turn (from `turns`, the same for every caller). `None` when no holder took the job within `wait` (it is withdrawn), or when the
     /// batch that took it ended without its answer (its run panicked).
     ///
     /// `run` must be the same function for every caller: a holder runs the others' jobs with
     /// its own.
     pub fn submit(
         &self,
+        turns: &Turns,
         job: J,
         wait: Duration,
         mut run: impl FnMut(&mut R, Vec<J>) -> Vec<T>,
@@ -111,7 +117,7 @@ impl<R, J, T> Combiner<R, J, T> {
             if let Some(answer) = slot.take() {
                 return answer;
             }
-            let Some(mut resource) = self.resource.try_lock_until(until) else {
+            let Some(turn) = turns.take_until(until) else {
                 let mut queued = self.queued.lock();
                 match queued.iter().position(|(queued_id, ..)| *queued_id == id) {
                     Some(at) => {
@@ -125,6 +131,7 @@ impl<R, J, T> Combiner<R, J, T> {
                     }
                 }
             };
+            let mut resource = self.resource.lock();
             let batch: Vec<_> = {
                 let mut queued = self.queued.lock();
                 let n = queued.len().min(self.max_batch);
@@ -146,6 +153,7 @@ impl<R, J, T> Combiner<R, J, T> {
             }
             drop(answering);
             drop(resource);
+            drop(turn);
         }
     }
 }
@@ -159,14 +167,15 @@ mod tests {
     #[test]
     fn concurrent_jobs_are_each_answered_once_and_share_batches() {
         let combiner: Arc<Combiner<Vec<usize>, u64, u64>> = Arc::new(Combiner::new(Vec::new(), 8));
+        let turns = Arc::new(Turns::default());
         let threads: Vec<_> = (0..16u64)
             .map(|t| {
-                let combiner = Arc::clone(&combiner);
+                let (combiner, turns) = (Arc::clone(&combiner), Arc::clone(&turns));
                 std::thread::spawn(move || {
                     for i in 0..50u64 {
                         let job = t * 1000 + i;
                         let answer =
-                            combiner.submit(job, Duration::from_secs(60), |sizes, jobs| {
+                            combiner.submit(&turns, job, Duration::from_secs(60), |sizes, jobs| {
                                 sizes.push(jobs.len());
                                 std::thread::sleep(Duration::from_micros(200));
                                 jobs.iter().map(|j| 2 * j).collect()
@@ -190,11 +199,12 @@ mod tests {
     #[test]
     fn a_job_not_taken_within_its_wait_is_withdrawn() {
         let combiner: Arc<Combiner<Vec<u64>, u64, u64>> = Arc::new(Combiner::new(Vec::new(), 4));
-        let held = combiner.lock();
+        let turns = Arc::new(Turns::default());
+        let held = turns.take();
         let waiter = {
-            let combiner = Arc::clone(&combiner);
+            let (combiner, turns) = (Arc::clone(&combiner), Arc::clone(&turns));
             std::thread::spawn(move || {
-                combiner.submit(7, Duration::from_millis(20), |ran, jobs| {
+                combiner.submit(&turns, 7, Duration::from_millis(20), |ran, jobs| {
                     ran.extend(&jobs);
                     jobs
                 })
@@ -202,7 +212,7 @@ mod tests {
         };
         assert_eq!(waiter.join().unwrap(), None);
         drop(held);
-        let answer = combiner.submit(8, Duration::ZERO, |ran, jobs| {
+        let answer = combiner.submit(&turns, 8, Duration::ZERO, |ran, jobs| {
             ran.extend(&jobs);
             jobs
         });
@@ -215,12 +225,13 @@ mod tests {
     #[test]
     fn a_panicking_batch_leaves_no_job_waiting() {
         let combiner: Arc<Combiner<(), u64, u64>> = Arc::new(Combiner::new((), 8));
-        let held = combiner.lock();
+        let turns = Arc::new(Turns::default());
+        let held = turns.take();
         let waiters: Vec<_> = (0..3)
             .map(|job| {
-                let combiner = Arc::clone(&combiner);
+                let (combiner, turns) = (Arc::clone(&combiner), Arc::clone(&turns));
                 std::thread::spawn(move || {
-                    combiner.submit(job, Duration::from_secs(60), |_, jobs| {
+                    combiner.submit(&turns, job, Duration::from_secs(60), |_, jobs| {
                         if jobs.len() > 1 {
                             panic!("a batch of {} jobs", jobs.len());
                         }

@@ -1,5 +1,6 @@
-//! The device runtime: one CUDA context per process, NVRTC-compiled kernel modules, device
-//! buffers, and the errors they raise. It knows nothing of rankers or postings: the ranking and
+//! The device runtime: one CUDA context per process, one [`Executor`] per device (its turns:
+//! the stages' work runs on a device one piece at a time, batched where a [`Combiner`] queues
+//! it), NVRTC-compiled kernel modules, device buffers, and the errors they raise. It knows nothing of rankers or postings: the ranking and
 //! selection stages build their GPU paths (`rank::gpu`, `select::gpu`) on top of it.
 //!
 //! The GPU is optional. [`GpuDevice::probe`] checks that the CUDA libraries are present before
@@ -7,14 +8,15 @@
 //! module for the device's own architecture; when anything fails it returns the reason, which the
 //! caller logs once before serving on the CPU.
 //!
-//! - [`lru`]: the byte-budgeted LRU cache. The ranker caches (CPU-side in `server`, GPU-side in
-//!   `rank::gpu`) and the posting cache (`select::gpu`) are instances of it.
+//! - [`lru`]: the byte-budgeted LRU cache. The ranker caches (CPU-side in `rank::store`,
+//!   GPU-side in `rank::gpu`) and the posting cache (`select::gpu`) are instances of it.
 //! - [`mapped`]: pinned host memory that kernels write through its device mapping.
 //! - [`power`]: board power and energy through NVML, for the benchmark and the metrics.
 
 pub mod combine;
 pub mod device;
 pub mod error;
+pub mod executor;
 pub mod lru;
 pub mod mapped;
 pub mod module;
@@ -23,5 +25,6 @@ pub mod power;
 pub use combine::Combiner;
 pub use device::GpuDevice;
 pub use error::GpuError;
+pub use executor::{Executor, Turns};
 pub use mapped::MappedHost;
 pub use module::KernelModule;

@@ -19,6 +19,7 @@
 
 pub mod bm25;
 pub mod cpu;
+pub mod engine;
 pub mod gpu;
 pub mod schedule;
 pub mod topk;

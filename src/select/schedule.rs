@@ -54,7 +54,7 @@
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use crate::config::Backend;
+use crate::backend::{Backend, Processor};
 use crate::gpu::GpuError;
 use crate::index::{Index, TermId};
 use crate::select::gpu::{
@@ -102,23 +102,6 @@ pub const DEFAULT_SKIP_ENTRY_MIN_RATIO: u32 = 1024;
 /// cost more; in the two-term table skip entries only broke even over lists of ≈ 2 M postings.
 /// `--skip-entry-min-df` sets it.
 pub const DEFAULT_SKIP_ENTRY_MIN_DF: u32 = 1 << 21;
-
-/// The processor that answered.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Side {
-    Cpu,
-    Gpu,
-}
-
-impl Side {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Side::Cpu => "cpu",
-            Side::Gpu => "gpu",
-        }
-    }
-}
 
 /// What the cost model reads of a query: the dfs of its distinct terms found in the index,
 /// ascending (ties by their place in the query, as the AND's SvS order), their term ids in the
@@ -268,7 +251,7 @@ impl Default for Scheduler {
 /// adds under the [`Load`] the choice was made at.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Choice {
-    pub side: Side,
+    pub side: Processor,
     pub cpu_us: f64,
     pub gpu_us: f64,
     pub cpu_wait_us: f64,
@@ -340,14 +323,14 @@ impl Backlog {
     /// Books a query on `side`: on the GPU, its estimate `gpu_us` (whole microseconds, at least
     /// one, so that a queue is never empty while a query holds the device); on the CPU, one
     /// more query sharing the cores.
-    pub fn book(&self, side: Side, gpu_us: f64) -> Booking<'_> {
+    pub fn book(&self, side: Processor, gpu_us: f64) -> Booking<'_> {
         let us = match side {
-            Side::Gpu => {
+            Processor::Gpu => {
                 let us = gpu_us.ceil().max(1.0) as u64;
                 self.gpu_us.fetch_add(us, Ordering::Relaxed);
                 us
             }
-            Side::Cpu => {
+            Processor::Cpu => {
                 self.cpu_running.fetch_add(1, Ordering::Relaxed);
                 0
             }
@@ -364,17 +347,17 @@ impl Backlog {
 #[derive(Debug)]
 pub struct Booking<'a> {
     backlog: &'a Backlog,
-    side: Side,
+    side: Processor,
     us: u64,
 }
 
 impl Drop for Booking<'_> {
     fn drop(&mut self) {
         match self.side {
-            Side::Gpu => {
+            Processor::Gpu => {
                 self.backlog.gpu_us.fetch_sub(self.us, Ordering::Relaxed);
             }
-            Side::Cpu => {
+            Processor::Cpu => {
                 self.backlog.cpu_running.fetch_sub(1, Ordering::Relaxed);
             }
         }
@@ -402,7 +385,11 @@ impl Scheduler {
         let gpu_wait_us = load.gpu_queued_us;
         let gpu_wins = gpu_allowed && gpu_us + gpu_wait_us < cpu_us + cpu_wait_us;
         Choice {
-            side: if gpu_wins { Side::Gpu } else { Side::Cpu },
+            side: if gpu_wins {
+                Processor::Gpu
+            } else {
+                Processor::Cpu
+            },
             cpu_us,
             gpu_us,
             cpu_wait_us,
@@ -520,8 +507,8 @@ impl Scheduler {
         let mut choice = self.choose_under(&shape, query.mode, index.num_docs(), load);
         choice.side = match backend {
             Backend::Auto => choice.side,
-            Backend::Cpu => Side::Cpu,
-            Backend::Gpu => Side::Gpu,
+            Backend::Cpu => Processor::Cpu,
+            Backend::Gpu => Processor::Gpu,
         };
         Route {
             terms,
@@ -555,7 +542,7 @@ pub struct Route<'a> {
 impl Route<'_> {
     /// Whether the query goes to the GPU.
     pub fn to_gpu(&self) -> bool {
-        self.choice.side == Side::Gpu
+        self.choice.side == Processor::Gpu
     }
 }
 
@@ -563,7 +550,7 @@ impl Route<'_> {
 #[derive(Debug)]
 pub struct Scheduled {
     pub result: SearchResult,
-    pub side: Side,
+    pub side: Processor,
     /// The GPU error that sent the query back to the CPU.
     pub fallback: Option<GpuError>,
 }
@@ -623,7 +610,7 @@ pub fn settle(
         Some(Ok(result)) => {
             return Ok(Scheduled {
                 result,
-                side: Side::Gpu,
+                side: Processor::Gpu,
                 fallback: None,
             })
         }
@@ -633,7 +620,7 @@ pub fn settle(
     };
     Ok(Scheduled {
         result: cpu_search(index, query, &route.terms)?,
-        side: Side::Cpu,
+        side: Processor::Cpu,
         fallback,
     })
 }
@@ -740,12 +727,12 @@ mod tests {
         let at_ratio = 100 * DEFAULT_GRIFFIN_RATIO as u32;
         assert_eq!(
             s.choose(&shape(&[100, at_ratio]), Mode::And, 1 << 20).side,
-            Side::Gpu
+            Processor::Gpu
         );
         assert_eq!(
             s.choose(&shape(&[100, at_ratio + 1]), Mode::And, 1 << 20)
                 .side,
-            Side::Cpu
+            Processor::Cpu
         );
         let strict = Scheduler {
             griffin_ratio: 2.0,
@@ -753,7 +740,7 @@ mod tests {
         };
         assert_eq!(
             strict.choose(&shape(&[100, 201]), Mode::And, 1 << 20).side,
-            Side::Cpu
+            Processor::Cpu
         );
     }
 
@@ -762,15 +749,18 @@ mod tests {
         let s = Scheduler::default();
         let small = s.choose(&shape(&[10, 20]), Mode::Or, 500_000);
         let large = s.choose(&shape(&[200_000, 300_000]), Mode::Or, 500_000);
-        assert_eq!(small.side, Side::Cpu);
-        assert_eq!(large.side, Side::Gpu);
+        assert_eq!(small.side, Processor::Cpu);
+        assert_eq!(large.side, Processor::Gpu);
         assert!(large.cpu_us > small.cpu_us && large.gpu_us > small.gpu_us);
-        assert_eq!(s.choose(&shape(&[]), Mode::Or, 500_000).side, Side::Cpu);
+        assert_eq!(
+            s.choose(&shape(&[]), Mode::Or, 500_000).side,
+            Processor::Cpu
+        );
         let missing = QueryShape {
             missing_term: true,
             ..shape(&[200_000, 300_000])
         };
-        assert_eq!(s.choose(&missing, Mode::And, 500_000).side, Side::Cpu);
+        assert_eq!(s.choose(&missing, Mode::And, 500_000).side, Processor::Cpu);
         // AND_OR goes where its OR goes when a term is missing, where its AND goes when the
         // AND should find k hits, else where both together cost least.
         assert_eq!(
@@ -785,7 +775,10 @@ mod tests {
         );
         // Two lists of 100 among 10⁶ documents: 0.01 expected in the AND, so OR runs too; the
         // CPU wins both. 20 and 200 000: 4 expected; OR's 200 020 postings go to the GPU.
-        for (dfs, side) in [(&[100, 100][..], Side::Cpu), (&[20, 200_000], Side::Gpu)] {
+        for (dfs, side) in [
+            (&[100, 100][..], Processor::Cpu),
+            (&[20, 200_000], Processor::Gpu),
+        ] {
             let few = shape(dfs);
             assert!(few.and_estimate(2, 1_000_000) < 10.0);
             let (and, or) = (
@@ -806,7 +799,7 @@ mod tests {
         // A heavy OR: 2 M postings, about 20 ms on the CPU, 135 µs on the GPU.
         let heavy = shape(&[1_000_000, 1_000_000]);
         let idle = s.choose(&heavy, Mode::Or, n_docs);
-        assert_eq!(idle.side, Side::Gpu);
+        assert_eq!(idle.side, Processor::Gpu);
         assert_eq!((idle.cpu_wait_us, idle.gpu_wait_us), (0.0, 0.0));
         assert_eq!(idle.gpu_margin_us(), idle.cpu_us - idle.gpu_us);
         let queued = |gpu_queued_us| Load {
@@ -817,25 +810,25 @@ mod tests {
         // It waits behind a queue shorter than its margin, not behind a longer one.
         let margin = idle.gpu_margin_us();
         let behind = s.choose_under(&heavy, Mode::Or, n_docs, &queued(margin - 1.0));
-        assert_eq!(behind.side, Side::Gpu);
+        assert_eq!(behind.side, Processor::Gpu);
         assert_eq!(behind.gpu_wait_us, margin - 1.0);
         assert_eq!(
             s.choose_under(&heavy, Mode::Or, n_docs, &queued(margin + 1.0))
                 .side,
-            Side::Cpu
+            Processor::Cpu
         );
         // A query the CPU wins alone goes to an idle GPU once the cores are oversubscribed:
         // 3 000 postings, 32 µs on one core, 42 µs on the GPU; twice as many queries as cores
         // make the CPU's 64 µs.
         let light = shape(&[1_500, 1_500]);
-        assert_eq!(s.choose(&light, Mode::Or, 100_000).side, Side::Cpu);
+        assert_eq!(s.choose(&light, Mode::Or, 100_000).side, Processor::Cpu);
         let busy_cores = Load {
             gpu_queued_us: 0.0,
             cpu_running: 31,
             cpu_cores: 16,
         };
         let stolen = s.choose_under(&light, Mode::Or, 100_000, &busy_cores);
-        assert_eq!(stolen.side, Side::Gpu);
+        assert_eq!(stolen.side, Processor::Gpu);
         assert_eq!(stolen.cpu_wait_us, stolen.cpu_us);
         // Up to as many running as cores, a CPU query is not slowed.
         let full = Load {
@@ -855,7 +848,7 @@ mod tests {
         assert_eq!(
             s.choose_under(&unequal, Mode::And, 20_000_000, &cpu_swamped)
                 .side,
-            Side::Cpu
+            Processor::Cpu
         );
     }
 
@@ -863,9 +856,9 @@ mod tests {
     fn bookings_last_as_long_as_their_queries() {
         let backlog = Backlog::new(0);
         assert_eq!(backlog.load().cpu_cores, 1);
-        let first = backlog.book(Side::Gpu, 120.4);
-        let second = backlog.book(Side::Gpu, 0.0);
-        let cpu = backlog.book(Side::Cpu, 500.0);
+        let first = backlog.book(Processor::Gpu, 120.4);
+        let second = backlog.book(Processor::Gpu, 0.0);
+        let cpu = backlog.book(Processor::Cpu, 500.0);
         let load = backlog.load();
         assert_eq!((load.gpu_queued_us, load.cpu_running), (122.0, 1));
         drop(first);

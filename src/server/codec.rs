@@ -2,11 +2,9 @@
 //! [`Reply`] answers in the [`Negotiated`] format (`Accept`, else the request's own type, else
 //! JSON), and [`negotiate_errors`] re-encodes error bodies into that format and logs them.
 //!
-//! MessagePack is written with named fields (`rmp_serde::to_vec_named`) so that Python and
-//! JavaScript clients get maps. Body limits are checked on `Content-Length` before anything is
+//! The formats themselves ([`Format`]) are the API's ([`crate::api::format`]). Body limits are checked on `Content-Length` before anything is
 //! read, then enforced while reading (a chunked body has no length).
 
-use std::io::Cursor;
 use std::time::Instant;
 
 use axum::body::Body;
@@ -17,142 +15,45 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use http_body_util::{BodyExt, LengthLimitError, Limited};
-use serde::de::DeserializeOwned;
 use serde::Serialize;
 
-use super::api::{RankRequest, SearchRequest};
 use super::error::{ApiError, ErrorLog};
 use super::routes::micros;
 use super::state::AppState;
+use crate::api::{Format, RankBody, SearchRequest};
 
-/// A body format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Format {
-    Json,
-    Msgpack,
+/// The format of a request body, by its Content-Type.
+///
+/// # Errors
+/// [`ApiError::UnsupportedMediaType`] when the type is absent or not supported.
+pub fn format_of_body(headers: &HeaderMap) -> Result<Format, ApiError> {
+    let content_type = headers
+        .get(header::CONTENT_TYPE)
+        .map(|v| v.to_str().unwrap_or("(not text)"));
+    content_type
+        .and_then(Format::from_media_type)
+        .ok_or_else(|| ApiError::UnsupportedMediaType {
+            got: content_type.unwrap_or("(none)").to_string(),
+        })
 }
 
-impl Format {
-    /// The format of a media type (parameters such as `; charset=utf-8` ignored).
-    pub fn from_media_type(value: &str) -> Option<Format> {
-        let essence = value
-            .split(';')
-            .next()
-            .unwrap_or("")
-            .trim()
-            .to_ascii_lowercase();
-        match essence.as_str() {
-            "application/json" => Some(Format::Json),
-            "application/msgpack" | "application/x-msgpack" | "application/vnd.msgpack" => {
-                Some(Format::Msgpack)
-            }
-            _ => None,
-        }
-    }
-
-    /// The media type written in responses.
-    pub fn content_type(self) -> &'static str {
-        match self {
-            Format::Json => "application/json",
-            Format::Msgpack => "application/msgpack",
-        }
-    }
-
-    fn name(self) -> &'static str {
-        match self {
-            Format::Json => "JSON",
-            Format::Msgpack => "MessagePack",
-        }
-    }
-
-    /// Encodes `value` (MessagePack maps with named fields).
-    ///
-    /// # Errors
-    /// Only when `value`'s `Serialize` fails, which the API's types do not.
-    pub fn encode<T: Serialize>(self, value: &T) -> Result<Vec<u8>, String> {
-        match self {
-            Format::Json => serde_json::to_vec(value).map_err(|e| e.to_string()),
-            Format::Msgpack => rmp_serde::to_vec_named(value).map_err(|e| e.to_string()),
-        }
-    }
-
-    /// Decodes one value from `bytes`, which must hold nothing else.
-    ///
-    /// # Errors
-    /// [`ApiError::BadBody`] with the parser's reason and position (JSON: line and column;
-    /// MessagePack: byte offset).
-    pub fn decode<T: DeserializeOwned>(self, bytes: &[u8]) -> Result<T, ApiError> {
-        let bad = |reason: String| ApiError::BadBody {
-            format: self.name(),
-            reason,
-        };
-        match self {
-            Format::Json => serde_json::from_slice(bytes).map_err(|e| bad(e.to_string())),
-            Format::Msgpack => {
-                let mut de = rmp_serde::Deserializer::new(Cursor::new(bytes));
-                let value = T::deserialize(&mut de)
-                    .map_err(|e| bad(format!("{e} (at or before byte {})", de.position())))?;
-                let read = de.position();
-                if read != bytes.len() as u64 {
-                    return Err(bad(format!(
-                        "trailing bytes after the value at byte {read} of {}",
-                        bytes.len()
-                    )));
-                }
-                Ok(value)
-            }
-        }
-    }
-
-    /// Decodes a `/v1/rank` request: MessagePack through [`super::msgpack_rank`]'s reader,
-    /// falling back to [`Format::decode`] on any body that reader leaves to rmp-serde (so
-    /// errors are exactly those of [`Format::decode`]); JSON through [`Format::decode`].
-    ///
-    /// # Errors
-    /// As [`Format::decode`].
-    pub fn decode_rank_request(self, bytes: &[u8]) -> Result<RankRequest, ApiError> {
-        match self {
-            Format::Msgpack => match super::msgpack_rank::decode(bytes) {
-                Some(request) => Ok(request),
-                None => self.decode(bytes),
-            },
-            Format::Json => self.decode(bytes),
-        }
-    }
-
-    /// The format of a request body, by its Content-Type.
-    ///
-    /// # Errors
-    /// [`ApiError::UnsupportedMediaType`] when the type is absent or not supported.
-    pub fn of_body(headers: &HeaderMap) -> Result<Format, ApiError> {
-        let content_type = headers
-            .get(header::CONTENT_TYPE)
-            .map(|v| v.to_str().unwrap_or("(not text)"));
-        content_type
-            .and_then(Format::from_media_type)
-            .ok_or_else(|| ApiError::UnsupportedMediaType {
-                got: content_type.unwrap_or("(none)").to_string(),
-            })
-    }
-
-    /// The reply format for a request: `Accept` when it names a supported type, else the
-    /// request's Content-Type, else JSON.
-    pub fn negotiate(headers: &HeaderMap) -> Format {
-        let accepted = headers
-            .get_all(header::ACCEPT)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .find_map(Format::from_media_type);
-        accepted
-            .or_else(|| {
-                headers
-                    .get(header::CONTENT_TYPE)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(Format::from_media_type)
-            })
-            .unwrap_or(Format::Json)
-    }
+/// The reply format for a request: `Accept` when it names a supported type, else the
+/// request's Content-Type, else JSON.
+pub fn negotiate(headers: &HeaderMap) -> Format {
+    let accepted = headers
+        .get_all(header::ACCEPT)
+        .iter()
+        .filter_map(|v| v.to_str().ok())
+        .flat_map(|v| v.split(','))
+        .find_map(Format::from_media_type);
+    accepted
+        .or_else(|| {
+            headers
+                .get(header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .and_then(Format::from_media_type)
+        })
+        .unwrap_or(Format::Json)
 }
 
 /// Reads a whole body of at most `limit` bytes.
@@ -198,7 +99,13 @@ pub trait RequestBody: Sized {
 
 impl RequestBody for SearchRequest {
     fn decode_body(format: Format, bytes: Bytes) -> Result<Self, ApiError> {
-        format.decode(&bytes)
+        Ok(format.decode(&bytes)?)
+    }
+}
+
+impl RequestBody for RankBody {
+    fn decode_body(format: Format, bytes: Bytes) -> Result<Self, ApiError> {
+        Ok(RankBody::decode(format, bytes)?)
     }
 }
 
@@ -219,7 +126,7 @@ impl<T: RequestBody> FromRequest<AppState> for Coded<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &AppState) -> Result<Self, ApiError> {
-        let format = Format::of_body(req.headers())?;
+        let format = format_of_body(req.headers())?;
         let started = Instant::now();
         let (parts, body) = req.into_parts();
         let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
@@ -243,7 +150,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Negotiated {
     type Rejection = std::convert::Infallible;
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        Ok(Negotiated(Format::negotiate(&parts.headers)))
+        Ok(Negotiated(negotiate(&parts.headers)))
     }
 }
 
@@ -271,7 +178,7 @@ impl<T: Serialize> IntoResponse for Reply<T> {
 
 /// Middleware: error bodies in the negotiated format, 5xx details and 4xx reasons logged.
 pub async fn negotiate_errors(req: Request, next: Next) -> Response {
-    let format = Format::negotiate(req.headers());
+    let format = negotiate(req.headers());
     let mut response = next.run(req).await;
     let Some(log) = response.extensions_mut().remove::<ErrorLog>() else {
         return response;
@@ -393,19 +300,19 @@ mod tests {
     #[test]
     fn negotiation_prefers_accept_then_content_type_then_json() {
         let mut headers = HeaderMap::new();
-        assert_eq!(Format::negotiate(&headers), Format::Json);
+        assert_eq!(negotiate(&headers), Format::Json);
         headers.insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/msgpack"),
         );
-        assert_eq!(Format::negotiate(&headers), Format::Msgpack);
+        assert_eq!(negotiate(&headers), Format::Msgpack);
         headers.insert(
             header::ACCEPT,
             HeaderValue::from_static("text/html, application/json;q=0.9"),
         );
-        assert_eq!(Format::negotiate(&headers), Format::Json);
+        assert_eq!(negotiate(&headers), Format::Json);
         headers.insert(header::ACCEPT, HeaderValue::from_static("*/*"));
-        assert_eq!(Format::negotiate(&headers), Format::Msgpack);
+        assert_eq!(negotiate(&headers), Format::Msgpack);
     }
 
     #[test]

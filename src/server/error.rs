@@ -10,6 +10,8 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde::{Deserialize, Serialize};
 
+use crate::api::BodyError;
+
 /// An error answered to the client.
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -57,6 +59,22 @@ pub enum ApiError {
     /// The server's own fault: `detail` goes to the log, not to the client.
     #[error("internal error")]
     Internal { detail: String },
+}
+
+impl From<BodyError> for ApiError {
+    fn from(err: BodyError) -> ApiError {
+        match err {
+            BodyError::BadBody { format, reason } => ApiError::BadBody { format, reason },
+            BodyError::Invalid(message) => ApiError::InvalidRequest(message),
+        }
+    }
+}
+
+/// What a stage that cannot fail its input answers.
+impl From<std::convert::Infallible> for ApiError {
+    fn from(never: std::convert::Infallible) -> ApiError {
+        match never {}
+    }
 }
 
 impl ApiError {

@@ -91,11 +91,11 @@ pub async fn track(req: Request, next: Next) -> Response {
 
 /// The Prometheus text, with the cache counters brought up to date.
 pub fn render(state: &State) -> String {
-    record_cache("cpu", state.store.cache_stats());
-    if let Some(gpu) = state.scorer.engines().gpu() {
+    record_cache("cpu", state.store().cache_stats());
+    if let Some(gpu) = state.rank.gpu_rankers() {
         record_cache("gpu", gpu.stats());
     }
-    if let Some(stats) = state.posting_cache_stats() {
+    if let Some(stats) = state.select.posting_cache_stats() {
         metrics::counter!("rankserve_posting_cache_hits_total").absolute(stats.hits);
         metrics::counter!("rankserve_posting_cache_misses_total").absolute(stats.misses);
         metrics::counter!("rankserve_posting_cache_copied_bytes_total")
@@ -104,7 +104,7 @@ pub fn render(state: &State) -> String {
         metrics::gauge!("rankserve_posting_cache_lists").set(stats.resident_lists as f64);
     }
     // The selection scheduler's view of the queues at this instant.
-    let load = state.backlog.load();
+    let load = state.select.load();
     metrics::gauge!("rankserve_select_gpu_queued_microseconds").set(load.gpu_queued_us);
     metrics::gauge!("rankserve_select_cpu_running").set(load.cpu_running as f64);
     if let Some(meter) = state.power() {

@@ -1,31 +1,22 @@
-//! The HTTP service (axum): routes, the JSON / MessagePack codec, errors, the ranker store and
-//! its CPU cache, admission and batching, metrics.
+//! The HTTP service (axum), HTTP only: routes, the JSON / MessagePack codec, errors, auth,
+//! metrics exposition, and the wiring of the state. Every decision about devices, batching and
+//! fallback belongs to the stages' engines ([`crate::rank::engine`], [`crate::select::engine`]);
+//! the wire types and the decoding of bodies into the stages' inputs to [`crate::api`].
 //!
-//! - [`api`]: the wire types.
 //! - [`codec`]: body extractor and replies in the negotiated format.
 //! - [`error`]: `ApiError`, its statuses and stable codes.
-//! - [`routes`]: [`router`] and the handlers.
-//! - [`msgpack_rank`]: the fast MessagePack reader of `/v1/rank` bodies; [`rank_body`]: such a
-//!   body as the handler gets it, decoded or framed for decoding during feature extraction.
-//! - [`search`]: `/v1/search` (the pipeline from selection to ranking) and `/v1/index/reload`.
-//! - [`state`]: what handlers share, admission, the request sampler.
-//! - [`store`]: ranker files and the CPU ranker cache.
-//! - [`batch`]: the per-ranker batching queue; scoring off the async runtime.
-//! - [`engine`]: the CPU pool and the GPU, chosen per batch, with the fallback to the CPU.
+//! - [`routes`]: [`router`], the `/v1/rank`, ranker and operations handlers.
+//! - [`search`]: `/v1/search` (the pipeline that chains the selection engine into the ranking
+//!   engine) and `/v1/index/reload`.
+//! - [`state`]: what handlers share, admission, the request sampler, the GPU probe's wiring.
 //! - [`metrics`]: Prometheus names and recording.
 
-pub mod api;
-pub mod batch;
 pub mod codec;
-pub mod engine;
 pub mod error;
 pub mod metrics;
-pub mod msgpack_rank;
-pub mod rank_body;
 pub mod routes;
 pub mod search;
 pub mod state;
-pub mod store;
 
 pub use routes::router;
 pub use state::{AppState, State};

@@ -2,9 +2,9 @@
 //! routes behind a bearer token, and the operations routes (`healthz`, `readyz`, `metrics`).
 //! The search handlers live in [`super::search`].
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::extract::{Path, Request, State as Shared};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
@@ -18,20 +18,18 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use super::api::{
-    Explanation, FeatureValues, LayerShape, RankDocument, RankRequest, RankResponse,
-    RankerDescription, RankerList, Readiness, Timings,
-};
-use super::batch::{score_now, ScoreError, Scored};
-use super::codec::{negotiate_errors, read_body, Coded, Format, Negotiated, Reply};
+use super::codec::{negotiate_errors, read_body, Coded, Negotiated, Reply};
 use super::error::ApiError;
-use super::rank_body::{Framing, RankBody};
 use super::state::AppState;
-use super::store::{LoadedRanker, StoreError};
-use crate::config::Backend;
+use crate::api::RankBody;
+use crate::api::{
+    Explanation, LayerShape, RankResponse, RankerDescription, RankerList, Readiness, Timings,
+};
+use crate::backend::Backend;
 use crate::rank::cpu::model_inputs;
-use crate::rank::fe::fill_rows_in_chunks;
+use crate::rank::engine::{Documents, RankError, RankJob, Ranked};
 use crate::rank::model::{Activation, Input};
+use crate::rank::store::{LoadedRanker, StoreError};
 
 /// How long a client may take to send its body.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -109,11 +107,11 @@ fn store_error(err: StoreError) -> ApiError {
 /// Finds a ranker in the cache, or loads it off the async runtime: a miss reads and parses a
 /// file, and the hand-off to the blocking pool costs tens of µs that a hit need not pay.
 pub(super) async fn ranker(state: &AppState, name: &str) -> Result<Arc<LoadedRanker>, ApiError> {
-    if let Some(hit) = state.store.cached(name) {
+    if let Some(hit) = state.store().cached(name) {
         return Ok(hit);
     }
     let (state, name) = (Arc::clone(state), name.to_string());
-    tokio::task::spawn_blocking(move || state.store.get(&name))
+    tokio::task::spawn_blocking(move || state.store().get(&name))
         .await
         .map_err(ApiError::internal)?
         .map_err(store_error)
@@ -163,152 +161,77 @@ async fn rank(
 ) -> Result<Reply<RankResponse>, ApiError> {
     // A sampled request is recorded (decoded in full) before anything is decided from it.
     let mut body = state.sample(body)?;
-    let read = BodyRead {
-        arrived,
-        read_us,
-        decode_us,
-    };
     loop {
-        match rank_body(&state, format, body, read).await? {
-            Ranked::Reply(reply) => return Ok(reply),
+        let head = body.head();
+        let timeout_ms = head.timeout_ms.or(state.config.default_timeout_ms);
+        let deadline = timeout_ms.map(|ms| arrived + Duration::from_millis(ms));
+        let backend = head.backend.unwrap_or(state.config.backend);
+        let (k, explain_asked, asked) = (head.k, head.explain, head.backend);
+        let (loaded, _place) = match admit(&state, &head.ranker, backend).await {
+            Ok(admitted) => admitted,
+            Err(err) => return Err(body.body_error().map_or(err, ApiError::from)),
+        };
+        let n_docs = body.len();
+        let job = RankJob {
+            ranker: Arc::clone(&loaded),
+            documents: Documents::Source(body),
+            backend,
+            asked_cpu: asked == Some(Backend::Cpu),
+            deadline,
+            keep_rows: explain_asked,
+        };
+        let (scored, fe_us, rows, source) = match state.rank.rank(job).await {
+            Ok(Ranked::Scored {
+                scored,
+                fe_us,
+                rows,
+                source,
+                ..
+            }) => (scored, fe_us, rows, source),
             // Decided from misread fields (see `RankBody::frame_documents`): once more, from
             // the body decoded in full, which cannot be misread.
-            Ranked::Reread(decoded) => body = decoded,
+            Ok(Ranked::Reread(decoded)) => {
+                body = decoded;
+                continue;
+            }
+            Err(err) => return Err(rank_error(err, timeout_ms)),
+        };
+        // Freeing a thousand decoded hit documents takes a few hundred microseconds: off the
+        // reply's path. A framed body is one buffer.
+        if let Some(decoded @ RankBody::Decoded(_)) = source {
+            tokio::task::spawn_blocking(move || drop(decoded));
         }
-    }
-}
-
-/// When a request's body arrived and what reading it took.
-#[derive(Clone, Copy)]
-struct BodyRead {
-    arrived: Instant,
-    read_us: u64,
-    decode_us: u64,
-}
-
-/// How [`rank_body`] ended.
-enum Ranked {
-    Reply(Reply<RankResponse>),
-    /// The body, decoded in full, whose fields are not the ones it was ranked by.
-    Reread(RankBody),
-}
-
-/// Ranks one `/v1/rank` body.
-///
-/// # Errors
-/// Every error of `/v1/rank` but those of the body's reading.
-async fn rank_body(
-    state: &AppState,
-    format: Format,
-    body: RankBody,
-    BodyRead {
-        arrived,
-        read_us,
-        decode_us,
-    }: BodyRead,
-) -> Result<Ranked, ApiError> {
-    let head = body.head();
-    let timeout_ms = head.timeout_ms.or(state.config.default_timeout_ms);
-    let deadline = timeout_ms.map(|ms| arrived + Duration::from_millis(ms));
-    let backend = head.backend.unwrap_or(state.config.backend);
-    let (k, explain_asked, asked) = (head.k, head.explain, head.backend);
-    let (loaded, _place) = match admit(state, &head.ranker, backend).await {
-        Ok(admitted) => admitted,
-        Err(err) => return Err(body.or_body_error(err)),
-    };
-
-    let n_docs = body.len();
-    // Scored on the CPU at once anyway: scored by the pool thread that extracted the
-    // features, right after, so the request makes one trip to the pool instead of two.
-    let at_once = state
-        .scorer
-        .scores_at_once(n_docs, asked == Some(Backend::Cpu))
-        && state.scorer.engines().cpu_only(backend);
-    let fe_started = Instant::now();
-    let job = {
-        let (loaded, threads) = (Arc::clone(&loaded), state.config.cpu_threads);
-        let engines = Arc::clone(state.scorer.engines());
-        let mut body = body;
-        state.scorer.engines().on_cpu_pool_task(move || {
-            let features = {
-                let _stage =
-                    tracing::info_span!("fe", ranker = %loaded.name, documents = n_docs).entered();
-                match body.frame_documents() {
-                    Ok(Framing::AsRead) => body.feature_matrix(&loaded, threads).map(Some),
-                    Ok(Framing::Reread) => Ok(None),
-                    Err(err) => Err(err),
-                }
-            };
-            let fe_done = Instant::now();
-            let scored = match (&features, at_once) {
-                (Ok(Some(features)), true) => Some(score_now(
-                    &engines, &loaded, features, n_docs, backend, deadline, fe_done,
-                )),
-                _ => None,
-            };
-            (body, features, fe_done, scored)
-        })
-    };
-    // The deadline covers the scoring done in the same trip.
-    let (body, features, fe_done, scored) = match at_once {
-        true => until_deadline(job, deadline, timeout_ms).await?,
-        false => job.await,
-    }
-    .map_err(ApiError::internal)?;
-    let Some(features) = features? else {
-        return Ok(Ranked::Reread(body));
-    };
-    let fe_us = micros(fe_done - fe_started);
-    // Freeing a thousand decoded hit documents takes a few hundred microseconds: off the
-    // reply's path. A framed body is one buffer.
-    if matches!(body, RankBody::Decoded(_)) {
-        tokio::task::spawn_blocking(move || drop(body));
-    }
-    let kept = explain_asked.then(|| features.clone());
-
-    let scored = match scored {
-        Some(scored) => scored.map_err(|err| scoring_error(err, timeout_ms))?,
-        None => {
-            let work = state.scorer.score(
-                Arc::clone(&loaded),
-                features,
-                deadline,
-                backend,
-                asked == Some(Backend::Cpu),
-            );
-            before_deadline(work, deadline, timeout_ms).await?
-        }
-    };
-
-    let order = k.map(|k| top_k(&scored.scores, k));
-    let explain = kept.map(|features| explain(&loaded, &features));
-    metrics::counter!("rankserve_documents_ranked_total", "ranker" => loaded.name.clone())
-        .increment(n_docs as u64);
-    metrics::counter!("rankserve_backend_total", "backend" => scored.backend.as_str()).increment(1);
-    metrics::histogram!("rankserve_rank_duration_seconds", "ranker" => loaded.name.clone())
-        .record(arrived.elapsed().as_secs_f64());
-    Ok(Ranked::Reply(Reply(
-        format,
-        RankResponse {
-            scores: scored
-                .scores
-                .iter()
-                .map(|&s| (!s.is_nan()).then_some(s))
-                .collect(),
-            order,
-            timings: Timings {
-                read_us,
-                decode_us,
-                fe_us,
-                mit_us: None,
-                me_us: scored.eval_us,
-                queue_us: scored.queue_us,
-                total_us: micros(arrived.elapsed()),
+        let order = k.map(|k| top_k(&scored.scores, k));
+        let explain = rows.map(|rows| explain(&loaded, &rows));
+        metrics::counter!("rankserve_documents_ranked_total", "ranker" => loaded.name.clone())
+            .increment(n_docs as u64);
+        metrics::counter!("rankserve_backend_total", "backend" => scored.backend.as_str())
+            .increment(1);
+        metrics::histogram!("rankserve_rank_duration_seconds", "ranker" => loaded.name.clone())
+            .record(arrived.elapsed().as_secs_f64());
+        return Ok(Reply(
+            format,
+            RankResponse {
+                scores: scored
+                    .scores
+                    .iter()
+                    .map(|&s| (!s.is_nan()).then_some(s))
+                    .collect(),
+                order,
+                timings: Timings {
+                    read_us,
+                    decode_us,
+                    fe_us,
+                    mit_us: None,
+                    me_us: scored.eval_us,
+                    queue_us: scored.queue_us,
+                    total_us: micros(arrived.elapsed()),
+                },
+                backend: scored.backend.as_str().to_string(),
+                explain,
             },
-            backend: scored.backend.as_str().to_string(),
-            explain,
-        },
-    )))
+        ));
+    }
 }
 
 /// The checks between reading a `/v1/rank` body and building its features: the backend it
@@ -326,150 +249,18 @@ async fn admit(
     Ok((loaded, place))
 }
 
-/// Awaits `work` until `deadline`.
-///
-/// # Errors
-/// [`ApiError::DeadlineExceeded`] (naming `timeout_ms`) when the deadline fires first.
-async fn until_deadline<T>(
-    work: impl std::future::Future<Output = T>,
-    deadline: Option<Instant>,
+/// The answer to a request whose ranking failed with `err`; `timeout_ms` is the deadline's.
+pub(super) fn rank_error<E: Into<ApiError>>(
+    err: RankError<E>,
     timeout_ms: Option<u64>,
-) -> Result<T, ApiError> {
-    match deadline {
-        Some(deadline) => tokio::time::timeout_at(deadline.into(), work)
-            .await
-            .map_err(|_| ApiError::DeadlineExceeded {
-                timeout_ms: timeout_ms.unwrap_or(0),
-            }),
-        None => Ok(work.await),
-    }
-}
-
-/// Awaits `work` (a [`Scorer::score`](super::batch::Scorer::score) call) until `deadline`.
-///
-/// # Errors
-/// [`ApiError::DeadlineExceeded`] (naming `timeout_ms`) when the deadline fires first or the
-/// scorer saw it pass; [`ApiError::Internal`] when the scoring task failed.
-pub(super) async fn before_deadline(
-    work: impl std::future::Future<Output = Result<Scored, ScoreError>>,
-    deadline: Option<Instant>,
-    timeout_ms: Option<u64>,
-) -> Result<Scored, ApiError> {
-    until_deadline(work, deadline, timeout_ms)
-        .await?
-        .map_err(|err| scoring_error(err, timeout_ms))
-}
-
-/// The answer to a request whose scoring failed with `err`.
-fn scoring_error(err: ScoreError, timeout_ms: Option<u64>) -> ApiError {
+) -> ApiError {
     match err {
-        ScoreError::DeadlineExceeded => ApiError::DeadlineExceeded {
+        RankError::Source(err) => err.into(),
+        RankError::DeadlineExceeded => ApiError::DeadlineExceeded {
             timeout_ms: timeout_ms.unwrap_or(0),
         },
-        ScoreError::Internal(detail) => ApiError::internal(detail),
+        err @ (RankError::Fe(_) | RankError::Internal(_)) => ApiError::internal(err),
     }
-}
-
-/// The request's documents as one row-major `n_docs × n_features` matrix (public for
-/// `benches/request_decode.rs`, which times it as the handler runs it).
-///
-/// # Errors
-/// [`ApiError::InvalidRequest`] naming the document index and field.
-pub fn feature_matrix(
-    request: &RankRequest,
-    loaded: &LoadedRanker,
-    threads: usize,
-) -> Result<Vec<f64>, ApiError> {
-    let width = loaded.ranker.features.len();
-    let mut matrix = vec![f64::NAN; request.documents.len() * width];
-    // Feature extraction is ~1-2 µs a hit document: spread a request's documents over rayon's
-    // pool, in chunks of at least 64 (the hand-off costs a few µs).
-    fill_rows_in_chunks(
-        &request.documents,
-        &mut matrix,
-        width,
-        threads,
-        64,
-        |first, docs, rows| fill_rows(request, loaded, first, docs, rows),
-    )?;
-    Ok(matrix)
-}
-
-/// Fills `rows` (`docs.len() × n_features`) from `docs`, the request's documents from index
-/// `first` on (for error messages).
-fn fill_rows(
-    request: &RankRequest,
-    loaded: &LoadedRanker,
-    first: usize,
-    docs: &[RankDocument],
-    rows: &mut [f64],
-) -> Result<(), ApiError> {
-    let names = &loaded.ranker.features;
-    let width = names.len();
-    let mut by_name: Option<HashMap<&str, usize>> = None;
-    let invalid = |msg: String| ApiError::InvalidRequest(msg);
-    for (i, doc) in (first..).zip(docs) {
-        let row = &mut rows[(i - first) * width..(i - first + 1) * width];
-        match (&doc.features, &doc.hits) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(format!(
-                    "documents[{i}]: give `features` or `hits`, not both"
-                )))
-            }
-            (None, None) => {
-                return Err(invalid(format!(
-                    "documents[{i}]: needs `features` or `hits`"
-                )))
-            }
-            (Some(FeatureValues::Vector(values)), None) => {
-                if values.len() != width {
-                    return Err(invalid(format!(
-                        "documents[{i}].features: expected {width} values (ranker {:?}'s features), got {}",
-                        loaded.name,
-                        values.len()
-                    )));
-                }
-                for (slot, value) in row.iter_mut().zip(values) {
-                    *slot = value.unwrap_or(f64::NAN);
-                }
-            }
-            (Some(FeatureValues::Named(values)), None) => {
-                let index = by_name.get_or_insert_with(|| {
-                    names
-                        .iter()
-                        .enumerate()
-                        .map(|(j, n)| (n.as_str(), j))
-                        .collect()
-                });
-                for (name, value) in values {
-                    let Some(&j) = index.get(name.as_str()) else {
-                        return Err(invalid(format!(
-                            "documents[{i}].features.{name}: unknown feature: ranker {:?} has no feature {name:?}",
-                            loaded.name
-                        )));
-                    };
-                    row[j] = value.unwrap_or(f64::NAN);
-                }
-            }
-            (None, Some(hits)) => {
-                let (Some(query), Some(stats)) = (&request.query, &request.stats) else {
-                    return Err(invalid(format!(
-                        "documents[{i}].hits: a request with hit documents needs `query` and `stats`"
-                    )));
-                };
-                let resolver = loaded.fe.as_ref().map_err(|err| {
-                    invalid(format!(
-                        "documents[{i}].hits: ranker {:?} cannot take hit documents, send `features`: {err}",
-                        loaded.name
-                    ))
-                })?;
-                resolver
-                    .extract(query, stats, hits, row)
-                    .map_err(|err| invalid(format!("documents[{i}].hits: {}", err.at_index(i))))?;
-            }
-        }
-    }
-    Ok(())
 }
 
 /// Indices of the `k` best scores, best first, ties by smaller index, NaN last.
@@ -531,8 +322,8 @@ async fn list_rankers(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
 ) -> Result<Reply<RankerList>, ApiError> {
-    let mut rankers = state.store.list().map_err(store_error)?;
-    if let Some(gpu) = state.scorer.engines().gpu() {
+    let mut rankers = state.store().list().map_err(store_error)?;
+    if let Some(gpu) = state.rank.gpu_rankers() {
         for ranker in &mut rankers {
             ranker.resident_gpu = gpu.contains(&ranker.name);
         }
@@ -588,13 +379,12 @@ fn describe(state: &AppState, loaded: &LoadedRanker) -> RankerDescription {
         bytes: loaded.bytes,
         file_bytes: loaded.file_bytes,
         resident: [
-            ("cpu", state.store.is_resident(&loaded.name)),
+            ("cpu", state.store().is_resident(&loaded.name)),
             (
                 "gpu",
                 state
-                    .scorer
-                    .engines()
-                    .gpu()
+                    .rank
+                    .gpu_rankers()
                     .is_some_and(|gpu| gpu.contains(&loaded.name)),
             ),
         ]
@@ -618,8 +408,8 @@ async fn put_ranker(
     let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
     let shared = Arc::clone(&state);
     let loaded = tokio::task::spawn_blocking(move || {
-        let loaded = shared.store.put(&name, &bytes)?;
-        shared.scorer.engines().crossover(&loaded);
+        let loaded = shared.store().put(&name, &bytes)?;
+        shared.rank.prepare(&loaded);
         Ok(loaded)
     })
     .await
@@ -644,10 +434,8 @@ async fn delete_ranker(
     authorize(&state, &headers)?;
     let shared = Arc::clone(&state);
     tokio::task::spawn_blocking(move || {
-        shared.store.delete(&name)?;
-        if let Some(gpu) = shared.scorer.engines().gpu() {
-            gpu.remove(&name);
-        }
+        shared.store().delete(&name)?;
+        shared.rank.forget(&name);
         Ok::<_, StoreError>(())
     })
     .await
@@ -667,8 +455,8 @@ async fn load_ranker(
     authorize(&state, &headers)?;
     let shared = Arc::clone(&state);
     let loaded = tokio::task::spawn_blocking(move || {
-        let loaded = shared.store.reload(&name)?;
-        shared.scorer.engines().crossover(&loaded);
+        let loaded = shared.store().reload(&name)?;
+        shared.rank.prepare(&loaded);
         Ok::<_, StoreError>(loaded)
     })
     .await
@@ -681,7 +469,7 @@ fn readiness(state: &AppState) -> Readiness {
     Readiness {
         ready: state.is_ready(),
         rankers_loaded: state
-            .store
+            .store()
             .list()
             .map_or(0, |l| l.iter().filter(|r| r.resident_cpu).count()),
         gpu: state.gpu_probe(),
@@ -737,43 +525,6 @@ mod tests {
         });
         order.truncate(k);
         order
-    }
-
-    /// The bundled medium ranker and a synthetic request of `docs` hit documents.
-    fn medium_request(docs: usize) -> (Arc<LoadedRanker>, RankRequest) {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers");
-        let store = super::super::store::RankerStore::open(&dir, 1 << 30).unwrap();
-        let loaded = store.get("medium").unwrap();
-        let request =
-            crate::bench::replay::synth_requests("medium", &loaded.ranker, docs, 1, None, 7)
-                .pop()
-                .unwrap();
-        (loaded, request)
-    }
-
-    #[test]
-    fn feature_matrix_in_chunks_equals_one_pass_and_names_the_lowest_bad_document() {
-        let (loaded, mut request) = medium_request(1000);
-        let width = loaded.ranker.features.len();
-        let matrix = feature_matrix(&request, &loaded, 4).unwrap();
-        let mut one_pass = vec![f64::NAN; matrix.len()];
-        fill_rows(&request, &loaded, 0, &request.documents, &mut one_pass).unwrap();
-        assert_eq!(matrix.len(), 1000 * width);
-        assert!(matrix
-            .iter()
-            .zip(&one_pass)
-            .all(|(a, b)| a.to_bits() == b.to_bits()));
-
-        for bad in [900, 300] {
-            request.documents[bad].features = Some(FeatureValues::Vector(vec![]));
-        }
-        let err = feature_matrix(&request, &loaded, 4)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("documents[300]: give `features` or `hits`"),
-            "{err}"
-        );
     }
 
     #[test]

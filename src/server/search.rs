@@ -2,21 +2,18 @@
 //! stage into the ranking stage over the index being served (DESIGN §4 puts it here, with the
 //! server, so that neither stage imports the other).
 //!
-//! A search runs: query → [`select::search`] for the best candidates by BM25 → a hit request per
-//! candidate, built from the index's forward index and static features → the ranker's
-//! [`FeatureResolver`] → the shared [`Scorer`](super::batch::Scorer) (as `/v1/rank` uses it) →
-//! top-k, ties by smaller docID. Without a ranker, or on an index without a forward index (a
-//! CIFF import), the hits are the BM25 top-k and `backends.rank` is `none`.
+//! A search runs: query → the selection engine ([`SelectEngine`]: routed by the scheduler,
+//! on the CPU or in a batch on the GPU, the fallback) for the best candidates by BM25 → a hit
+//! request per candidate, built from the index's forward index and static features → the
+//! ranking engine ([`RankEngine`](crate::rank::engine::RankEngine): FE, then scoring, batched
+//! with `/v1/rank`'s requests) → top-k, ties by smaller docID. Without a ranker, or on an index
+//! without a forward index (a CIFF import), the hits are the BM25 top-k and `backends.rank` is
+//! `none`.
 //!
-//! The request's `backend` drives both stages. Selection is routed by the scheduler
-//! ([`Scheduler::route`](crate::select::schedule::Scheduler::route)) and run with the served
-//! index's GPU posting cache ([`schedule::search_routed`]): `cpu` never touches the GPU, `gpu`
-//! waits for the device (up to `gpu_queue_ms`), `auto` asks the scheduler, which counts the
-//! queries already booked on each processor, and waits for the device only as long as waiting
-//! still beats the CPU. A selection the scheduler expects to take the CPU less than
-//! [`INLINE_SELECT_US`] runs on the request's own task; the others, and FE, on the blocking
-//! pool. A GPU failure runs the query on the CPU (same answer), counted in
-//! `rankserve_gpu_fallback_total{stage="select"}`; `backends.select` says which ran.
+//! The request's `backend` drives both stages; each engine decides what it means. This file
+//! decides only where the async handler waits: a selection the engine calls cheap
+//! ([`SelectEngine::runs_inline`]) runs on the request's own task, the others, and the hit
+//! documents' building, on the blocking pool. `backends.select` says which processor selected.
 //!
 //! Inputs that select nothing are not errors (`docs/api.md` lists them): an empty query, a query
 //! of unknown terms, `k = 0` answer no hits; `k` and `candidates` above the collection's size
@@ -29,22 +26,25 @@ use std::time::{Duration, Instant};
 use axum::extract::{Request, State as Shared};
 use rayon::prelude::*;
 
-use super::api::{
+use std::convert::Infallible;
+
+use super::codec::{format_of_body, read_body, Coded, Negotiated, Reply};
+use super::error::ApiError;
+use super::routes::{authorize, explain, micros, rank_error, ranker, top_k};
+use super::state::{AppState, State};
+use crate::api::{
     IndexDescription, ReloadRequest, SearchBackends, SearchHit, SearchRequest, SearchResponse,
     SearchTimings,
 };
-use super::codec::{read_body, Coded, Format, Negotiated, Reply};
-use super::engine::fell_back;
-use super::error::ApiError;
-use super::routes::{authorize, before_deadline, explain, micros, ranker, top_k};
-use super::state::{AppState, State};
-use super::store::LoadedRanker;
-use crate::config::Backend;
+use crate::backend::{Backend, Processor};
 use crate::index::tokenize::Tokenizer;
 use crate::index::{DocId, Index};
-use crate::rank::fe::{CorpusStats, FeatureResolver, HitDocument, HitStream, QueryInfo};
-use crate::select::schedule::{self, Route, Side};
-use crate::select::{bm25, dedup_terms, Query, SearchResult};
+use crate::rank::engine::{Documents, FeRefused, HitBatch, RankError, RankJob, Ranked};
+use crate::rank::fe::{CorpusStats, HitDocument, HitStream, QueryInfo};
+use crate::rank::store::LoadedRanker;
+use crate::select::engine::{SelectEngine, Selected};
+use crate::select::schedule::Route;
+use crate::select::{bm25, dedup_terms, Query};
 
 /// Most terms a query may have (before duplicates are removed). Removing duplicates and FE both
 /// grow with the term count, and a body of 64 MiB holds millions of terms: a bound keeps one
@@ -80,17 +80,17 @@ fn query_terms(request: &SearchRequest) -> Result<Vec<String>, ApiError> {
     Ok(terms)
 }
 
-/// The candidates and, when a ranker runs, their feature vectors.
+/// The candidates and, when a ranker will rank them, their hit documents.
 struct Candidates {
-    /// (docID, BM25 score): by docID when `features` is set (row `i` is `selected[i]`, so the
+    /// (docID, BM25 score): by docID when `hits` is set (row `i` is `selected[i]`, so the
     /// top-k's ties by smaller row are ties by smaller docID), else best first.
     selected: Vec<(DocId, f64)>,
-    /// Row-major `selected.len() × ranker width`.
-    features: Option<Vec<f64>>,
+    hits: Option<HitBatch>,
     select_us: u64,
-    fe_us: u64,
+    /// Time building the hit documents from the forward index.
+    hits_us: u64,
     /// The processor that selected them.
-    select_side: Side,
+    select_side: Processor,
 }
 
 /// The selection query of `request` over `index`: its terms, the hits wanted (the candidates
@@ -108,138 +108,54 @@ fn selection_query(
     Query::new(terms, wanted.min(index.num_docs() as usize), request.mode)
 }
 
-/// Estimated CPU time under which a selection runs on the request's own task instead of the
-/// blocking pool: the hand-off costs more than such a query. Measured on the H100 host
-/// (`docs/benchmarks.md`, issue 6, run I, 3 M documents, one client): AND selections with a
-/// median of 17–22 µs cost the server a median 77–128 µs through the pool, 37–44 µs inline.
-const INLINE_SELECT_US: f64 = 50.0;
-
-/// Whether `route` is a selection cheap enough to run inline ([`INLINE_SELECT_US`]).
-fn runs_inline(route: &Route) -> bool {
-    !route.to_gpu() && route.choice.cpu_us + route.choice.cpu_wait_us <= INLINE_SELECT_US
-}
-
-/// Runs `query` along `route` ([`Scheduler::route`](crate::select::schedule::Scheduler::route)
-/// of the same index and query under the backlog's load), booked on its processor until done
-/// (blocking while it waits for the device).
+/// Runs `query` along `route` in the selection engine.
 ///
 /// # Errors
 /// [`ApiError::Internal`] for BM25 parameters out of range (the server's own).
-fn select_routed(
+fn select(
     state: &State,
     index: &Arc<Index>,
     query: &Query,
     route: Route,
     backend: Backend,
     deadline: Option<Instant>,
-) -> Result<(SearchResult, Side), ApiError> {
-    // The choice came before the GPU's lock: a query bound for the CPU must not hold the
-    // device while it runs there. It saw the queues (the work booked on the device, the
-    // selections sharing the cores) and books its own place until it is done. Bound for the
-    // GPU, an `auto` query waits for the device as long as waiting still beats the CPU (its
-    // estimated margin), a `gpu` one up to `gpu_queue_ms`, never past the request's deadline;
-    // then it runs on the CPU.
-    let booking = state.backlog.book(route.choice.side, route.choice.gpu_us);
-    let wait = match backend {
-        Backend::Gpu => Duration::from_millis(state.config.gpu_queue_ms),
-        Backend::Auto => Duration::from_secs_f64(route.choice.gpu_margin_us() / 1e6),
-        Backend::Cpu => Duration::ZERO,
-    };
-    let wait = deadline.map_or(wait, |at| {
-        wait.min(at.saturating_duration_since(Instant::now()))
-    });
-    let ran = match route.to_gpu() {
-        false => schedule::search_routed(index, query, route, None, &state.scheduler),
-        // Run in a batch with the GPU selections waiting beside it; an `auto` route carries the
-        // scheduler's per-step plan (a hand-over to the CPU before lists the posting cache
-        // would have to copy).
-        true => match state.select_on_gpu(route.gpu_job(Arc::clone(index), query), wait) {
-            Some(Some(answer)) => schedule::settle(index, query, route, Some(answer)),
-            // A query that did not get the device (none, or busy past its wait) runs on the
-            // CPU: its place moves there.
-            Some(None) | None => {
-                drop(booking);
-                let _booking = state.backlog.book(Side::Cpu, 0.0);
-                schedule::search_routed(index, query, route, None, &state.scheduler)
-            }
-        },
-    }
-    .map_err(ApiError::internal)?;
-    if let Some(err) = &ran.fallback {
-        fell_back("select", &query.terms.join(" "), err);
-    }
-    metrics::counter!("rankserve_select_backend_total", "backend" => ran.side.as_str())
-        .increment(1);
-    Ok((ran.result, ran.side))
+) -> Result<Selected, ApiError> {
+    (state.select)
+        .select(index, query, route, backend, deadline)
+        .map_err(ApiError::internal)
 }
 
-/// Routes and runs `query`, then, with `ranker`, extracts the candidates' features (blocking).
+/// The candidates of a selection of the query `terms`, and with a ranker to rank them their
+/// hit documents (blocking: each candidate's forward-index entry is decoded).
 ///
 /// # Errors
-/// As [`select_routed`] and [`candidates`].
-fn select_candidates(
-    state: &State,
-    index: &Arc<Index>,
-    query: &Query,
-    backend: Backend,
-    ranker: Option<&LoadedRanker>,
-    deadline: Option<Instant>,
-) -> Result<Candidates, ApiError> {
-    let route = state
-        .scheduler
-        .route(index, query, backend, &state.backlog.load());
-    let selected = select_routed(state, index, query, route, backend, deadline)?;
-    candidates(state, index, &query.terms, selected, ranker)
-}
-
-/// The candidates of a selection of the query `terms`, and with `ranker` their features
-/// (blocking: FE decodes each candidate's forward-index entry).
-///
-/// # Errors
-/// [`ApiError::InvalidRequest`] when the ranker's features cannot be extracted from hits;
 /// [`ApiError::Internal`] when the forward index does not decode.
 fn candidates(
-    state: &State,
     index: &Index,
     terms: &[String],
-    (result, select_side): (SearchResult, Side),
-    ranker: Option<&LoadedRanker>,
+    selected: Selected,
+    ranked: bool,
 ) -> Result<Candidates, ApiError> {
-    let Some(ranker) = ranker else {
+    let Selected { result, side } = selected;
+    if !ranked {
         return Ok(Candidates {
             selected: result.hits,
-            features: None,
+            hits: None,
             select_us: result.select_us,
-            fe_us: 0,
-            select_side,
+            hits_us: 0,
+            select_side: side,
         });
-    };
-    let fe_started = Instant::now();
+    }
+    let started = Instant::now();
     let mut selected = result.hits;
     selected.sort_unstable_by_key(|&(doc, _)| doc);
-    let resolver = FeatureResolver::new(&ranker.ranker.features).map_err(|err| {
-        ApiError::InvalidRequest(format!(
-            "ranker {:?} cannot rank search results (its features must come from feature extraction): {err}",
-            ranker.name
-        ))
-    })?;
-    let (query_info, stats, documents) = hit_requests(index, terms, &selected)?;
-    let mut features = vec![f64::NAN; selected.len() * resolver.len()];
-    resolver
-        .extract_batch(
-            &query_info,
-            &stats,
-            &documents,
-            &mut features,
-            state.config.cpu_threads,
-        )
-        .map_err(ApiError::internal)?;
+    let hits = hit_requests(index, terms, &selected)?;
     Ok(Candidates {
         selected,
-        features: Some(features),
+        hits: Some(hits),
         select_us: result.select_us,
-        fe_us: micros(fe_started.elapsed()),
-        select_side,
+        hits_us: micros(started.elapsed()),
+        select_side: side,
     })
 }
 
@@ -256,7 +172,7 @@ fn hit_requests(
     index: &Index,
     terms: &[String],
     selected: &[(DocId, f64)],
-) -> Result<(QueryInfo, CorpusStats, Vec<HitDocument>), ApiError> {
+) -> Result<HitBatch, ApiError> {
     let distinct = dedup_terms(terms);
     let ids: Vec<_> = distinct.iter().map(|t| index.term_id(t)).collect();
     let n = index.num_docs() as u64;
@@ -304,7 +220,11 @@ fn hit_requests(
             })
         })
         .collect::<Result<Vec<_>, ApiError>>()?;
-    Ok((query, stats, documents))
+    Ok(HitBatch {
+        query,
+        stats,
+        docs: documents,
+    })
 }
 
 /// A request's deadline: `timeout_ms` after arrival (the configured default when absent).
@@ -327,8 +247,9 @@ impl Deadline {
 }
 
 /// The top-k and what the ranking stage spent on it.
-struct Ranked {
+struct Ordered {
     hits: Vec<SearchHit>,
+    fe_us: u64,
     me_us: u64,
     queue_us: u64,
     /// `cpu`, `gpu`, or `none` for the BM25 order.
@@ -346,40 +267,53 @@ fn hit(index: &Index, (doc, selection_score): (DocId, f64), score: f64) -> Searc
 }
 
 /// The BM25 order: the first `k` of `selected` (best first already).
-fn bm25_order(index: &Index, selected: &[(DocId, f64)], k: usize) -> Ranked {
-    Ranked {
+fn bm25_order(index: &Index, selected: &[(DocId, f64)], k: usize) -> Ordered {
+    Ordered {
         hits: selected
             .iter()
             .take(k)
             .map(|&candidate| hit(index, candidate, candidate.1))
             .collect(),
+        fe_us: 0,
         me_us: 0,
         queue_us: 0,
         backend: "none",
     }
 }
 
-/// Scores the candidates' `features` (row `i` is `selected[i]`, in docID order) through the
-/// shared scorer, as `/v1/rank` does, and keeps the best `request.k` (ties by smaller docID).
+/// Ranks the candidates' hit documents (document `i` is `selected[i]`, in docID order) in the
+/// ranking engine, as `/v1/rank` does, and keeps the best `request.k` (ties by smaller docID).
+#[allow(clippy::too_many_arguments)]
 async fn rank_candidates(
     state: &AppState,
     index: &Index,
     loaded: Arc<LoadedRanker>,
     selected: &[(DocId, f64)],
-    features: Vec<f64>,
+    hits: HitBatch,
     request: &SearchRequest,
     deadline: Deadline,
-) -> Result<Ranked, ApiError> {
-    // As in `/v1/rank`: a request that asks for the CPU itself is scored at once.
-    let backend = request.backend.unwrap_or(state.config.backend);
-    let bypass = request.backend == Some(Backend::Cpu);
-    let kept = request.explain.then(|| features.clone());
-    let work = state
-        .scorer
-        .score(Arc::clone(&loaded), features, deadline.at, backend, bypass);
-    let scored = before_deadline(work, deadline.at, deadline.timeout_ms).await?;
+) -> Result<Ordered, ApiError> {
+    let job = RankJob::<Infallible> {
+        ranker: Arc::clone(&loaded),
+        documents: Documents::Hits(hits),
+        backend: request.backend.unwrap_or(state.config.backend),
+        asked_cpu: request.backend == Some(Backend::Cpu),
+        deadline: deadline.at,
+        keep_rows: request.explain,
+    };
+    let (scored, fe_us, rows) = match state.rank.rank(job).await {
+        Ok(Ranked::Scored {
+            scored,
+            fe_us,
+            rows,
+            ..
+        }) => (scored, fe_us, rows),
+        Ok(Ranked::Reread(never)) => match never {},
+        Err(RankError::Fe(FeRefused::Ranker(err))) => return Err(unrankable(&loaded, &err)),
+        Err(err) => return Err(rank_error(err, deadline.timeout_ms)),
+    };
     let order = top_k(&scored.scores, request.k);
-    let mut explained = kept.map(|features| {
+    let mut explained = rows.map(|features| {
         let width = loaded.ranker.features.len();
         let rows: Vec<f64> = order
             .iter()
@@ -398,12 +332,21 @@ async fn rank_candidates(
     metrics::counter!("rankserve_documents_ranked_total", "ranker" => loaded.name.clone())
         .increment(selected.len() as u64);
     metrics::counter!("rankserve_backend_total", "backend" => scored.backend.as_str()).increment(1);
-    Ok(Ranked {
+    Ok(Ordered {
         hits,
+        fe_us,
         me_us: scored.eval_us,
         queue_us: scored.queue_us,
         backend: scored.backend.as_str(),
     })
+}
+
+/// The error of a ranker whose features are not all FE's.
+fn unrankable(loaded: &LoadedRanker, err: &dyn std::fmt::Display) -> ApiError {
+    ApiError::InvalidRequest(format!(
+        "ranker {:?} cannot rank search results (its features must come from feature extraction): {err}",
+        loaded.name
+    ))
 }
 
 /// `POST /v1/search`.
@@ -434,37 +377,37 @@ pub(super) async fn search(
     let _place = loaded.as_ref().map(|l| state.admit(&l.name)).transpose()?;
     // Ranking reads hit requests, which only a forward index can give.
     let loaded = loaded.filter(|_| index.has_forward());
+    // A ranker whose features are not all FE's is refused before anything runs.
+    if let Some(Err(err)) = loaded.as_deref().map(|l| l.fe.as_ref()) {
+        return Err(unrankable(loaded.as_deref().expect("checked"), err));
+    }
     deadline.check()?;
 
-    let query = selection_query(&index, terms, &request, loaded.is_some());
-    let route = state
-        .scheduler
-        .route(&index, &query, backend, &state.backlog.load());
-    // A cheap CPU selection runs here; the rest (the GPU's waits and launches, long lists, FE)
-    // on the blocking pool, where a query sent there is routed again under the load it meets.
-    let selected = match runs_inline(&route) {
-        true => Some(select_routed(
-            &state,
-            &index,
-            &query,
-            route,
-            backend,
-            deadline.at,
-        )?),
+    let ranked = loaded.is_some();
+    let query = selection_query(&index, terms, &request, ranked);
+    let route = state.select.route(&index, &query, backend);
+    // A cheap CPU selection runs here; the rest (the GPU's waits and launches, long lists, the
+    // hit documents) on the blocking pool, where a query sent there is routed again under the
+    // load it meets.
+    let selected = match SelectEngine::runs_inline(&route) {
+        true => Some(select(&state, &index, &query, route, backend, deadline.at)?),
         false => None,
     };
-    let candidates = match (selected, &loaded) {
-        (Some(selected), None) => candidates(&state, &index, &query.terms, selected, None),
+    let candidates = match (selected, ranked) {
+        (Some(selected), false) => candidates(&index, &query.terms, selected, false),
         (selected, _) => {
-            let (state, index, loaded) = (Arc::clone(&state), Arc::clone(&index), loaded.clone());
+            let (state, index) = (Arc::clone(&state), Arc::clone(&index));
             let at = deadline.at;
             tokio::task::spawn_blocking(move || {
                 let _stage = tracing::info_span!("search", terms = query.terms.len()).entered();
-                let ranker = loaded.as_deref();
-                match selected {
-                    Some(selected) => candidates(&state, &index, &query.terms, selected, ranker),
-                    None => select_candidates(&state, &index, &query, backend, ranker, at),
-                }
+                let selected = match selected {
+                    Some(selected) => selected,
+                    None => {
+                        let route = state.select.route(&index, &query, backend);
+                        select(&state, &index, &query, route, backend, at)?
+                    }
+                };
+                candidates(&index, &query.terms, selected, ranked)
             })
             .await
             .map_err(ApiError::internal)?
@@ -472,19 +415,16 @@ pub(super) async fn search(
     };
     let Candidates {
         selected,
-        features,
+        hits,
         select_us,
-        fe_us,
+        hits_us,
         select_side,
     } = candidates?;
     deadline.check()?;
 
-    let ranked = match (loaded, features) {
-        (Some(loaded), Some(features)) => {
-            rank_candidates(
-                &state, &index, loaded, &selected, features, &request, deadline,
-            )
-            .await?
+    let ordered = match (loaded, hits) {
+        (Some(loaded), Some(hits)) => {
+            rank_candidates(&state, &index, loaded, &selected, hits, &request, deadline).await?
         }
         _ => bm25_order(&index, &selected, request.k),
     };
@@ -496,18 +436,18 @@ pub(super) async fn search(
     Ok(Reply(
         format,
         SearchResponse {
-            hits: ranked.hits,
+            hits: ordered.hits,
             timings: SearchTimings {
                 select_us,
-                fe_us,
+                fe_us: hits_us + ordered.fe_us,
                 mit_us: None,
-                me_us: ranked.me_us,
-                queue_us: ranked.queue_us,
+                me_us: ordered.me_us,
+                queue_us: ordered.queue_us,
                 total_us: micros(arrived.elapsed()),
             },
             backends: SearchBackends {
                 select: select_side.as_str().into(),
-                rank: ranked.backend.into(),
+                rank: ordered.backend.into(),
             },
         },
     ))
@@ -528,7 +468,7 @@ pub(super) async fn reload_index(
     let request: ReloadRequest = if bytes.is_empty() {
         ReloadRequest::default()
     } else {
-        Format::of_body(&parts.headers)?.decode(&bytes)?
+        format_of_body(&parts.headers)?.decode(&bytes)?
     };
     let dir = request
         .dir
@@ -555,7 +495,7 @@ pub(super) async fn reload_index(
     // reload then anyway: it keys by the index's generation, so it never serves the old lists).
     {
         let state = Arc::clone(&state);
-        tokio::task::spawn_blocking(move || state.prepare_posting_cache(&index))
+        tokio::task::spawn_blocking(move || state.select.prepare(&index))
             .await
             .map_err(ApiError::internal)?;
     }
@@ -645,7 +585,8 @@ mod tests {
         build(&corpus, &out, &BuildOptions::default(), &|_| {}).unwrap();
         let index = Index::open(&out).unwrap();
         let terms = ["fox", "red", "fox", "unknown"].map(String::from);
-        let (query, stats, docs) = hit_requests(&index, &terms, &[(0, 1.0), (1, 0.5)]).unwrap();
+        let HitBatch { query, stats, docs } =
+            hit_requests(&index, &terms, &[(0, 1.0), (1, 0.5)]).unwrap();
         // Distinct terms in first-occurrence order; an unknown term has df 0.
         assert_eq!(query.terms, 3);
         assert_eq!(

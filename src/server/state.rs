@@ -1,6 +1,7 @@
-//! The state shared by every handler: configuration, the ranker store, the scorer, the index
-//! being served, admission (a bounded number of requests per ranker), readiness and the request
-//! sampler.
+//! The state shared by every handler: configuration, the two stages' engines (the ranking
+//! engine owns the ranker store), the index being served, admission (a bounded number of
+//! requests per ranker), readiness and the request sampler. It wires the engines to the device
+//! the probe finds, and decides nothing about devices itself.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -11,46 +12,36 @@ use std::time::Duration;
 use parking_lot::{Mutex, RwLock};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-use super::api::RankRequest;
-use super::batch::{BatchConfig, Scorer};
-use super::codec::Format;
 use super::error::ApiError;
-use super::rank_body::RankBody;
-use super::store::{RankerStore, StoreError};
-use crate::config::{Backend, Config, Sampling};
+use crate::api::Format;
+use crate::api::{RankBody, RankRequest};
+use crate::backend::Backend;
+use crate::config::{Config, Sampling};
 use crate::gpu::power::PowerMeter;
-use crate::gpu::{Combiner, GpuDevice};
+use crate::gpu::{Executor, GpuDevice};
 use crate::index::{Index, IndexError};
-use crate::select::gpu::{GpuSelectError, PostingCache, PostingCacheConfig, PostingCacheStats};
-use crate::select::schedule::{self, Backlog, GpuJob, Scheduler};
-use crate::select::SearchResult;
+use crate::rank::engine::{BatchConfig, EngineConfig, RankEngine};
+use crate::rank::store::{RankerStore, StoreError};
+use crate::select::engine::{SelectConfig, SelectEngine};
 
 /// What handlers share.
 pub type AppState = Arc<State>;
 
-/// The GPU posting cache (when there is a GPU) and the GPU selections waiting for it.
-type GpuSelections =
-    Combiner<Option<PostingCache>, GpuJob, Option<Result<SearchResult, GpuSelectError>>>;
-
 /// The shared state; see the module docs.
 pub struct State {
     pub config: Config,
-    pub store: RankerStore,
-    pub scorer: Scorer,
+    /// The ranking stage: the ranker store, batching, the CPU/GPU choice, the fallback.
+    pub rank: RankEngine,
+    /// The document stage: the scheduler, the GPU's selections, the fallback.
+    pub select: SelectEngine,
     /// The index `/v1/search` reads. A request clones the `Arc` and keeps its index to the end,
     /// so a reload swaps it without waiting for (or disturbing) the searches in flight.
     index: RwLock<Option<Arc<Index>>>,
-    /// The GPU posting cache of the served index, once the probe found a GPU, and the GPU
-    /// selections waiting for it: one batch on the device at a time (the cache holds its
-    /// buffers), made of the queries that arrived while the one before ran.
-    posting_cache: GpuSelections,
-    /// The selection stage's CPU/GPU choice.
-    pub scheduler: Scheduler,
-    /// The selections booked on each processor, which the choice counts.
-    pub backlog: Backlog,
     admission: Mutex<HashMap<String, Arc<Semaphore>>>,
     ready: AtomicBool,
     gpu_probe: Mutex<Option<String>>,
+    /// The device's executor, once the probe found one (both engines hold it too).
+    executor: std::sync::OnceLock<Arc<Executor>>,
     /// The GPU's power meter (NVML), when the probe found a GPU and NVML answers.
     power: std::sync::OnceLock<PowerMeter>,
     sampler: Option<Sampler>,
@@ -64,13 +55,30 @@ impl State {
     /// # Errors
     /// The store's directory or the sample log cannot be created; the index does not open.
     pub fn new(config: Config) -> Result<AppState, StateError> {
-        let gpu_select_batch = config.gpu_select_batch;
         let store = RankerStore::open(&config.rankers, config.cpu_cache_bytes)?;
-        let scorer = Scorer::new(BatchConfig {
-            window: Duration::from_micros(config.batch_window_us),
-            max_docs: config.max_batch_docs,
-            threads: config.cpu_threads,
-        });
+        let rank = RankEngine::new(
+            store,
+            EngineConfig {
+                threads: config.cpu_threads,
+                fe_backend: config.fe_backend,
+                batch: BatchConfig {
+                    window: Duration::from_micros(config.batch_window_us),
+                    max_docs: config.max_batch_docs,
+                },
+                gpu_cache_bytes: config.gpu_cache_bytes,
+            },
+        );
+        // Selections run on the blocking pool (a thread each) or, the cheapest, on the
+        // runtime's workers: either way they share every core.
+        let select = SelectEngine::new(
+            SelectConfig {
+                griffin_ratio: config.griffin_ratio,
+                gpu_batch: config.gpu_select_batch,
+                gpu_queue: Duration::from_millis(config.gpu_queue_ms),
+                posting_cache_bytes: config.gpu_posting_cache_bytes,
+            },
+            std::thread::available_parallelism().map_or(1, usize::from),
+        );
         let sampler = config.sampling.as_ref().map(Sampler::open).transpose()?;
         let index = config
             .index
@@ -78,23 +86,15 @@ impl State {
             .map(Index::open)
             .transpose()?
             .map(Arc::new);
-        let scheduler = Scheduler {
-            griffin_ratio: config.griffin_ratio,
-            ..Scheduler::default()
-        };
         Ok(Arc::new(State {
             config,
-            store,
-            scorer,
+            rank,
+            select,
             index: RwLock::new(index),
-            posting_cache: Combiner::new(None, gpu_select_batch),
-            scheduler,
-            // Selections run on the blocking pool (a thread each) or, the cheapest, on the
-            // runtime's workers: either way they share every core.
-            backlog: Backlog::new(std::thread::available_parallelism().map_or(1, usize::from)),
             admission: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
             gpu_probe: Mutex::new(None),
+            executor: std::sync::OnceLock::new(),
             power: std::sync::OnceLock::new(),
             sampler,
         }))
@@ -106,10 +106,10 @@ impl State {
     /// crossovers, and marks the server ready. Blocking: run it off the async runtime.
     pub fn warm_up(&self) {
         let mut loaded = Vec::new();
-        match self.store.list() {
+        match self.store().list() {
             Ok(rankers) => {
                 for stored in rankers {
-                    match self.store.get(&stored.name) {
+                    match self.store().get(&stored.name) {
                         Ok(ranker) => {
                             tracing::info!(ranker = %ranker.name, bytes = ranker.bytes, "ranker loaded");
                             loaded.push(ranker);
@@ -126,12 +126,12 @@ impl State {
         tracing::info!(gpu = %probe, "GPU probe finished");
         *self.gpu_probe.lock() = Some(probe);
         for ranker in &loaded {
-            self.scorer.engines().crossover(ranker);
+            self.rank.prepare(ranker);
         }
         self.ready.store(true, Ordering::Release);
     }
 
-    /// Finds the GPU and hands it to the scorer; says what it found.
+    /// Finds the GPU and hands its executor to both engines; says what it found.
     fn probe_gpu(&self) -> String {
         if self.config.backend == Backend::Cpu {
             return "not probed: the configured backend is cpu".to_string();
@@ -139,24 +139,10 @@ impl State {
         match GpuDevice::probe() {
             Ok(device) => {
                 let found = format!("{} ({})", device.name(), device.arch());
-                self.scorer
-                    .engines()
-                    .install_gpu(device.clone(), self.config.gpu_cache_bytes);
-                let posting_config = PostingCacheConfig {
-                    budget_bytes: self.config.gpu_posting_cache_bytes,
-                    ..PostingCacheConfig::default()
-                };
-                match PostingCache::longest_first(device, posting_config) {
-                    Ok(cache) => {
-                        *self.posting_cache() = Some(cache);
-                        if let Some(index) = self.index() {
-                            self.prepare_posting_cache(&index);
-                        }
-                    }
-                    Err(err) => {
-                        tracing::warn!(error = %err, "no GPU posting cache: selection on the CPU")
-                    }
-                }
+                let executor = Executor::new(device);
+                let _ = self.executor.set(Arc::clone(&executor));
+                self.rank.install_gpu(Arc::clone(&executor));
+                self.select.install_gpu(executor, self.index().as_deref());
                 // NVML numbers GPUs as CUDA does by default; the device is GPU 0.
                 match PowerMeter::open(0) {
                     Ok(meter) => {
@@ -173,65 +159,24 @@ impl State {
         }
     }
 
+    /// The ranker store (the ranking engine's).
+    pub fn store(&self) -> &RankerStore {
+        self.rank.store()
+    }
+
     /// The GPU's power meter, when there is one.
-    /// Loads `index`'s resident lists into the GPU posting cache (when there is one), so that
-    /// no query pays for it. A failure is logged; the cache then loads on the next GPU query,
-    /// which runs on the CPU if that fails too.
-    pub fn prepare_posting_cache(&self, index: &Index) {
-        if let Some(cache) = self.posting_cache().as_mut() {
-            match cache.prepare(index) {
-                Ok(()) => {
-                    let stats = cache.stats();
-                    tracing::info!(
-                        lists = stats.resident_lists,
-                        bytes = stats.resident_bytes,
-                        "GPU posting cache loaded"
-                    )
-                }
-                Err(err) => tracing::warn!(error = %err, "GPU posting cache not loaded"),
-            }
-        }
-    }
-
-    /// Runs `job` on the GPU in a batch with the GPU selections waiting beside it
-    /// ([`schedule::run_gpu_batch`]): `None` when no batch took it within `wait` (the device
-    /// is busy: the caller's CPU is free; counted in `rankserve_gpu_queue_timeouts_total`) or
-    /// its batch ended without answering it, `Some(None)` without a GPU.
-    pub fn select_on_gpu(
-        &self,
-        job: GpuJob,
-        wait: Duration,
-    ) -> Option<Option<Result<SearchResult, GpuSelectError>>> {
-        let ran = self.posting_cache.submit(job, wait, |cache, jobs| {
-            metrics::histogram!("rankserve_select_gpu_batch_queries").record(jobs.len() as f64);
-            schedule::run_gpu_batch(cache.as_mut(), &self.scheduler, &jobs)
-        });
-        // A zero wait is a query that could not afford to wait: it gave nothing up.
-        if ran.is_none() && !wait.is_zero() {
-            metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
-                .increment(1);
-        }
-        ran
-    }
-
-    /// The GPU posting cache (`None` without a GPU), once the batch holding it is done; while
-    /// the guard lives, GPU selections wait for it.
-    pub fn posting_cache(&self) -> parking_lot::MutexGuard<'_, Option<PostingCache>> {
-        self.posting_cache.lock()
-    }
-
-    /// The GPU posting cache's counters, when there is one.
-    pub fn posting_cache_stats(&self) -> Option<PostingCacheStats> {
-        self.posting_cache().as_ref().map(PostingCache::stats)
-    }
-
     pub fn power(&self) -> Option<&PowerMeter> {
         self.power.get()
     }
 
+    /// The device's executor, once the probe found one.
+    pub fn gpu_executor(&self) -> Option<&Arc<Executor>> {
+        self.executor.get()
+    }
+
     /// Whether the probe found a GPU.
     pub fn has_gpu(&self) -> bool {
-        self.scorer.engines().gpu().is_some()
+        self.rank.has_gpu()
     }
 
     /// Whether [`State::warm_up`] has finished.
@@ -328,7 +273,7 @@ impl Sampler {
             })?;
         Ok(Sampler {
             rate: sampling.rate,
-            format: log_format_of(&sampling.path),
+            format: Format::of_log(&sampling.path),
             out: Mutex::new(std::io::BufWriter::new(file)),
         })
     }
@@ -345,14 +290,5 @@ impl Sampler {
         if let Err(err) = out.write_all(&frame).and_then(|()| out.flush()) {
             tracing::warn!(error = %err, "writing the sample log failed");
         }
-    }
-}
-
-/// The format of a request log by its extension: `.jsonl` is JSON Lines, anything else
-/// concatenated MessagePack objects.
-pub fn log_format_of(path: &std::path::Path) -> Format {
-    match path.extension().and_then(|e| e.to_str()) {
-        Some("jsonl") => Format::Json,
-        _ => Format::Msgpack,
     }
 }

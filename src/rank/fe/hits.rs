@@ -94,7 +94,7 @@ impl Streams {
     }
 
     /// Removes every stream, moving the catalogue streams onto `spare` (a decoder that reuses
-    /// their vectors; `server::msgpack_rank`).
+    /// their vectors; `api::msgpack_rank`).
     pub(crate) fn clear_into(&mut self, spare: &mut Vec<HitStream>) {
         spare.extend(self.catalogue.iter_mut().filter_map(Option::take));
         self.others.clear();
@@ -295,7 +295,7 @@ impl Phrases {
     }
 
     /// Every hit and, per phrase, the end (exclusive) of its hits in the former, for a decoder
-    /// that fills both in one pass and reuses their capacity (`server::msgpack_rank`). It keeps
+    /// that fills both in one pass and reuses their capacity (`api::msgpack_rank`). It keeps
     /// the ends non-decreasing and the last one equal to the number of hits.
     pub(crate) fn parts_mut(&mut self) -> (&mut Vec<[u32; 2]>, &mut Vec<usize>) {
         (&mut self.hits, &mut self.ends)

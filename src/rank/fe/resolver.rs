@@ -110,7 +110,7 @@ impl FeatureResolver {
     /// [`FeatureResolver::extract`] for a caller that prepared the query once
     /// ([`Prepared::new`]) and keeps the document's static features elsewhere: `statics` gives
     /// a static feature's value by name (without the `static.` prefix), and `doc`'s own static
-    /// map is not read. For a decoder that extracts as it reads (`server::msgpack_rank`).
+    /// map is not read. For a decoder that extracts as it reads (`api::msgpack_rank`).
     ///
     /// # Errors
     /// As [`FeatureResolver::extract`], without checking `out`'s length.

@@ -1,11 +1,21 @@
 //! The wire types of the HTTP API (the same serde types for JSON and MessagePack), shared by
-//! the server, the request-log synthesizer and the replayer. Field by field in `docs/api.md`.
+//! the server, the request-log synthesizer and the replayer (field by field in `docs/api.md`),
+//! and the one path from a request body to the ranking stage's input: [`Format`] decodes a
+//! body, [`RankBody`] holds a `/v1/rank` body (decoded, or framed for the fast MessagePack
+//! reader, [`msgpack_rank`]) and turns its documents into feature rows.
+
+pub mod format;
+pub mod msgpack_rank;
+pub mod rank_body;
+
+pub use format::{BodyError, Format};
+pub use rank_body::{feature_matrix, Framing, RankBody};
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::config::Backend;
+use crate::backend::Backend;
 use crate::rank::fe::{CorpusStats, HitDocument, QueryInfo};
 use crate::rank::gpu::crossover::Crossover;
 
@@ -136,7 +146,7 @@ pub struct LayerShape {
 /// `GET /v1/rankers` reply.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RankerList {
-    pub rankers: Vec<crate::server::store::StoredRanker>,
+    pub rankers: Vec<crate::rank::store::StoredRanker>,
 }
 
 /// `GET /readyz` and `GET /healthz` reply.

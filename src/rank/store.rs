@@ -22,7 +22,7 @@ use crate::rank::import::load_any;
 use crate::rank::model::{Ensemble, Input, Node, Ranker, Tree};
 use crate::rank::RankerError;
 
-/// A parsed ranker as the server holds it.
+/// A parsed ranker as the engine holds it.
 #[derive(Debug)]
 pub struct LoadedRanker {
     /// Its store name (the file stem).

@@ -25,12 +25,12 @@ use std::sync::{Arc, OnceLock};
 use bytes::Bytes;
 use rayon::prelude::*;
 
-use crate::config::Backend;
+use super::{FeatureValues, RankDocument, RankRequest};
+use crate::backend::Backend;
 use crate::rank::fe::{
     fill_rows_in_chunks, CorpusStats, FeError, FeatureResolver, HitDocument, HitStream, Phrases,
     Prepared, QueryInfo, Streams, STREAMS,
 };
-use crate::server::api::{FeatureValues, RankDocument, RankRequest};
 
 /// The body is one the fast reader leaves to rmp-serde.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1050,10 +1050,10 @@ impl<'a> Reader<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::api::feature_matrix;
+    use crate::api::Format;
     use crate::bench::replay::synth_requests;
-    use crate::server::codec::Format;
-    use crate::server::routes::feature_matrix;
-    use crate::server::store::RankerStore;
+    use crate::rank::store::RankerStore;
     use proptest::prelude::*;
 
     /// Synthetic requests for every bundled ranker (hit documents for those whose features

@@ -15,7 +15,7 @@
 //! and requests that fill a batch on their own (at least `max_batch_docs` documents).
 //!
 //! A batch runs on the backend its first request asked for (requests with another `backend`
-//! open the next batch); [`Engines`] picks CPU or GPU for `auto` from the batch's size.
+//! open the next batch); [`Backends`] picks CPU or GPU for `auto` from the batch's size.
 
 use std::collections::HashMap;
 use std::sync::mpsc;
@@ -25,9 +25,9 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use tokio::sync::oneshot;
 
-use super::engine::{Engines, Ran};
-use super::store::LoadedRanker;
-use crate::config::Backend;
+use super::backends::Backends;
+use crate::backend::{Backend, Processor};
+use crate::rank::store::LoadedRanker;
 
 /// Batching parameters.
 #[derive(Debug, Clone, Copy)]
@@ -36,8 +36,6 @@ pub struct BatchConfig {
     pub window: Duration,
     /// Most documents in one batch.
     pub max_docs: usize,
-    /// Threads CPU scoring uses.
-    pub threads: usize,
 }
 
 /// A scored request.
@@ -53,7 +51,7 @@ pub struct Scored {
     pub batch_docs: usize,
     pub batch_requests: usize,
     /// The backend that evaluated the batch.
-    pub backend: Ran,
+    pub backend: Processor,
 }
 
 /// Why a request was not scored.
@@ -76,24 +74,19 @@ struct Job {
 }
 
 /// Scores requests directly or through per-ranker batching threads.
-pub struct Scorer {
+pub struct Batcher {
     config: BatchConfig,
-    engines: Arc<Engines>,
+    backends: Arc<Backends>,
     queues: Mutex<HashMap<String, mpsc::Sender<Job>>>,
 }
 
-impl Scorer {
-    pub fn new(config: BatchConfig) -> Scorer {
-        Scorer {
+impl Batcher {
+    pub fn new(config: BatchConfig, backends: Arc<Backends>) -> Batcher {
+        Batcher {
             config,
-            engines: Arc::new(Engines::new(config.threads)),
+            backends,
             queues: Mutex::new(HashMap::new()),
         }
-    }
-
-    /// The backends batches run on.
-    pub fn engines(&self) -> &Arc<Engines> {
-        &self.engines
     }
 
     /// Whether batching is on.
@@ -119,15 +112,15 @@ impl Scorer {
         let n_docs = features.len().checked_div(n_features).unwrap_or(0);
         let submitted = Instant::now();
         if self.scores_at_once(n_docs, bypass) {
-            let engines = Arc::clone(&self.engines);
+            let backends = Arc::clone(&self.backends);
             let score = move || {
                 score_now(
-                    &engines, &ranker, &features, n_docs, backend, deadline, submitted,
+                    &backends, &ranker, &features, n_docs, backend, deadline, submitted,
                 )
             };
             // Scoring that may wait for the GPU's turn must not hold a CPU pool thread.
-            return if self.engines.cpu_only(backend) {
-                self.engines
+            return if self.backends.cpu_only(backend) {
+                self.backends
                     .on_cpu_pool_task(score)
                     .await
                     .map_err(|e| ScoreError::Internal(e.to_string()))?
@@ -167,10 +160,10 @@ impl Scorer {
             return Ok(queue.clone());
         }
         let (send, receive) = mpsc::channel();
-        let (config, engines) = (self.config, Arc::clone(&self.engines));
+        let (config, backends) = (self.config, Arc::clone(&self.backends));
         std::thread::Builder::new()
             .name(format!("batch-{name}"))
-            .spawn(move || run_batches(receive, config, &engines))
+            .spawn(move || run_batches(receive, config, &backends))
             .map_err(|e| ScoreError::Internal(format!("spawning a batch thread: {e}")))?;
         queues.insert(name.to_string(), send.clone());
         Ok(send)
@@ -178,14 +171,14 @@ impl Scorer {
 }
 
 /// Scores one request's `features` now, on the calling thread (its parallel parts on the CPU
-/// pool), unless `deadline` passed: how [`Scorer::score`] scores a request it does not batch,
+/// pool), unless `deadline` passed: how [`Batcher::score`] scores a request it does not batch,
 /// and how the `/v1/rank` handler scores one right after its feature extraction, on the same
-/// pool thread, when [`Scorer::scores_at_once`] on the CPU.
+/// pool thread, when [`Batcher::scores_at_once`] on the CPU.
 ///
 /// # Errors
 /// [`ScoreError::DeadlineExceeded`] when `deadline` passed before scoring started.
 pub fn score_now(
-    engines: &Engines,
+    backends: &Backends,
     ranker: &LoadedRanker,
     features: &[f64],
     n_docs: usize,
@@ -198,7 +191,7 @@ pub fn score_now(
     }
     let started = Instant::now();
     let _stage = tracing::debug_span!("score", ranker = %ranker.name, documents = n_docs).entered();
-    let (scores, ran) = engines.evaluate(ranker, features, n_docs, backend);
+    let (scores, ran) = backends.evaluate(ranker, features, n_docs, backend);
     Ok(Scored {
         scores,
         queue_us: micros(started - submitted),
@@ -209,12 +202,12 @@ pub fn score_now(
     })
 }
 
-fn micros(d: Duration) -> u64 {
+pub(crate) fn micros(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }
 
 /// A batch thread: collect, drop the expired, score, split, repeat until the scorer is dropped.
-fn run_batches(queue: mpsc::Receiver<Job>, config: BatchConfig, engines: &Engines) {
+fn run_batches(queue: mpsc::Receiver<Job>, config: BatchConfig, backends: &Backends) {
     let mut carried: Option<Job> = None;
     loop {
         let first = match carried.take() {
@@ -244,11 +237,11 @@ fn run_batches(queue: mpsc::Receiver<Job>, config: BatchConfig, engines: &Engine
             docs += job.n_docs;
             jobs.push(job);
         }
-        score_jobs(jobs, engines);
+        score_jobs(jobs, backends);
     }
 }
 
-fn score_jobs(jobs: Vec<Job>, engines: &Engines) {
+fn score_jobs(jobs: Vec<Job>, backends: &Backends) {
     let started = Instant::now();
     let mut live = Vec::with_capacity(jobs.len());
     for job in jobs {
@@ -268,13 +261,13 @@ fn score_jobs(jobs: Vec<Job>, engines: &Engines) {
         .entered();
     let backend = first.backend;
     let (scores, ran) = if live.len() == 1 {
-        engines.evaluate(&ranker, &live[0].features, batch_docs, backend)
+        backends.evaluate(&ranker, &live[0].features, batch_docs, backend)
     } else {
         let mut matrix = Vec::with_capacity(live.iter().map(|j| j.features.len()).sum());
         for job in &live {
             matrix.extend_from_slice(&job.features);
         }
-        engines.evaluate(&ranker, &matrix, batch_docs, backend)
+        backends.evaluate(&ranker, &matrix, batch_docs, backend)
     };
     let eval_us = micros(started.elapsed());
     metrics::histogram!("rankserve_batch_documents").record(batch_docs as f64);

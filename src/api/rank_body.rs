@@ -1,0 +1,316 @@
+//! The body of `POST /v1/rank` as its handler receives it: decoded, or (MessagePack) framed so
+//! that its documents are decoded by feature extraction itself ([`msgpack_rank::Framed`]).
+//!
+//! Framing changes when documents are decoded, never what a request gets back: a framed body
+//! that turns out to be one the fast path does not take is decoded in full where it would have
+//! been used, and a framed body's decoding errors still come before the errors that used to
+//! follow the decode (see [`RankBody::or_body_error`]).
+
+use bytes::Bytes;
+
+use std::collections::HashMap;
+
+use super::format::{BodyError, Format};
+use super::msgpack_rank::{self, Framed};
+use super::{FeatureValues, RankDocument, RankRequest};
+use crate::rank::engine::RowSource;
+use crate::rank::fe::fill_rows_in_chunks;
+use crate::rank::store::LoadedRanker;
+
+/// A `/v1/rank` body.
+#[derive(Debug)]
+pub enum RankBody {
+    /// Decoded in full (JSON, or MessagePack the fast reader leaves to rmp-serde).
+    Decoded(RankRequest),
+    /// MessagePack read but for its documents.
+    Framed(Framed),
+}
+
+/// What [`RankBody::frame_documents`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// The request's fields are the ones read before framing.
+    AsRead,
+    /// The body had to be decoded in full, and its fields are not the ones read before (the
+    /// fields after `documents` were misread: see [`msgpack_rank::frame`]): whatever was
+    /// decided from [`RankBody::head`] must be decided again.
+    Reread,
+}
+
+impl RankBody {
+    /// A body of `format`: MessagePack framed when the fast reader takes it, else decoded in
+    /// full.
+    ///
+    /// # Errors
+    /// [`BodyError::BadBody`] when it does not decode.
+    pub fn decode(format: Format, bytes: Bytes) -> Result<RankBody, BodyError> {
+        if format == Format::Msgpack {
+            if let Some(framed) = msgpack_rank::frame(bytes.clone()) {
+                return Ok(RankBody::Framed(framed));
+            }
+        }
+        format.decode_rank_request(&bytes).map(RankBody::Decoded)
+    }
+
+    /// Frames a framed body's documents ([`Framed::frame_documents`], in parallel on the
+    /// current rayon pool: the handler calls it on the CPU pool, before feature extraction).
+    /// Where they do not frame as the fields after them were read, the body is decoded in
+    /// full instead.
+    ///
+    /// # Errors
+    /// [`BodyError::BadBody`] when the body does not decode.
+    pub fn frame_documents(&mut self) -> Result<Framing, BodyError> {
+        let RankBody::Framed(framed) = self else {
+            return Ok(Framing::AsRead);
+        };
+        if framed.frame_documents() {
+            return Ok(Framing::AsRead);
+        }
+        let mut request = Format::Msgpack.decode_rank_request(framed.body())?;
+        // The head has no documents.
+        let documents = std::mem::take(&mut request.documents);
+        let same = request == framed.head;
+        request.documents = documents;
+        *self = RankBody::Decoded(request);
+        Ok(if same {
+            Framing::AsRead
+        } else {
+            Framing::Reread
+        })
+    }
+
+    /// The request's fields; `documents` is empty when the body is framed.
+    pub fn head(&self) -> &RankRequest {
+        match self {
+            RankBody::Decoded(request) => request,
+            RankBody::Framed(framed) => &framed.head,
+        }
+    }
+
+    /// The request's documents.
+    pub fn len(&self) -> usize {
+        match self {
+            RankBody::Decoded(request) => request.documents.len(),
+            RankBody::Framed(framed) => framed.len(),
+        }
+    }
+
+    /// Whether it has no documents.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The whole request.
+    ///
+    /// # Errors
+    /// [`BodyError::BadBody`] when a framed body's documents do not decode.
+    pub fn decoded(self) -> Result<RankRequest, BodyError> {
+        match self {
+            RankBody::Decoded(request) => Ok(request),
+            RankBody::Framed(framed) => Format::Msgpack.decode_rank_request(framed.body()),
+        }
+    }
+
+    /// The body's own decoding error, when a framed body's documents do not decode: a
+    /// caller that refuses the request after reading it answers this error instead (it came
+    /// first when bodies were decoded in full before anything else).
+    pub fn body_error(&self) -> Option<BodyError> {
+        match self {
+            RankBody::Framed(framed) => Format::Msgpack.decode_rank_request(framed.body()).err(),
+            RankBody::Decoded(_) => None,
+        }
+    }
+
+    /// The documents as one row-major `documents × features` matrix for `loaded`: a framed
+    /// body's documents decoded and extracted in one pass ([`Framed::feature_matrix`]), else,
+    /// and wherever that pass declines, [`feature_matrix`] of the decoded request.
+    ///
+    /// # Errors
+    /// As [`feature_matrix`], and [`BodyError::BadBody`] when a framed body's documents do not
+    /// decode.
+    pub fn feature_matrix(
+        &self,
+        loaded: &LoadedRanker,
+        threads: usize,
+    ) -> Result<Vec<f64>, BodyError> {
+        match self {
+            RankBody::Decoded(request) => feature_matrix(request, loaded, threads),
+            RankBody::Framed(framed) => {
+                let width = loaded.ranker.features.len();
+                match framed.feature_matrix(loaded.fe.as_ref(), width, threads) {
+                    Some(matrix) => Ok(matrix),
+                    None => {
+                        let request = Format::Msgpack.decode_rank_request(framed.body())?;
+                        feature_matrix(&request, loaded, threads)
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// A body is the ranking engine's row source: framed on the CPU pool, then its documents'
+/// features extracted there, in one pass for a framed body.
+impl RowSource for RankBody {
+    type Error = BodyError;
+
+    fn len(&self) -> usize {
+        RankBody::len(self)
+    }
+
+    fn rows(
+        &mut self,
+        loaded: &LoadedRanker,
+        threads: usize,
+    ) -> Result<Option<Vec<f64>>, BodyError> {
+        match self.frame_documents()? {
+            Framing::AsRead => self.feature_matrix(loaded, threads).map(Some),
+            Framing::Reread => Ok(None),
+        }
+    }
+}
+
+/// The request's documents as one row-major `n_docs × n_features` matrix.
+///
+/// # Errors
+/// [`BodyError::Invalid`] naming the document index and field.
+pub fn feature_matrix(
+    request: &RankRequest,
+    loaded: &LoadedRanker,
+    threads: usize,
+) -> Result<Vec<f64>, BodyError> {
+    let width = loaded.ranker.features.len();
+    let mut matrix = vec![f64::NAN; request.documents.len() * width];
+    // Feature extraction is ~1-2 µs a hit document: spread a request's documents over rayon's
+    // pool, in chunks of at least 64 (the hand-off costs a few µs).
+    fill_rows_in_chunks(
+        &request.documents,
+        &mut matrix,
+        width,
+        threads,
+        64,
+        |first, docs, rows| fill_rows(request, loaded, first, docs, rows),
+    )?;
+    Ok(matrix)
+}
+
+/// Fills `rows` (`docs.len() × n_features`) from `docs`, the request's documents from index
+/// `first` on (for error messages).
+fn fill_rows(
+    request: &RankRequest,
+    loaded: &LoadedRanker,
+    first: usize,
+    docs: &[RankDocument],
+    rows: &mut [f64],
+) -> Result<(), BodyError> {
+    let names = &loaded.ranker.features;
+    let width = names.len();
+    let mut by_name: Option<HashMap<&str, usize>> = None;
+    let invalid = |msg: String| BodyError::Invalid(msg);
+    for (i, doc) in (first..).zip(docs) {
+        let row = &mut rows[(i - first) * width..(i - first + 1) * width];
+        match (&doc.features, &doc.hits) {
+            (Some(_), Some(_)) => {
+                return Err(invalid(format!(
+                    "documents[{i}]: give `features` or `hits`, not both"
+                )))
+            }
+            (None, None) => {
+                return Err(invalid(format!(
+                    "documents[{i}]: needs `features` or `hits`"
+                )))
+            }
+            (Some(FeatureValues::Vector(values)), None) => {
+                if values.len() != width {
+                    return Err(invalid(format!(
+                        "documents[{i}].features: expected {width} values (ranker {:?}'s features), got {}",
+                        loaded.name,
+                        values.len()
+                    )));
+                }
+                for (slot, value) in row.iter_mut().zip(values) {
+                    *slot = value.unwrap_or(f64::NAN);
+                }
+            }
+            (Some(FeatureValues::Named(values)), None) => {
+                let index = by_name.get_or_insert_with(|| {
+                    names
+                        .iter()
+                        .enumerate()
+                        .map(|(j, n)| (n.as_str(), j))
+                        .collect()
+                });
+                for (name, value) in values {
+                    let Some(&j) = index.get(name.as_str()) else {
+                        return Err(invalid(format!(
+                            "documents[{i}].features.{name}: unknown feature: ranker {:?} has no feature {name:?}",
+                            loaded.name
+                        )));
+                    };
+                    row[j] = value.unwrap_or(f64::NAN);
+                }
+            }
+            (None, Some(hits)) => {
+                let (Some(query), Some(stats)) = (&request.query, &request.stats) else {
+                    return Err(invalid(format!(
+                        "documents[{i}].hits: a request with hit documents needs `query` and `stats`"
+                    )));
+                };
+                let resolver = loaded.fe.as_ref().map_err(|err| {
+                    invalid(format!(
+                        "documents[{i}].hits: ranker {:?} cannot take hit documents, send `features`: {err}",
+                        loaded.name
+                    ))
+                })?;
+                resolver
+                    .extract(query, stats, hits, row)
+                    .map_err(|err| invalid(format!("documents[{i}].hits: {}", err.at_index(i))))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// The bundled medium ranker and a synthetic request of `docs` hit documents.
+    fn medium_request(docs: usize) -> (Arc<LoadedRanker>, RankRequest) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers");
+        let store = crate::rank::store::RankerStore::open(&dir, 1 << 30).unwrap();
+        let loaded = store.get("medium").unwrap();
+        let request =
+            crate::bench::replay::synth_requests("medium", &loaded.ranker, docs, 1, None, 7)
+                .pop()
+                .unwrap();
+        (loaded, request)
+    }
+
+    #[test]
+    fn feature_matrix_in_chunks_equals_one_pass_and_names_the_lowest_bad_document() {
+        let (loaded, mut request) = medium_request(1000);
+        let width = loaded.ranker.features.len();
+        let matrix = feature_matrix(&request, &loaded, 4).unwrap();
+        let mut one_pass = vec![f64::NAN; matrix.len()];
+        fill_rows(&request, &loaded, 0, &request.documents, &mut one_pass).unwrap();
+        assert_eq!(matrix.len(), 1000 * width);
+        assert!(matrix
+            .iter()
+            .zip(&one_pass)
+            .all(|(a, b)| a.to_bits() == b.to_bits()));
+
+        for bad in [900, 300] {
+            request.documents[bad].features = Some(FeatureValues::Vector(vec![]));
+        }
+        let err = feature_matrix(&request, &loaded, 4)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("documents[300]: give `features` or `hits`"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,345 @@
+//! The ranking stage's engine: everything between a batch of documents and their scores, decided
+//! here once. It owns the ranker store (files and the CPU cache, [`RankerStore`]), the CPU pool
+//! and the device's ranker cache ([`backends`]), the per-ranker batching queues ([`batch`]), the
+//! CPU/GPU choice for feature extraction and for scoring, and the fallback to the CPU.
+//!
+//! Its input is stage-side ([`Documents`]): feature rows, hit documents of one query in feature
+//! extraction's layout ([`HitBatch`]), or a [`RowSource`] that produces rows on the CPU pool
+//! (the `/v1/rank` MessagePack reader, which extracts features as it decodes documents). It
+//! knows nothing of HTTP: a caller turns its request into a [`RankJob`] and gets [`Ranked`]
+//! back, or a [`RankError`].
+//!
+//! A job's trip: its rows are produced (FE for hit documents: on the CPU pool, or on the GPU
+//! when `fe_backend` sends them there) and, when the job is scored at once on the CPU anyway
+//! (batching off, `backend=cpu` asked for, a job that fills a batch alone; and no GPU in
+//! play), scored right after on the same pool thread: one trip to the pool, not two. Otherwise
+//! the rows go to the ranker's batching queue ([`batch::Batcher`]), whose batches run on the
+//! backend [`backends::Backends::evaluate`] picks.
+
+pub mod backends;
+pub mod batch;
+
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::Instant;
+
+pub use backends::{Backends, FeRefused, PoolTaskFailed};
+pub use batch::{BatchConfig, ScoreError, Scored};
+
+use crate::backend::{Backend, Processor};
+use crate::gpu::Executor;
+use crate::rank::fe::{CorpusStats, HitDocument, QueryInfo};
+use crate::rank::gpu::cache::GpuRankerCache;
+use crate::rank::store::{LoadedRanker, RankerStore};
+use batch::{micros, score_now, Batcher};
+
+/// How the engine runs.
+#[derive(Debug, Clone, Copy)]
+pub struct EngineConfig {
+    /// Threads of the CPU pool (1: the calling thread).
+    pub threads: usize,
+    /// Where hit documents' features are extracted (see [`backends`]).
+    pub fe_backend: Backend,
+    /// The batching queues.
+    pub batch: BatchConfig,
+    /// Budget of the device's ranker cache.
+    pub gpu_cache_bytes: u64,
+}
+
+/// Hit documents of one query, in feature extraction's layout.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HitBatch {
+    pub query: QueryInfo,
+    pub stats: CorpusStats,
+    pub docs: Vec<HitDocument>,
+}
+
+/// A producer of feature rows that runs on the CPU pool: a decoder that extracts features as it
+/// reads its documents.
+pub trait RowSource: Send + 'static {
+    /// Why it produced no rows (its documents are invalid).
+    type Error: Send + 'static;
+
+    /// Its documents.
+    fn len(&self) -> usize;
+
+    /// Whether it has no documents.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The rows for `loaded` (row-major, the ranker's width), parallel on the current rayon
+    /// pool over `threads`; `Ok(None)` when the source turned out not to be what its owner read
+    /// it as, who must decide again from it ([`Ranked::Reread`]).
+    ///
+    /// # Errors
+    /// Its documents are invalid.
+    fn rows(
+        &mut self,
+        loaded: &LoadedRanker,
+        threads: usize,
+    ) -> Result<Option<Vec<f64>>, Self::Error>;
+}
+
+/// No source: for callers whose documents are rows or hits.
+impl RowSource for Infallible {
+    type Error = Infallible;
+
+    fn len(&self) -> usize {
+        match *self {}
+    }
+
+    fn rows(&mut self, _: &LoadedRanker, _: usize) -> Result<Option<Vec<f64>>, Infallible> {
+        match *self {}
+    }
+}
+
+/// A batch's documents.
+#[derive(Debug)]
+pub enum Documents<S> {
+    /// Feature rows, row-major, the ranker's width.
+    Rows(Vec<f64>),
+    /// Hit documents, for feature extraction.
+    Hits(HitBatch),
+    /// Rows its owner produces on the CPU pool.
+    Source(S),
+}
+
+/// One caller's documents to rank.
+pub struct RankJob<S> {
+    pub ranker: Arc<LoadedRanker>,
+    pub documents: Documents<S>,
+    /// The scoring backend (the request's, else the configuration's).
+    pub backend: Backend,
+    /// Whether the caller itself asked for the CPU (such a job is never batched).
+    pub asked_cpu: bool,
+    /// The time after which the work is not worth starting.
+    pub deadline: Option<Instant>,
+    /// Whether [`Ranked::Scored`] keeps the feature rows (to explain them).
+    pub keep_rows: bool,
+}
+
+/// What ranking a job gave.
+#[derive(Debug)]
+pub enum Ranked<S> {
+    Scored {
+        scored: Scored,
+        /// Time producing the rows (FE), and where it ran (rows given as such: the CPU).
+        fe_us: u64,
+        fe_backend: Processor,
+        /// The rows, when the job asked to keep them.
+        rows: Option<Vec<f64>>,
+        /// The job's source, given back for its owner to free (off its reply's path).
+        source: Option<S>,
+    },
+    /// The source asked to be decided again ([`RowSource::rows`] gave `None`).
+    Reread(S),
+}
+
+/// Why a job was not ranked.
+#[derive(Debug, thiserror::Error)]
+pub enum RankError<E> {
+    /// The source's documents are invalid.
+    #[error("the documents are invalid")]
+    Source(E),
+    /// Feature extraction refused the hit documents.
+    #[error(transparent)]
+    Fe(#[from] FeRefused),
+    /// The deadline passed first.
+    #[error("deadline passed")]
+    DeadlineExceeded,
+    /// The engine's own failure.
+    #[error("ranking failed: {0}")]
+    Internal(String),
+}
+
+/// The ranking stage's engine; see the module docs.
+pub struct RankEngine {
+    store: RankerStore,
+    backends: Arc<Backends>,
+    batcher: Batcher,
+    gpu_cache_bytes: u64,
+}
+
+impl RankEngine {
+    /// An engine over `store`, on the CPU until [`RankEngine::install_gpu`].
+    pub fn new(store: RankerStore, config: EngineConfig) -> RankEngine {
+        let backends = Arc::new(Backends::new(config.threads, config.fe_backend));
+        RankEngine {
+            store,
+            batcher: Batcher::new(config.batch, Arc::clone(&backends)),
+            backends,
+            gpu_cache_bytes: config.gpu_cache_bytes,
+        }
+    }
+
+    /// The ranker store.
+    pub fn store(&self) -> &RankerStore {
+        &self.store
+    }
+
+    /// The CPU pool and the GPU.
+    pub fn backends(&self) -> &Arc<Backends> {
+        &self.backends
+    }
+
+    /// Ranks on `executor`'s device from now on (the first call counts).
+    pub fn install_gpu(&self, executor: Arc<Executor>) {
+        self.backends.install_gpu(executor, self.gpu_cache_bytes);
+    }
+
+    /// Whether there is a GPU.
+    pub fn has_gpu(&self) -> bool {
+        self.backends.gpu_rankers().is_some()
+    }
+
+    /// The device's ranker cache, when there is a GPU.
+    pub fn gpu_rankers(&self) -> Option<&GpuRankerCache> {
+        self.backends.gpu_rankers()
+    }
+
+    /// Readies `loaded` for the GPU (when there is one): uploads it and measures its CPU/GPU
+    /// crossover. Blocking.
+    pub fn prepare(&self, loaded: &LoadedRanker) {
+        self.backends.crossover(loaded);
+    }
+
+    /// Forgets the device copy of `name` (after it was deleted from the store).
+    pub fn forget(&self, name: &str) {
+        if let Some(gpu) = self.gpu_rankers() {
+            gpu.remove(name);
+        }
+    }
+
+    /// Ranks `job` (see the module docs).
+    ///
+    /// # Errors
+    /// [`RankError`]: the documents are invalid, the deadline passed, a task failed.
+    pub async fn rank<S: RowSource>(
+        &self,
+        job: RankJob<S>,
+    ) -> Result<Ranked<S>, RankError<S::Error>> {
+        let RankJob {
+            ranker,
+            documents,
+            backend,
+            asked_cpu,
+            deadline,
+            keep_rows,
+        } = job;
+        let n_docs = match &documents {
+            Documents::Rows(rows) => rows.len() / ranker.ranker.features.len().max(1),
+            Documents::Hits(batch) => batch.docs.len(),
+            Documents::Source(source) => source.len(),
+        };
+        let fe_on_gpu = match &documents {
+            Documents::Hits(batch) => self.backends.fe_on_gpu(&ranker, batch),
+            _ => false,
+        };
+        let at_once = self.batcher.scores_at_once(n_docs, asked_cpu)
+            && self.backends.cpu_only(backend)
+            && !fe_on_gpu;
+        let fe_started = Instant::now();
+        let produce = {
+            let (backends, ranker) = (Arc::clone(&self.backends), Arc::clone(&ranker));
+            move || {
+                let mut documents = documents;
+                let rows = {
+                    let _stage =
+                        tracing::info_span!("fe", ranker = %ranker.name, documents = n_docs)
+                            .entered();
+                    rows_of(&backends, &ranker, &mut documents, fe_on_gpu)
+                };
+                let fe_done = Instant::now();
+                let scored = match (&rows, at_once) {
+                    (Ok(Some((rows, _))), true) => Some(score_now(
+                        &backends, &ranker, rows, n_docs, backend, deadline, fe_done,
+                    )),
+                    _ => None,
+                };
+                (documents, rows, fe_done, scored)
+            }
+        };
+        // FE on the GPU waits for the device's turn: not on a pool thread.
+        let produced = async {
+            match fe_on_gpu {
+                true => tokio::task::spawn_blocking(produce)
+                    .await
+                    .map_err(|err| RankError::Internal(err.to_string())),
+                false => (self.backends.on_cpu_pool_task(produce).await)
+                    .map_err(|err| RankError::Internal(err.to_string())),
+            }
+        };
+        // The deadline covers the scoring done in the same trip.
+        let (documents, rows, fe_done, scored) = match at_once {
+            true => until(deadline, produced).await??,
+            false => produced.await?,
+        };
+        let source = match documents {
+            Documents::Source(source) => Some(source),
+            _ => None,
+        };
+        let (rows, fe_backend) = match rows? {
+            Some(rows) => rows,
+            None => {
+                let source = source
+                    .ok_or_else(|| RankError::Internal("rows withdrawn without a source".into()))?;
+                return Ok(Ranked::Reread(source));
+            }
+        };
+        let fe_us = micros(fe_done - fe_started);
+        let kept = keep_rows.then(|| rows.clone());
+        let scored = match scored {
+            Some(scored) => scored,
+            None => {
+                let work = self
+                    .batcher
+                    .score(ranker, rows, deadline, backend, asked_cpu);
+                until(deadline, work).await?
+            }
+        }
+        .map_err(|err| match err {
+            ScoreError::DeadlineExceeded => RankError::DeadlineExceeded,
+            ScoreError::Internal(detail) => RankError::Internal(detail),
+        })?;
+        Ok(Ranked::Scored {
+            scored,
+            fe_us,
+            fe_backend,
+            rows: kept,
+            source,
+        })
+    }
+}
+
+/// The rows of `documents` for `ranker`, and where they were produced.
+type Produced<E> = Result<Option<(Vec<f64>, Processor)>, RankError<E>>;
+
+fn rows_of<S: RowSource>(
+    backends: &Backends,
+    ranker: &LoadedRanker,
+    documents: &mut Documents<S>,
+    fe_on_gpu: bool,
+) -> Produced<S::Error> {
+    match documents {
+        Documents::Rows(rows) => Ok(Some((std::mem::take(rows), Processor::Cpu))),
+        Documents::Hits(batch) => Ok(Some(backends.extract(ranker, batch, fe_on_gpu)?)),
+        Documents::Source(source) => Ok(source
+            .rows(ranker, backends.threads())
+            .map_err(RankError::Source)?
+            .map(|rows| (rows, Processor::Cpu))),
+    }
+}
+
+/// Awaits `work` until `deadline`.
+async fn until<T, E>(
+    deadline: Option<Instant>,
+    work: impl std::future::Future<Output = T>,
+) -> Result<T, RankError<E>> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline.into(), work)
+            .await
+            .map_err(|_| RankError::DeadlineExceeded),
+        None => Ok(work.await),
+    }
+}

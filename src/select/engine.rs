@@ -1,0 +1,218 @@
+//! The document stage's engine: where a query runs, decided here once. It owns the scheduler
+//! (the CPU/GPU choice per query and per intersection step, [`Scheduler`]), the backlog of
+//! selections booked on each processor ([`Backlog`]), the device's posting cache and the GPU
+//! selections waiting for it (a [`Combiner`] whose batches run during the device's turns,
+//! [`schedule::run_gpu_batch`]), the wait for the device and the fallback to the CPU.
+//!
+//! A caller routes a query ([`SelectEngine::route`]: the choice under the current load, before
+//! anything waits for the device, so that a query bound for the CPU never holds it), then runs
+//! the route ([`SelectEngine::select`], blocking) and gets one answer: the hits and the processor
+//! that found them. A route cheap enough to run on the caller's own async task says so
+//! ([`SelectEngine::runs_inline`]).
+//!
+//! The wait for the device: `gpu` waits up to `gpu_queue_ms`, `auto` only as long as waiting
+//! still beats the CPU (the route's estimated margin), never past the request's deadline; a
+//! query that did not get the device by then runs on the CPU, and its booking moves there. A GPU
+//! failure runs the query on the CPU (same answer), counted by [`fell_back`].
+
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::gpu::{GpuSelectError, PostingCache, PostingCacheConfig, PostingCacheStats};
+use super::schedule::{self, Backlog, GpuJob, Load, Route, Scheduler};
+use super::{Query, SearchResult, SelectError};
+use crate::backend::{fell_back, Backend, Processor, Stage};
+use crate::gpu::{Combiner, Executor};
+use crate::index::Index;
+
+/// Estimated CPU time under which a selection runs on the request's own task instead of the
+/// blocking pool: the hand-off costs more than such a query. Measured on the H100 host
+/// (`docs/benchmarks-history.md`, issue 6, run I, 3 M documents, one client): AND selections
+/// with a median of 17–22 µs cost the server a median 77–128 µs through the pool, 37–44 µs
+/// inline.
+const INLINE_SELECT_US: f64 = 50.0;
+
+/// How the engine runs.
+#[derive(Debug, Clone, Copy)]
+pub struct SelectConfig {
+    /// Griffin's threshold of the scheduler.
+    pub griffin_ratio: f64,
+    /// The most GPU selections run as one batch.
+    pub gpu_batch: usize,
+    /// The longest a `backend=gpu` selection waits for the device.
+    pub gpu_queue: Duration,
+    /// Budget of the device's posting cache.
+    pub posting_cache_bytes: u64,
+}
+
+/// The answer to a query bound for the GPU: `None` when it did not run there.
+type GpuAnswer = Option<Result<SearchResult, GpuSelectError>>;
+
+/// A selection's hits and the processor that found them.
+#[derive(Debug)]
+pub struct Selected {
+    pub result: SearchResult,
+    pub side: Processor,
+}
+
+/// The document stage's engine; see the module docs.
+pub struct SelectEngine {
+    scheduler: Scheduler,
+    backlog: Backlog,
+    config: SelectConfig,
+    /// The device's executor, once the probe found one.
+    executor: OnceLock<Arc<Executor>>,
+    /// The posting cache of the served index on the device (`None` without one), and the GPU
+    /// selections waiting for it.
+    gpu: Combiner<Option<PostingCache>, GpuJob, GpuAnswer>,
+}
+
+impl SelectEngine {
+    /// An engine on the CPU (until [`SelectEngine::install_gpu`]) whose selections share
+    /// `cpu_cores` cores.
+    pub fn new(config: SelectConfig, cpu_cores: usize) -> SelectEngine {
+        SelectEngine {
+            scheduler: Scheduler {
+                griffin_ratio: config.griffin_ratio,
+                ..Scheduler::default()
+            },
+            backlog: Backlog::new(cpu_cores),
+            config,
+            executor: OnceLock::new(),
+            gpu: Combiner::new(None, config.gpu_batch),
+        }
+    }
+
+    /// Selects on `executor`'s device from now on, with a posting cache loaded for `index`
+    /// when there is one (the first call counts). A cache that cannot be made is logged and
+    /// leaves selection on the CPU.
+    pub fn install_gpu(&self, executor: Arc<Executor>, index: Option<&Index>) {
+        let config = PostingCacheConfig {
+            budget_bytes: self.config.posting_cache_bytes,
+            ..PostingCacheConfig::default()
+        };
+        match PostingCache::longest_first(Arc::clone(executor.device()), config) {
+            Ok(cache) => {
+                if self.executor.set(executor).is_err() {
+                    return;
+                }
+                *self.gpu.lock() = Some(cache);
+                if let Some(index) = index {
+                    self.prepare(index);
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "no GPU posting cache: selection on the CPU"),
+        }
+    }
+
+    /// Loads `index`'s resident lists into the posting cache (when there is one), so that no
+    /// query pays for it. A failure is logged; the cache then loads on the next GPU query,
+    /// which runs on the CPU if that fails too. Blocking: it waits for the device's turn.
+    pub fn prepare(&self, index: &Index) {
+        let Some(executor) = self.executor.get() else {
+            return;
+        };
+        let _turn = executor.turns().take();
+        if let Some(cache) = self.gpu.lock().as_mut() {
+            match cache.prepare(index) {
+                Ok(()) => {
+                    let stats = cache.stats();
+                    tracing::info!(
+                        lists = stats.resident_lists,
+                        bytes = stats.resident_bytes,
+                        "GPU posting cache loaded"
+                    )
+                }
+                Err(err) => tracing::warn!(error = %err, "GPU posting cache not loaded"),
+            }
+        }
+    }
+
+    /// The posting cache's counters, when there is one.
+    pub fn posting_cache_stats(&self) -> Option<PostingCacheStats> {
+        self.gpu.lock().as_ref().map(PostingCache::stats)
+    }
+
+    /// The selections booked on each processor now.
+    pub fn load(&self) -> Load {
+        self.backlog.load()
+    }
+
+    /// Where `backend` sends `query` over `index` under the current load.
+    pub fn route<'a>(&self, index: &'a Index, query: &Query, backend: Backend) -> Route<'a> {
+        self.scheduler
+            .route(index, query, backend, &self.backlog.load())
+    }
+
+    /// Whether `route` is a selection cheap enough to run on the caller's async task
+    /// ([`INLINE_SELECT_US`]).
+    pub fn runs_inline(route: &Route) -> bool {
+        !route.to_gpu() && route.choice.cpu_us + route.choice.cpu_wait_us <= INLINE_SELECT_US
+    }
+
+    /// Runs `query` along `route` ([`SelectEngine::route`] of the same index and query),
+    /// booked on its processor until done; blocking while it waits for the device.
+    ///
+    /// # Errors
+    /// [`SelectError::InvalidParameter`] for BM25 parameters out of range.
+    pub fn select(
+        &self,
+        index: &Arc<Index>,
+        query: &Query,
+        route: Route,
+        backend: Backend,
+        deadline: Option<Instant>,
+    ) -> Result<Selected, SelectError> {
+        let booking = self.backlog.book(route.choice.side, route.choice.gpu_us);
+        let wait = match backend {
+            Backend::Gpu => self.config.gpu_queue,
+            Backend::Auto => Duration::from_secs_f64(route.choice.gpu_margin_us() / 1e6),
+            Backend::Cpu => Duration::ZERO,
+        };
+        let wait = deadline.map_or(wait, |at| {
+            wait.min(at.saturating_duration_since(Instant::now()))
+        });
+        let ran = match route.to_gpu() {
+            false => schedule::search_routed(index, query, route, None, &self.scheduler),
+            // Run in a batch with the GPU selections waiting beside it; an `auto` route carries
+            // the scheduler's per-step plan.
+            true => match self.on_gpu(route.gpu_job(Arc::clone(index), query), wait) {
+                Some(answer) => schedule::settle(index, query, route, Some(answer)),
+                // A query that did not get the device (none, or busy past its wait) runs on
+                // the CPU: its place moves there.
+                None => {
+                    drop(booking);
+                    let _booking = self.backlog.book(Processor::Cpu, 0.0);
+                    schedule::search_routed(index, query, route, None, &self.scheduler)
+                }
+            },
+        }?;
+        if let Some(err) = &ran.fallback {
+            fell_back(Stage::Select, &query.terms.join(" "), err);
+        }
+        metrics::counter!("rankserve_select_backend_total", "backend" => ran.side.as_str())
+            .increment(1);
+        Ok(Selected {
+            result: ran.result,
+            side: ran.side,
+        })
+    }
+
+    /// Runs `job` on the device in a batch with the GPU selections waiting beside it: `None`
+    /// when there is no device, when no batch took it within `wait` (the device is busy: the
+    /// caller's CPU is free; counted in `rankserve_gpu_queue_timeouts_total`) or when its batch
+    /// ended without answering it.
+    fn on_gpu(&self, job: GpuJob, wait: Duration) -> Option<Result<SearchResult, GpuSelectError>> {
+        let executor = self.executor.get()?;
+        let ran = self.gpu.submit(executor.turns(), job, wait, |cache, jobs| {
+            metrics::histogram!("rankserve_select_gpu_batch_queries").record(jobs.len() as f64);
+            schedule::run_gpu_batch(cache.as_mut(), &self.scheduler, &jobs)
+        });
+        // A zero wait is a query that could not afford to wait: it gave nothing up.
+        if ran.is_none() && !wait.is_zero() {
+            metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
+                .increment(1);
+        }
+        ran.flatten()
+    }
+}

@@ -5,7 +5,7 @@
 //! The formats themselves ([`Format`]) are the API's ([`crate::api::format`]). Body limits are checked on `Content-Length` before anything is
 //! read, then enforced while reading (a chunked body has no length).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use axum::extract::{FromRequest, FromRequestParts, Request};
@@ -18,7 +18,6 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use serde::Serialize;
 
 use super::error::{ApiError, ErrorLog};
-use super::routes::micros;
 use super::state::AppState;
 use crate::api::{Format, RankBody, SearchRequest};
 
@@ -54,6 +53,11 @@ pub fn negotiate(headers: &HeaderMap) -> Format {
                 .and_then(Format::from_media_type)
         })
         .unwrap_or(Format::Json)
+}
+
+/// `d` in whole microseconds, as replies time their steps.
+pub fn micros(d: Duration) -> u64 {
+    d.as_micros().min(u64::MAX as u128) as u64
 }
 
 /// Reads a whole body of at most `limit` bytes.

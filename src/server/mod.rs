@@ -3,22 +3,26 @@
 //! fallback belongs to the stages' engines ([`crate::rank::engine`], [`crate::select::engine`]);
 //! the wire types and the decoding of bodies into the stages' inputs to [`crate::api`].
 //!
+//! - [`router`]: [`router()`], every route and the layers around them.
 //! - [`codec`]: body extractor and replies in the negotiated format.
+//! - [`auth`]: the admin routes' bearer token.
 //! - [`error`]: `ApiError`, its statuses and stable codes.
-//! - [`routes`]: [`router`], the `/v1/rank`, ranker and operations handlers.
+//! - [`routes`]: the `/v1/rank`, ranker and operations handlers.
 //! - [`search`]: `/v1/search` (the pipeline that chains the selection engine into the ranking
 //!   engine) and `/v1/index/reload`.
 //! - [`state`]: what handlers share, admission, the request sampler, the GPU probe's wiring.
 //! - [`metrics`]: Prometheus names and recording.
 
+pub mod auth;
 pub mod codec;
 pub mod error;
 pub mod metrics;
+pub mod router;
 pub mod routes;
 pub mod search;
 pub mod state;
 
-pub use routes::router;
+pub use router::router;
 pub use state::{AppState, State};
 
 use std::future::Future;

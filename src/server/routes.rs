@@ -1,6 +1,6 @@
-//! The router and its handlers (DESIGN §5 HTTP): public `v1` routes, admin ranker and index
-//! routes behind a bearer token, and the operations routes (`healthz`, `readyz`, `metrics`).
-//! The search handlers live in [`super::search`].
+//! The handlers of `/v1/rank`, the ranker routes (admin ones behind [`super::auth`]) and the
+//! operations routes (`healthz`, `readyz`, `metrics`); [`super::router`] wires them. The search
+//! handlers live in [`super::search`].
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -9,16 +9,10 @@ use std::time::Duration;
 use axum::extract::{Path, Request, State as Shared};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
-use axum::Router;
 use tokio::sync::OwnedSemaphorePermit;
-use tower::ServiceBuilder;
-use tower_http::catch_panic::CatchPanicLayer;
-use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::timeout::RequestBodyTimeoutLayer;
-use tower_http::trace::TraceLayer;
 
-use super::codec::{negotiate_errors, read_body, Coded, Negotiated, Reply};
+use super::auth::authorize;
+use super::codec::{micros, read_body, Coded, Negotiated, Reply};
 use super::error::ApiError;
 use super::state::AppState;
 use crate::api::RankBody;
@@ -30,69 +24,6 @@ use crate::rank::cpu::model_inputs;
 use crate::rank::engine::{Documents, RankError, RankJob, Ranked};
 use crate::rank::model::{Activation, Input};
 use crate::rank::store::{LoadedRanker, StoreError};
-
-/// How long a client may take to send its body.
-const BODY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// The application: every route, with request ids, tracing, metrics, error negotiation and a
-/// panic backstop.
-pub fn router(state: AppState) -> Router {
-    super::metrics::handle();
-    let admin = Router::new()
-        .route(
-            "/v1/rankers/{name}",
-            get(describe_ranker).put(put_ranker).delete(delete_ranker),
-        )
-        .route("/v1/rankers/{name}/load", post(load_ranker))
-        .route("/v1/index/reload", post(super::search::reload_index));
-    Router::new()
-        .route("/v1/rank", post(rank))
-        .route("/v1/search", post(super::search::search))
-        .route("/v1/rankers", get(list_rankers))
-        .merge(admin)
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(
-            ServiceBuilder::new()
-                .layer(SetRequestIdLayer::x_request_id(MakeRequestUuid))
-                .layer(TraceLayer::new_for_http().make_span_with(|req: &Request| {
-                    let id = req.headers().get("x-request-id").and_then(|v| v.to_str().ok()).unwrap_or("-");
-                    tracing::info_span!("request", method = %req.method(), path = %req.uri().path(), request_id = %id)
-                }))
-                .layer(PropagateRequestIdLayer::x_request_id())
-                .layer(axum::middleware::from_fn(super::metrics::track))
-                .layer(axum::middleware::from_fn(negotiate_errors))
-                .layer(CatchPanicLayer::custom(panic_response))
-                .layer(RequestBodyTimeoutLayer::new(BODY_TIMEOUT)),
-        )
-        .with_state(state)
-}
-
-fn panic_response(panic: Box<dyn std::any::Any + Send + 'static>) -> Response {
-    let what = panic
-        .downcast_ref::<String>()
-        .map(String::as_str)
-        .or_else(|| panic.downcast_ref::<&str>().copied())
-        .unwrap_or("(no message)");
-    ApiError::internal(format!("handler panicked: {what}")).into_response()
-}
-
-async fn not_found(req: Request) -> ApiError {
-    ApiError::NotFound {
-        method: req.method().to_string(),
-        path: req.uri().path().to_string(),
-    }
-}
-
-async fn method_not_allowed(req: Request) -> ApiError {
-    ApiError::MethodNotAllowed {
-        method: req.method().to_string(),
-        path: req.uri().path().to_string(),
-    }
-}
 
 fn store_error(err: StoreError) -> ApiError {
     match err {
@@ -117,38 +48,8 @@ pub(super) async fn ranker(state: &AppState, name: &str) -> Result<Arc<LoadedRan
         .map_err(store_error)
 }
 
-/// 403 when no token is configured, 401 unless `Authorization: Bearer TOKEN` matches it.
-pub(super) fn authorize(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    let Some(token) = state.config.admin_token.as_deref() else {
-        return Err(ApiError::AdminDisabled);
-    };
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or("");
-    if constant_time_eq(given.as_bytes(), token.as_bytes()) {
-        Ok(())
-    } else {
-        Err(ApiError::Unauthorized)
-    }
-}
-
-/// Compares without an early exit on the first differing byte (the length still shows).
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = (a.len() != b.len()) as u8;
-    for i in 0..a.len().max(b.len()) {
-        diff |= a.get(i).copied().unwrap_or(0) ^ b.get(i).copied().unwrap_or(0);
-    }
-    std::hint::black_box(diff) == 0
-}
-
-pub(super) fn micros(d: Duration) -> u64 {
-    d.as_micros().min(u64::MAX as u128) as u64
-}
-
 /// `POST /v1/rank`.
-async fn rank(
+pub(super) async fn rank(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
     Coded {
@@ -318,7 +219,7 @@ pub(super) fn explain(loaded: &LoadedRanker, features: &[f64]) -> Vec<Explanatio
 }
 
 /// `GET /v1/rankers`.
-async fn list_rankers(
+pub(super) async fn list_rankers(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
 ) -> Result<Reply<RankerList>, ApiError> {
@@ -332,7 +233,7 @@ async fn list_rankers(
 }
 
 /// `GET /v1/rankers/{name}`.
-async fn describe_ranker(
+pub(super) async fn describe_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
     Path(name): Path<String>,
@@ -397,7 +298,7 @@ fn describe(state: &AppState, loaded: &LoadedRanker) -> RankerDescription {
 }
 
 /// `PUT /v1/rankers/{name}` (admin): the body is a native, LightGBM or XGBoost ranker file.
-async fn put_ranker(
+pub(super) async fn put_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
     Path(name): Path<String>,
@@ -426,7 +327,7 @@ async fn put_ranker(
 }
 
 /// `DELETE /v1/rankers/{name}` (admin).
-async fn delete_ranker(
+pub(super) async fn delete_ranker(
     Shared(state): Shared<AppState>,
     Path(name): Path<String>,
     headers: HeaderMap,
@@ -446,7 +347,7 @@ async fn delete_ranker(
 
 /// `POST /v1/rankers/{name}/load` (admin): re-reads the file into the CPU cache, uploads it to
 /// the GPU cache and measures its crossover (when there is a GPU).
-async fn load_ranker(
+pub(super) async fn load_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
     Path(name): Path<String>,
@@ -477,7 +378,7 @@ fn readiness(state: &AppState) -> Readiness {
 }
 
 /// `GET /healthz`: the process answers.
-async fn healthz(
+pub(super) async fn healthz(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
 ) -> Reply<Readiness> {
@@ -485,7 +386,10 @@ async fn healthz(
 }
 
 /// `GET /readyz`: 503 until the rankers are loaded and the GPU probe has finished.
-async fn readyz(Shared(state): Shared<AppState>, Negotiated(format): Negotiated) -> Response {
+pub(super) async fn readyz(
+    Shared(state): Shared<AppState>,
+    Negotiated(format): Negotiated,
+) -> Response {
     let readiness = readiness(&state);
     let status = if readiness.ready {
         StatusCode::OK
@@ -496,7 +400,7 @@ async fn readyz(Shared(state): Shared<AppState>, Negotiated(format): Negotiated)
 }
 
 /// `GET /metrics`: Prometheus text.
-async fn metrics(Shared(state): Shared<AppState>) -> Response {
+pub(super) async fn metrics(Shared(state): Shared<AppState>) -> Response {
     let text = super::metrics::render(&state);
     (
         [(
@@ -543,13 +447,5 @@ mod tests {
         ) {
             prop_assert_eq!(top_k(&scores, k), top_k_naive(&scores, k));
         }
-    }
-
-    #[test]
-    fn constant_time_eq_compares_whole_strings() {
-        assert!(constant_time_eq(b"abc", b"abc"));
-        assert!(!constant_time_eq(b"abc", b"abd"));
-        assert!(!constant_time_eq(b"abc", b"abcd"));
-        assert!(!constant_time_eq(b"", b"a"));
     }
 }

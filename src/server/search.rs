@@ -28,9 +28,10 @@ use rayon::prelude::*;
 
 use std::convert::Infallible;
 
-use super::codec::{format_of_body, read_body, Coded, Negotiated, Reply};
+use super::auth::authorize;
+use super::codec::{format_of_body, micros, read_body, Coded, Negotiated, Reply};
 use super::error::ApiError;
-use super::routes::{authorize, explain, micros, rank_error, ranker, top_k};
+use super::routes::{explain, rank_error, ranker, top_k};
 use super::state::{AppState, State};
 use crate::api::{
     IndexDescription, ReloadRequest, SearchBackends, SearchHit, SearchRequest, SearchResponse,

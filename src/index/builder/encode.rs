@@ -1,0 +1,188 @@
+//! Steps 3 and 4: a chunk's forward index and scoring postings, and the inversion of every
+//! chunk's postings into encoded lists, per term range.
+
+use rayon::prelude::*;
+
+use super::parse::ParsedChunk;
+use crate::index::codecs::{encode_list, Codec, SkipEntry};
+use crate::index::reader::TermInfo;
+
+#[derive(Clone, Copy)]
+pub(super) struct Posting {
+    term: u32,
+    doc: u32,
+    tf: u32,
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u32) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Encodes a chunk's forward index and scoring postings; returns (forward bytes, per-doc
+/// forward byte lengths, postings sorted by term then doc, scoring lengths).
+pub(super) fn encode_chunk(
+    chunk: &ParsedChunk,
+    map: &[u32],
+    stream_ids: &[Vec<u32>],
+    first_doc: u32,
+    scoring: &str,
+    forward: bool,
+) -> (Vec<u8>, Vec<u32>, Vec<Posting>, Vec<u32>) {
+    let mut fwd = Vec::new();
+    let mut fwd_lens = Vec::with_capacity(chunk.docs.len());
+    let mut postings = Vec::new();
+    let mut lens = Vec::with_capacity(chunk.docs.len());
+    let mut scoring_terms: Vec<u32> = Vec::new();
+    let all = scoring == "all";
+    for (i, doc) in chunk.docs.iter().enumerate() {
+        let d = first_doc + i as u32;
+        let start = fwd.len();
+        scoring_terms.clear();
+        if forward {
+            put_varint(&mut fwd, doc.streams.len() as u32);
+        }
+        for (s, &sid) in doc.streams.iter().zip(&stream_ids[i]) {
+            if forward {
+                put_varint(&mut fwd, sid);
+                put_varint(&mut fwd, s.tokens.len() as u32);
+                put_varint(&mut fwd, s.phrase_lens.len() as u32);
+                for &p in &s.phrase_lens {
+                    put_varint(&mut fwd, p);
+                }
+                for &t in &s.tokens {
+                    put_varint(&mut fwd, map[t as usize]);
+                }
+            }
+            if all || s.name == scoring {
+                scoring_terms.extend(s.tokens.iter().map(|&t| map[t as usize]));
+            }
+        }
+        fwd_lens.push((fwd.len() - start) as u32);
+        lens.push(scoring_terms.len() as u32);
+        scoring_terms.sort_unstable();
+        let mut j = 0;
+        while j < scoring_terms.len() {
+            let t = scoring_terms[j];
+            let mut k = j + 1;
+            while k < scoring_terms.len() && scoring_terms[k] == t {
+                k += 1;
+            }
+            postings.push(Posting {
+                term: t,
+                doc: d,
+                tf: (k - j) as u32,
+            });
+            j = k;
+        }
+    }
+    postings.sort_unstable_by_key(|p| (p.term, p.doc));
+    (fwd, fwd_lens, postings, lens)
+}
+
+/// One term range's encoded lists (offsets relative to the range until [`write_postings`](super::write_postings)).
+#[derive(Default)]
+pub(crate) struct RangeOut {
+    pub(super) bytes: Vec<u8>,
+    pub(super) skips: Vec<SkipEntry>,
+    pub(super) infos: Vec<TermInfo>,
+}
+
+impl RangeOut {
+    /// Encodes the next term's list (`docs` strictly increasing, `tfs ≥ 1`, at most 2³² − 1
+    /// postings) and records its info.
+    pub(crate) fn push_list(
+        &mut self,
+        codec: Codec,
+        docs: &[u32],
+        tfs: &[u32],
+        doc_len: impl Fn(u32) -> u32,
+    ) {
+        let (offset, first_skip) = (self.bytes.len(), self.skips.len());
+        encode_list(codec, docs, tfs, doc_len, &mut self.bytes, &mut self.skips);
+        self.infos.push(TermInfo {
+            df: docs.len() as u32,
+            n_blocks: (self.skips.len() - first_skip) as u32,
+            postings_offset: offset as u64,
+            postings_len: (self.bytes.len() - offset) as u64,
+            skip_start: first_skip as u64,
+        });
+    }
+}
+
+/// Inverts the chunks' postings (each sorted by term, then doc; chunks in doc order) and
+/// encodes every term's list; returns ranges in term order.
+pub(super) fn invert(
+    chunks: &[Vec<Posting>],
+    n_terms: usize,
+    codec: Codec,
+    scoring_len: &[u32],
+) -> Vec<RangeOut> {
+    let df: Vec<u32> = chunks
+        .par_iter()
+        .fold(
+            || vec![0u32; n_terms],
+            |mut acc, c| {
+                for p in c {
+                    acc[p.term as usize] += 1;
+                }
+                acc
+            },
+        )
+        .reduce(
+            || vec![0u32; n_terms],
+            |mut a, b| {
+                a.iter_mut().zip(&b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
+    let total: u64 = df.iter().map(|&d| d as u64).sum();
+    let target = (total / (rayon::current_num_threads() as u64 * 8)).max(1 << 16);
+    let mut ranges = Vec::new();
+    let (mut lo, mut acc) = (0usize, 0u64);
+    for (t, &d) in df.iter().enumerate() {
+        acc += d as u64;
+        if acc >= target {
+            ranges.push(lo..t + 1);
+            lo = t + 1;
+            acc = 0;
+        }
+    }
+    if lo < n_terms || ranges.is_empty() {
+        ranges.push(lo..n_terms);
+    }
+    ranges
+        .into_par_iter()
+        .map(|r| {
+            let mut starts = Vec::with_capacity(r.len() + 1);
+            let mut n = 0usize;
+            for t in r.clone() {
+                starts.push(n);
+                n += df[t] as usize;
+            }
+            starts.push(n);
+            let mut docs = vec![0u32; n];
+            let mut tfs = vec![0u32; n];
+            let mut cursor = starts.clone();
+            for c in chunks {
+                let a = c.partition_point(|p| (p.term as usize) < r.start);
+                let b = c.partition_point(|p| (p.term as usize) < r.end);
+                for p in &c[a..b] {
+                    let at = &mut cursor[p.term as usize - r.start];
+                    docs[*at] = p.doc;
+                    tfs[*at] = p.tf;
+                    *at += 1;
+                }
+            }
+            let mut out = RangeOut::default();
+            for k in 0..r.len() {
+                let (s, e) = (starts[k], starts[k + 1]);
+                out.push_list(codec, &docs[s..e], &tfs[s..e], |d| scoring_len[d as usize]);
+            }
+            out
+        })
+        .collect()
+}

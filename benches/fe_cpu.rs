@@ -6,7 +6,7 @@
 //! - `validate_only/q{Q}`: the validation walk alone over the same hits, the floor that any
 //!   extraction (which must validate) pays.
 //!
-//! Run: `cargo bench --bench fe_cpu`. Results: `docs/benchmarks.md`, "Feature extraction, CPU".
+//! Run: `cargo bench --bench fe_cpu`. Results: `docs/benchmarks-history.md`, "Feature extraction on the GPU vs the CPU (issue 4)".
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rankserve::rank::fe::hits::{validate_query, validate_stream};

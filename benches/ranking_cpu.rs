@@ -3,7 +3,7 @@
 //! batch, on one thread and on every core (rayon's global pool). Feature rows come from
 //! `rank::synth::synth_features` (realistic ranges, some missing values).
 //!
-//! Run: `cargo bench --bench ranking_cpu`. Results: `docs/benchmarks.md`, "CPU ranking".
+//! Run: `cargo bench --bench ranking_cpu`. Results: `docs/benchmarks-history.md`, "CPU ranking".
 
 use std::path::Path;
 

@@ -10,7 +10,7 @@
 //! request is one production-like request of `rankserve requests synth` for the bundled
 //! medium ranker: 1 000 hit documents, in MessagePack and in JSON.
 //!
-//! Run: `cargo bench --bench request_decode`. Results: `docs/benchmarks.md`, "Request decoding
+//! Run: `cargo bench --bench request_decode`. Results: `docs/benchmarks-history.md`, "Request decoding
 //! (dev machine)".
 
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! issue names: the `bitpacking` crate's SIMD BP128 (`BitPacker4x`) unpacking the same number of
 //! integers at the list's typical bit width, with no delta, exceptions or tfs.
 //!
-//! Run: `cargo bench --bench selection_decode`. Results: `docs/benchmarks.md`, "Decode speed".
+//! Run: `cargo bench --bench selection_decode`. Results: `docs/benchmarks-history.md`, "Decode speed".
 
 use bitpacking::{BitPacker, BitPacker4x};
 use criterion::{criterion_group, criterion_main, Criterion, Throughput};

@@ -3,7 +3,7 @@
 # batching on and off, closed loop with rankserve's own replayer against a loopback server.
 # Prints, per case, client throughput and latency and the server's own timings, and the
 # service's overhead: client latency minus feature extraction and scoring (HTTP, codec, queue).
-# Since the fused decode (docs/benchmarks.md, "Documents decoded during feature extraction"),
+# Since the fused decode (docs/benchmarks-history.md, "Documents decoded during feature extraction"),
 # a MessagePack body's `decode` is its fields and framing only: its documents are decoded within
 # FE. scripts/load_ab.sh compares binaries with FE counted as the first binary measured it.
 #

@@ -7,7 +7,7 @@
 mod cmd;
 
 /// mimalloc instead of the system allocator: decoding a hit-document request makes tens of
-/// thousands of small allocations (`docs/benchmarks.md`, "Request decoding (dev machine)").
+/// thousands of small allocations (`docs/benchmarks-history.md`, "Request decoding (dev machine)").
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

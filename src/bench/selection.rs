@@ -151,7 +151,7 @@ pub enum BenchSelectError {
 ///
 /// Interleaved because separate passes drift apart: in three passes over the same queries (CPU,
 /// then GPU, then hybrid), the hybrid's CPU-side queries took from 0.66× to 1.98× (p10 to p90) the
-/// CPU pass's time for the same code in the same process (H100 host, `docs/benchmarks.md`, issue 6). A
+/// CPU pass's time for the same code in the same process (H100 host, `docs/benchmarks-history.md`, issue 6). A
 /// backend that may use the GPU first runs every query once: a GPU left idle starts at its idle
 /// clock, and the first ten large queries of a 10 M-document run took ≈ 1.07 ms each, where the
 /// same queries later in that run took 120–471 µs (H100), the per-query warm-up notwithstanding.

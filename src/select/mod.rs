@@ -180,7 +180,7 @@ pub fn term_id_list<'a>(index: &'a Index, term: &str) -> Option<(TermId, Posting
 /// A query's distinct terms (first-occurrence order) looked up in the index once, so that the
 /// scheduler's estimate and the search share the lookups (each a binary search over the sorted
 /// terms; the scheduler's second lookup cost 0.5–1.1 µs a query on the H100 host at 3 M
-/// documents, `docs/benchmarks.md`, issue 6, run E).
+/// documents, `docs/benchmarks-history.md`, issue 6, run E).
 #[derive(Debug, Clone)]
 pub struct QueryTerms<'a> {
     /// Per distinct term, its id and posting list ([`term_id_list`]; `None`: not in the index).

@@ -2,7 +2,7 @@
 //!
 //! [`Scheduler::choose`] estimates each processor's time from the query's list lengths
 //! ([`QueryShape`]) with the constants of [`CostModel`], measured on the H100 host
-//! (`docs/benchmarks.md`, issue 6: where each constant came from is written beside it), and
+//! (`docs/benchmarks-history.md`, issue 6: where each constant came from is written beside it), and
 //! applies Griffin's rule to AND first: when the second shortest list is more than
 //! `griffin_ratio` times the shortest, the CPU's skipping intersection decodes at most one block
 //! per candidate and per other list while the GPU path decodes whole lists, so the CPU wins
@@ -15,7 +15,7 @@
 //! the lists, shortest first, while the next list is resident in the GPU posting cache or at
 //! most `griffin_ratio` times the intersection so far, and hands the survivors to the CPU for
 //! the rest ([`crate::select::gpu::AndPlan`]). A resident list always stays: measured on the
-//! H100 (`docs/benchmarks.md`, issue 6), handing a query over before resident lists cost 9–25 µs
+//! H100 (`docs/benchmarks-history.md`, issue 6), handing a query over before resident lists cost 9–25 µs
 //! more than searching them on the device (a wait for the survivors, their copy back, the CPU's
 //! block decodes), so only a list that would cross PCIe is worth leaving to the CPU (with
 //! a 16 MB cache, the queries handed over took 18–31 % less than finishing on the GPU). The
@@ -49,7 +49,7 @@
 //! fair only eventually, and a strict queue by due time (one condition variable, every waiter
 //! woken at each hand-off) measured slower under 16 clients on the H100 host (throughput
 //! 2 650–3 130 → 2 040–2 850 queries/s, the server's p99 9.6–11.5 → 11.8–44.3 ms;
-//! `docs/benchmarks.md`, issue 6, run G), so it was taken out again.
+//! `docs/benchmarks-history.md`, issue 6, run G), so it was taken out again.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -65,7 +65,7 @@ use crate::select::{search_terms as cpu_search, Mode, Query, QueryTerms, SearchR
 
 /// The length ratio above which AND runs on the CPU whatever the estimates say. Griffin's paper
 /// (and DESIGN §1) take 128 for 128-posting blocks; on the H100 host against one core
-/// (`docs/benchmarks.md`, issue 6, 10 M documents, `scripts/ratio-queries.py`: two-term AND
+/// (`docs/benchmarks-history.md`, issue 6, 10 M documents, `scripts/ratio-queries.py`: two-term AND
 /// queries by length ratio) the GPU answered first in every pair up to a ratio of 10⁴ and in
 /// half of those from 10⁴ to 10⁵, and replaying two 500-query runs' measured times with 1 024,
 /// 4 096 or no threshold at all cut the hybrid's AND mean from 62.9 to 39.6 µs (EF) and 43.1 to
@@ -74,7 +74,7 @@ pub const DEFAULT_GRIFFIN_RATIO: f64 = 4096.0;
 
 /// The postings from which a GPU AND step's list is intersected by merge path rather than by a
 /// binary search per candidate inside the scoring launch: by default never. Measured on the
-/// H100 (`docs/benchmarks.md`, issue 6, 3 M documents, 500 synthetic AND queries, two
+/// H100 (`docs/benchmarks-history.md`, issue 6, 3 M documents, 500 synthetic AND queries, two
 /// interleaved rounds, per-query ratios to the one-launch AND of the commit before the steps):
 /// merging every step cost a median 5–19 % more per query (more with more terms), merging lists
 /// of 2¹⁶ postings or more 4–18 %, searching every list 2–6 %; the shortest list of a real query
@@ -90,7 +90,7 @@ pub const DEFAULT_MERGE_PATH_MIN_DF: u32 = u32::MAX;
 /// candidate. At 1 024 the step decodes at most an eighth of the list's blocks. The price is
 /// three launches and a reset, against whole-list decoding at ≈ 200 G postings/s in the query's
 /// one decode launch, so it also needs a long list ([`DEFAULT_SKIP_ENTRY_MIN_DF`]). Measured on
-/// the H100 (`docs/benchmarks.md`, issue 6, "Skip-entry steps"; two-term AND queries, 10 M
+/// the H100 (`docs/benchmarks-history.md`, issue 6, "Skip-entry steps"; two-term AND queries, 10 M
 /// documents, every step one way): skip entries fastest from a ratio of 10² (118 vs 122 µs by
 /// merge path, long lists of ≈ 2 M postings) to 10⁵ (238 vs 313 µs, ≈ 8 M postings).
 /// `--skip-entry-min-ratio` sets it: 0 runs every step by skip entries, 4294967295 none.
@@ -173,7 +173,7 @@ impl QueryShape {
 /// Microseconds per unit of work on each processor: `fixed + per_unit × units`.
 ///
 /// The defaults come from `rankserve bench selection --gpu --gpu-out` on the H100 host, by least
-/// squares over each query's measured time (`docs/benchmarks.md`, issue 6):
+/// squares over each query's measured time (`docs/benchmarks-history.md`, issue 6):
 /// - GPU (2026-11-23, commit d5ea478: top-k candidates reduced on the device; 200 000 and
 ///   10 000 000 documents, 500 synthetic queries each, k = 10, both fitted together): AND 36 µs
 ///   (EF) and 35 µs (PFor) + 0.00003 µs per posting (R² 0.97), OR 43 and 44 µs + 0.00005 per

@@ -35,7 +35,7 @@ const TASK_DOCS: usize = 256;
 const TASK_MIN_NS: usize = 20_000;
 /// Estimated work of a whole batch below which it stays on the calling thread: waking a pool
 /// cost more than it saved below this on the H100 host (small ranker, 100 documents: 188 µs on
-/// 16 threads against 70 µs on one; docs/benchmarks.md).
+/// 16 threads against 70 µs on one; docs/benchmarks-history.md).
 const PARALLEL_MIN_NS: usize = 500_000;
 
 /// Documents per rayon task for a batch of `n` documents costing about `doc_ns` each: about two
@@ -276,7 +276,7 @@ pub struct CpuPlan {
     layers: Vec<Layer>,
     ensemble: Option<(Forest, f64)>,
     /// Rough cost of scoring one document, in nanoseconds: about 4 per input, 1 per layer
-    /// weight and 30 per tree, as measured on the bundled rankers (docs/benchmarks.md).
+    /// weight and 30 per tree, as measured on the bundled rankers (docs/benchmarks-history.md).
     doc_ns: usize,
 }
 

@@ -343,3 +343,127 @@ async fn until<T, E>(
         None => Ok(work.await),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rank::fe::{synth_corpus_stats, synth_hit_documents, synth_query};
+
+    /// The bundled medium ranker, from a store over `rankers/`, and an engine on it.
+    fn engine(fe_backend: Backend, window_us: u64) -> (RankEngine, Arc<LoadedRanker>) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers");
+        let store = RankerStore::open(&dir, 1 << 30).unwrap();
+        let loaded = store.get("medium").unwrap();
+        let config = EngineConfig {
+            threads: 2,
+            fe_backend,
+            batch: BatchConfig {
+                window: std::time::Duration::from_micros(window_us),
+                max_docs: 4096,
+            },
+            gpu_cache_bytes: 1 << 30,
+        };
+        (RankEngine::new(store, config), loaded)
+    }
+
+    fn hits(docs: usize, terms: u32) -> HitBatch {
+        HitBatch {
+            query: synth_query(terms, 3),
+            stats: synth_corpus_stats(),
+            docs: synth_hit_documents(docs, terms, 5),
+        }
+    }
+
+    fn job(loaded: &Arc<LoadedRanker>, documents: Documents<Infallible>) -> RankJob<Infallible> {
+        RankJob {
+            ranker: Arc::clone(loaded),
+            documents,
+            backend: Backend::Auto,
+            asked_cpu: false,
+            deadline: None,
+            keep_rows: true,
+        }
+    }
+
+    async fn ranked(
+        engine: &RankEngine,
+        job: RankJob<Infallible>,
+    ) -> (Scored, Processor, Vec<f64>) {
+        match engine.rank(job).await.expect("ranked") {
+            Ranked::Scored {
+                scored,
+                fe_backend,
+                rows,
+                ..
+            } => (scored, fe_backend, rows.expect("kept")),
+            Ranked::Reread(never) => match never {},
+        }
+    }
+
+    fn bits(values: &[f64]) -> Vec<u64> {
+        values.iter().map(|v| v.to_bits()).collect()
+    }
+
+    /// Hit documents through the engine (batched or at once) give the rows FE gives and the
+    /// scores those rows give as rows; a passed deadline is refused.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn hits_and_rows_rank_alike_batched_or_at_once() {
+        for window_us in [0, 200] {
+            let (engine, loaded) = engine(Backend::Cpu, window_us);
+            let batch = hits(300, 3);
+            let resolver = loaded.fe.as_ref().unwrap();
+            let mut want_rows = vec![0.0; 300 * resolver.len()];
+            (resolver)
+                .extract_batch(&batch.query, &batch.stats, &batch.docs, &mut want_rows, 1)
+                .unwrap();
+            let (scored, fe_backend, rows) =
+                ranked(&engine, job(&loaded, Documents::Hits(batch))).await;
+            assert_eq!(fe_backend, Processor::Cpu);
+            assert_eq!(bits(&rows), bits(&want_rows));
+            let (from_rows, ..) = ranked(&engine, job(&loaded, Documents::Rows(want_rows))).await;
+            assert_eq!(bits(&scored.scores), bits(&from_rows.scores));
+            assert_eq!(scored.scores.len(), 300);
+            assert_eq!(scored.backend, Processor::Cpu);
+
+            let late = RankJob {
+                deadline: Some(Instant::now()),
+                ..job(&loaded, Documents::Hits(hits(10, 2)))
+            };
+            assert!(matches!(
+                engine.rank(late).await,
+                Err(RankError::DeadlineExceeded)
+            ));
+        }
+    }
+
+    /// `fe_backend=gpu` extracts on the device with the CPU's values bit for bit, and a query
+    /// over the kernel's term limit falls back to the CPU with the same scores (on a GPU;
+    /// skipped without one, failing under `RANKSERVE_REQUIRE_GPU=1`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn gpu_feature_extraction_through_the_engine_matches_the_cpu() {
+        let Some(device) = crate::gpu::device::device_for_tests(
+            "gpu_feature_extraction_through_the_engine_matches_the_cpu",
+        ) else {
+            return;
+        };
+        let (cpu, loaded) = engine(Backend::Cpu, 0);
+        let (gpu, _) = engine(Backend::Gpu, 0);
+        gpu.install_gpu(Executor::new(device));
+        let over_limit = crate::rank::gpu::fe::MAX_TERMS + 1;
+        for (terms, fe_on) in [(3, Processor::Gpu), (over_limit, Processor::Cpu)] {
+            let cpu_job = RankJob {
+                backend: Backend::Cpu,
+                ..job(&loaded, Documents::Hits(hits(700, terms)))
+            };
+            let (want, _, want_rows) = ranked(&cpu, cpu_job).await;
+            let gpu_job = RankJob {
+                backend: Backend::Cpu,
+                ..job(&loaded, Documents::Hits(hits(700, terms)))
+            };
+            let (got, fe_backend, rows) = ranked(&gpu, gpu_job).await;
+            assert_eq!(fe_backend, fe_on, "{terms} terms");
+            assert_eq!(bits(&rows), bits(&want_rows), "{terms} terms");
+            assert_eq!(bits(&got.scores), bits(&want.scores), "{terms} terms");
+        }
+    }
+}

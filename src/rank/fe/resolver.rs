@@ -4,7 +4,7 @@
 //!
 //! Extraction computes the whole catalogue in one walk into a per-thread scratch vector and
 //! gathers the ranker's features from it: the walk over the hits dominates the cost, and the
-//! gather is a few nanoseconds per feature (measurements in `docs/benchmarks.md`).
+//! gather is a few nanoseconds per feature (measurements in `docs/benchmarks-history.md`).
 
 use std::cell::RefCell;
 
@@ -499,7 +499,7 @@ mod tests {
         assert_eq!(statics.len(), 3);
     }
 
-    /// Single-thread throughput on synthetic documents, for `docs/benchmarks.md`. The box is
+    /// Single-thread throughput on synthetic documents, for `docs/benchmarks-history.md`. The box is
     /// shared, so each configuration is timed as many short repetitions and the fastest (the
     /// least disturbed) and the median are reported.
     /// Run: `cargo test --release --lib extraction_throughput -- --ignored --nocapture`.

@@ -57,7 +57,7 @@ const SKIP_SEEK_THREADS: u32 = 256;
 /// Survivor rows that come back in the same copy as their count (a second copy brings any
 /// more): a hand-over happens when the intersection is expected to be small, so one copy
 /// usually brings them all. Its gain over two copies was below what the H100 runs could resolve
-/// (`docs/benchmarks.md`, issue 6, run D).
+/// (`docs/benchmarks-history.md`, issue 6, run D).
 const GATHER_FIRST_ROWS: usize = 1024;
 
 /// How the GPU runs an AND query (see the module docs). The lists are counted shortest first,

@@ -6,14 +6,13 @@
 //! importing another.
 
 use std::fmt;
-use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
 use crate::gpu::GpuError;
 
 /// The backend a request or the configuration asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// Per batch (ranking) or per query (selection): the GPU where its measured costs say it
@@ -23,18 +22,6 @@ pub enum Backend {
     Cpu,
     /// The GPU; 503 `gpu_unavailable` without one.
     Gpu,
-}
-
-impl FromStr for Backend {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "auto" => Ok(Backend::Auto),
-            "cpu" => Ok(Backend::Cpu),
-            "gpu" => Ok(Backend::Gpu),
-            _ => Err(()),
-        }
-    }
 }
 
 impl fmt::Display for Backend {

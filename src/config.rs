@@ -82,21 +82,20 @@ pub enum ConfigError {
 }
 
 /// How log lines are written.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, clap::ValueEnum)]
 #[serde(rename_all = "lowercase")]
 pub enum LogFormat {
     Human,
     Json,
 }
 
-impl FromStr for LogFormat {
-    type Err = ();
-    fn from_str(s: &str) -> Result<Self, ()> {
-        match s {
-            "human" => Ok(LogFormat::Human),
-            "json" => Ok(LogFormat::Json),
-            _ => Err(()),
-        }
+/// A value of a choice among names (`auto`, `cpu`, ...), parsed as clap spells them.
+struct Named<T>(T);
+
+impl<T: clap::ValueEnum> FromStr for Named<T> {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        T::from_str(s, false).map(Named)
     }
 }
 
@@ -303,10 +302,12 @@ impl Resolver {
             c.index = Some(v);
         }
         if let Some(v) = layer.backend {
-            c.backend = parse("backend", &v, "one of auto, cpu, gpu", source, |_| true)?;
+            c.backend = parse("backend", &v, "one of auto, cpu, gpu", source, |_| true)
+                .map(|Named(backend)| backend)?;
         }
         if let Some(v) = layer.fe_backend {
-            c.fe_backend = parse("fe_backend", &v, "one of auto, cpu, gpu", source, |_| true)?;
+            c.fe_backend = parse("fe_backend", &v, "one of auto, cpu, gpu", source, |_| true)
+                .map(|Named(backend)| backend)?;
         }
         if let Some(v) = layer.admin_token {
             if v.is_empty() {
@@ -399,7 +400,8 @@ impl Resolver {
             c.default_timeout_ms = (ms > 0).then_some(ms);
         }
         if let Some(v) = layer.log_format {
-            c.log_format = parse("log_format", &v, "one of human, json", source, |_| true)?;
+            c.log_format = parse("log_format", &v, "one of human, json", source, |_| true)
+                .map(|Named(format)| format)?;
         }
         if let Some(v) = layer.sample_log {
             if !matches!(

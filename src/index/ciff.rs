@@ -240,17 +240,8 @@ pub fn import_ciff(ciff: &Path, out: &Path, codec: Codec) -> Result<BuildReport,
     };
     manifest.write(&tmp.path)?;
     tmp.commit(out)?;
-    Ok(BuildReport {
-        docs: manifest.num_docs,
-        terms: manifest.num_terms,
-        postings: manifest.num_postings,
-        postings_bytes,
-        skips_bytes,
-        forward_bytes: 0,
-        threads: rayon::current_num_threads(),
-        seconds: started.elapsed().as_secs_f64(),
-        phases: Vec::new(),
-    })
+    let sizes = [postings_bytes, skips_bytes, 0];
+    Ok(BuildReport::of(&manifest, sizes, started, Vec::new()))
 }
 
 /// List `i`'s postings as absolute docIDs, checked against CIFF's rules.

@@ -32,7 +32,7 @@ use super::auth::authorize;
 use super::codec::{format_of_body, micros, read_body, Coded, Negotiated, Reply};
 use super::error::ApiError;
 use super::routes::{explain, rank_error, ranker, top_k};
-use super::state::{AppState, State};
+use super::state::AppState;
 use crate::api::{
     IndexDescription, ReloadRequest, SearchBackends, SearchHit, SearchRequest, SearchResponse,
     SearchTimings,
@@ -44,7 +44,6 @@ use crate::rank::engine::{Documents, FeRefused, HitBatch, RankError, RankJob, Ra
 use crate::rank::fe::{CorpusStats, HitDocument, HitStream, QueryInfo};
 use crate::rank::store::LoadedRanker;
 use crate::select::engine::{SelectEngine, Selected};
-use crate::select::schedule::Route;
 use crate::select::{bm25, dedup_terms, Query};
 
 /// Most terms a query may have (before duplicates are removed). Removing duplicates and FE both
@@ -107,23 +106,6 @@ fn selection_query(
         false => request.k,
     };
     Query::new(terms, wanted.min(index.num_docs() as usize), request.mode)
-}
-
-/// Runs `query` along `route` in the selection engine.
-///
-/// # Errors
-/// [`ApiError::Internal`] for BM25 parameters out of range (the server's own).
-fn select(
-    state: &State,
-    index: &Arc<Index>,
-    query: &Query,
-    route: Route,
-    backend: Backend,
-    deadline: Option<Instant>,
-) -> Result<Selected, ApiError> {
-    (state.select)
-        .select(index, query, route, backend, deadline)
-        .map_err(ApiError::internal)
 }
 
 /// The candidates of a selection of the query `terms`, and with a ranker to rank them their
@@ -391,7 +373,11 @@ pub(super) async fn search(
     // hit documents) on the blocking pool, where a query sent there is routed again under the
     // load it meets.
     let selected = match SelectEngine::runs_inline(&route) {
-        true => Some(select(&state, &index, &query, route, backend, deadline.at)?),
+        true => Some(
+            (state.select)
+                .select(&index, &query, route, backend, deadline.at)
+                .map_err(ApiError::internal)?,
+        ),
         false => None,
     };
     let candidates = match (selected, ranked) {
@@ -405,7 +391,9 @@ pub(super) async fn search(
                     Some(selected) => selected,
                     None => {
                         let route = state.select.route(&index, &query, backend);
-                        select(&state, &index, &query, route, backend, at)?
+                        (state.select)
+                            .select(&index, &query, route, backend, at)
+                            .map_err(ApiError::internal)?
                     }
                 };
                 candidates(&index, &query.terms, selected, ranked)

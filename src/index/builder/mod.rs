@@ -99,6 +99,29 @@ pub struct BuildReport {
     pub phases: Vec<(&'static str, f64)>,
 }
 
+impl BuildReport {
+    /// The report of a build of `manifest` begun at `started`, whose files have
+    /// `[postings, skips, forward]` bytes.
+    pub(crate) fn of(
+        manifest: &Manifest,
+        [postings_bytes, skips_bytes, forward_bytes]: [u64; 3],
+        started: Instant,
+        phases: Vec<(&'static str, f64)>,
+    ) -> BuildReport {
+        BuildReport {
+            docs: manifest.num_docs,
+            terms: manifest.num_terms,
+            postings: manifest.num_postings,
+            postings_bytes,
+            skips_bytes,
+            forward_bytes,
+            threads: rayon::current_num_threads(),
+            seconds: started.elapsed().as_secs_f64(),
+            phases,
+        }
+    }
+}
+
 /// A build's pipeline steps, in order, as [`BuildReport::phases`] names them.
 #[derive(Clone, Copy)]
 enum Step {
@@ -352,17 +375,13 @@ fn build_in_pool(
     manifest.write(&tmp.path)?;
     tmp.commit(out)?;
     clock.charge(Step::Write);
-    Ok(BuildReport {
-        docs: manifest.num_docs,
-        terms: manifest.num_terms,
-        postings: manifest.num_postings,
-        postings_bytes,
-        skips_bytes,
-        forward_bytes,
-        threads: rayon::current_num_threads(),
-        seconds: started.elapsed().as_secs_f64(),
-        phases: clock.into_phases(),
-    })
+    let sizes = [postings_bytes, skips_bytes, forward_bytes];
+    Ok(BuildReport::of(
+        &manifest,
+        sizes,
+        started,
+        clock.into_phases(),
+    ))
 }
 
 #[cfg(test)]

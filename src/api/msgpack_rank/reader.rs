@@ -1,0 +1,557 @@
+//! The low-level reader: [`Reader`] and its value readers (numbers, strings, maps, the
+//! request's fields, documents, hit documents and their streams, a framed document's row), the
+//! sinks of a hit document's static features, and the checks of fields read once.
+
+use std::collections::BTreeMap;
+
+use super::{DocumentBuffers, Fused, Read, Unhandled};
+use crate::api::{FeatureValues, RankDocument, RankRequest};
+use crate::backend::Backend;
+use crate::rank::fe::{CorpusStats, HitDocument, HitStream, Phrases, QueryInfo, Streams, STREAMS};
+
+/// Where a hit document's static features go as they are read: the document's map, or (the
+/// fused decode) a list whose names borrow the body.
+trait StaticSink<'a> {
+    fn clear(&mut self);
+    fn insert(&mut self, name: &'a str, value: f64);
+}
+
+impl StaticSink<'_> for BTreeMap<String, f64> {
+    fn clear(&mut self) {
+        BTreeMap::clear(self);
+    }
+
+    fn insert(&mut self, name: &str, value: f64) {
+        BTreeMap::insert(self, name.to_string(), value);
+    }
+}
+
+impl<'a> StaticSink<'a> for Vec<(&'a str, f64)> {
+    fn clear(&mut self) {
+        Vec::clear(self);
+    }
+
+    /// A repeated name is kept twice; lookups search from the end, so the last value wins as
+    /// in the map.
+    fn insert(&mut self, name: &'a str, value: f64) {
+        self.push((name, value));
+    }
+}
+
+/// A MessagePack number as written.
+enum Number {
+    Unsigned(u64),
+    Signed(i64),
+    Float(f64),
+}
+
+/// Sets a struct field once; a second occurrence is serde's `duplicate field` error.
+fn set_once<T>(field: &mut Option<T>, value: T) -> Read<()> {
+    if field.is_some() {
+        return Err(Unhandled);
+    }
+    *field = Some(value);
+    Ok(())
+}
+
+/// Marks a struct field decoded in place as seen; a second occurrence is serde's `duplicate
+/// field` error.
+fn first_time(seen: &mut bool) -> Read<()> {
+    if std::mem::replace(seen, true) {
+        return Err(Unhandled);
+    }
+    Ok(())
+}
+
+pub(super) struct Reader<'a> {
+    pub(super) bytes: &'a [u8],
+    pub(super) pos: usize,
+    /// Fewest documents worth a parallel task.
+    pub(super) min_task: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn peek(&self) -> Read<u8> {
+        self.bytes.get(self.pos).copied().ok_or(Unhandled)
+    }
+
+    fn byte(&mut self) -> Read<u8> {
+        let byte = self.peek()?;
+        self.pos += 1;
+        Ok(byte)
+    }
+
+    fn take(&mut self, len: usize) -> Read<&'a [u8]> {
+        let end = self.pos.checked_add(len).ok_or(Unhandled)?;
+        let taken = self.bytes.get(self.pos..end).ok_or(Unhandled)?;
+        self.pos = end;
+        Ok(taken)
+    }
+
+    fn be<const N: usize>(&mut self) -> Read<[u8; N]> {
+        Ok(self.take(N)?.try_into().expect("took N bytes"))
+    }
+
+    /// A length that announces `len` elements of at least one byte each, bounded by what is
+    /// left of the body so that a forged length cannot make a huge reservation.
+    pub(super) fn capacity(&self, len: usize) -> usize {
+        len.min(self.bytes.len() - self.pos)
+    }
+
+    fn map_len(&mut self) -> Read<usize> {
+        match self.byte()? {
+            marker @ 0x80..=0x8f => Ok(usize::from(marker & 0x0f)),
+            0xde => Ok(usize::from(u16::from_be_bytes(self.be()?))),
+            0xdf => Ok(u32::from_be_bytes(self.be()?) as usize),
+            _ => Err(Unhandled),
+        }
+    }
+
+    pub(super) fn array_len(&mut self) -> Read<usize> {
+        match self.byte()? {
+            marker @ 0x90..=0x9f => Ok(usize::from(marker & 0x0f)),
+            0xdc => Ok(usize::from(u16::from_be_bytes(self.be()?))),
+            0xdd => Ok(u32::from_be_bytes(self.be()?) as usize),
+            _ => Err(Unhandled),
+        }
+    }
+
+    /// The bytes of a `str` (not `bin`, which serde also takes for a `String`: left to it),
+    /// unchecked. Struct field names are matched as bytes against ASCII names: bytes equal to
+    /// one are valid UTF-8 and any other is unhandled, so they need no UTF-8 check.
+    pub(super) fn str_bytes(&mut self) -> Read<&'a [u8]> {
+        let len = match self.byte()? {
+            marker @ 0xa0..=0xbf => usize::from(marker & 0x1f),
+            0xd9 => usize::from(self.byte()?),
+            0xda => usize::from(u16::from_be_bytes(self.be()?)),
+            0xdb => u32::from_be_bytes(self.be()?) as usize,
+            _ => return Err(Unhandled),
+        };
+        self.take(len)
+    }
+
+    fn str(&mut self) -> Read<&'a str> {
+        std::str::from_utf8(self.str_bytes()?).map_err(|_| Unhandled)
+    }
+
+    fn string(&mut self) -> Read<String> {
+        self.str().map(str::to_string)
+    }
+
+    #[inline]
+    fn number(&mut self) -> Read<Number> {
+        Ok(match self.byte()? {
+            marker @ 0x00..=0x7f => Number::Unsigned(u64::from(marker)),
+            marker @ 0xe0..=0xff => Number::Signed(i64::from(marker as i8)),
+            0xcc => Number::Unsigned(u64::from(self.byte()?)),
+            0xcd => Number::Unsigned(u64::from(u16::from_be_bytes(self.be()?))),
+            0xce => Number::Unsigned(u64::from(u32::from_be_bytes(self.be()?))),
+            0xcf => Number::Unsigned(u64::from_be_bytes(self.be()?)),
+            0xd0 => Number::Signed(i64::from(self.byte()? as i8)),
+            0xd1 => Number::Signed(i64::from(i16::from_be_bytes(self.be()?))),
+            0xd2 => Number::Signed(i64::from(i32::from_be_bytes(self.be()?))),
+            0xd3 => Number::Signed(i64::from_be_bytes(self.be()?)),
+            0xca => Number::Float(f64::from(f32::from_be_bytes(self.be()?))),
+            0xcb => Number::Float(f64::from_be_bytes(self.be()?)),
+            _ => return Err(Unhandled),
+        })
+    }
+
+    /// An `f64` field: serde takes any integer or float and converts it with `as`.
+    fn f64(&mut self) -> Read<f64> {
+        Ok(match self.number()? {
+            Number::Unsigned(v) => v as f64,
+            Number::Signed(v) => v as f64,
+            Number::Float(v) => v,
+        })
+    }
+
+    /// An unsigned field of at most `max`: serde takes integers in range, signed or not.
+    fn unsigned(&mut self, max: u64) -> Read<u64> {
+        let value = match self.number()? {
+            Number::Unsigned(v) => v,
+            Number::Signed(v) => u64::try_from(v).map_err(|_| Unhandled)?,
+            Number::Float(_) => return Err(Unhandled),
+        };
+        if value > max {
+            return Err(Unhandled);
+        }
+        Ok(value)
+    }
+
+    fn u32(&mut self) -> Read<u32> {
+        // Most hit terms and positions are positive fixints: read them without the dispatch.
+        if let Some(&fixint @ 0x00..=0x7f) = self.bytes.get(self.pos) {
+            self.pos += 1;
+            return Ok(u32::from(fixint));
+        }
+        Ok(self.unsigned(u64::from(u32::MAX))? as u32)
+    }
+
+    fn bool(&mut self) -> Read<bool> {
+        match self.byte()? {
+            0xc2 => Ok(false),
+            0xc3 => Ok(true),
+            _ => Err(Unhandled),
+        }
+    }
+
+    /// An `Option`: `nil` is `None`, anything else is `read`'s value.
+    fn optional<T>(&mut self, read: impl FnOnce(&mut Self) -> Read<T>) -> Read<Option<T>> {
+        if self.peek()? == 0xc0 {
+            self.pos += 1;
+            return Ok(None);
+        }
+        read(self).map(Some)
+    }
+
+    /// A map from `str` keys to `read`'s values; a repeated key keeps its last value, as a
+    /// `BTreeMap` does.
+    fn str_map<T>(&mut self, read: impl Fn(&mut Self) -> Read<T>) -> Read<BTreeMap<String, T>> {
+        let len = self.map_len()?;
+        let mut map = BTreeMap::new();
+        for _ in 0..len {
+            let key = self.string()?;
+            map.insert(key, read(self)?);
+        }
+        Ok(map)
+    }
+
+    /// The request, its `documents` read by `documents` (given how many fields follow them).
+    pub(super) fn rank_request(
+        &mut self,
+        mut documents: impl FnMut(&mut Self, usize) -> Read<Vec<RankDocument>>,
+    ) -> Read<RankRequest> {
+        let (mut ranker, mut decoded, mut query, mut stats) = (None, None, None, None);
+        let (mut k, mut backend, mut explain, mut timeout_ms) = (None, None, None, None);
+        let fields = self.map_len()?;
+        for field in 0..fields {
+            match self.str_bytes()? {
+                b"ranker" => set_once(&mut ranker, self.string()?)?,
+                b"documents" => set_once(&mut decoded, documents(self, fields - field - 1)?)?,
+                b"query" => set_once(&mut query, self.optional(Self::query_info)?)?,
+                b"stats" => set_once(&mut stats, self.optional(Self::corpus_stats)?)?,
+                b"k" => set_once(
+                    &mut k,
+                    self.optional(|r| r.unsigned(usize::MAX as u64).map(|v| v as usize))?,
+                )?,
+                b"backend" => set_once(&mut backend, self.optional(Self::backend)?)?,
+                b"explain" => set_once(&mut explain, self.bool()?)?,
+                b"timeout_ms" => {
+                    set_once(&mut timeout_ms, self.optional(|r| r.unsigned(u64::MAX))?)?
+                }
+                _ => return Err(Unhandled),
+            }
+        }
+        Ok(RankRequest {
+            ranker: ranker.ok_or(Unhandled)?,
+            documents: decoded.ok_or(Unhandled)?,
+            query: query.flatten(),
+            stats: stats.flatten(),
+            k: k.flatten(),
+            backend: backend.flatten(),
+            explain: explain.unwrap_or(false),
+            timeout_ms: timeout_ms.flatten(),
+        })
+    }
+
+    /// `Backend` is `rename_all = "lowercase"` unit variants, written as their names.
+    fn backend(&mut self) -> Read<Backend> {
+        match self.str_bytes()? {
+            b"auto" => Ok(Backend::Auto),
+            b"cpu" => Ok(Backend::Cpu),
+            b"gpu" => Ok(Backend::Gpu),
+            _ => Err(Unhandled),
+        }
+    }
+
+    /// Moves past one value of any type (ext types aside), checking only its framing.
+    pub(super) fn skip_value(&mut self) -> Read<()> {
+        let mut pending: usize = 1;
+        while pending > 0 {
+            pending -= 1;
+            let marker = self.byte()?;
+            let (items, len) = match marker {
+                0x00..=0x7f | 0xc0 | 0xc2 | 0xc3 | 0xe0..=0xff => continue,
+                0x80..=0x8f => (2 * usize::from(marker & 0x0f), 0),
+                0x90..=0x9f => (usize::from(marker & 0x0f), 0),
+                0xa0..=0xbf => (0, usize::from(marker & 0x1f)),
+                0xcc | 0xd0 => (0, 1),
+                0xcd | 0xd1 => (0, 2),
+                0xca | 0xce | 0xd2 => (0, 4),
+                0xcb | 0xcf | 0xd3 => (0, 8),
+                0xc4 | 0xd9 => (0, usize::from(self.byte()?)),
+                0xc5 | 0xda => (0, usize::from(u16::from_be_bytes(self.be()?))),
+                0xc6 | 0xdb => (0, u32::from_be_bytes(self.be()?) as usize),
+                0xdc => (usize::from(u16::from_be_bytes(self.be()?)), 0),
+                0xdd => (u32::from_be_bytes(self.be()?) as usize, 0),
+                0xde => (2 * usize::from(u16::from_be_bytes(self.be()?)), 0),
+                0xdf => (2 * u32::from_be_bytes(self.be()?) as usize, 0),
+                _ => return Err(Unhandled),
+            };
+            self.take(len)?;
+            pending += items;
+            // Each pending value takes at least a byte: a forged length stops here.
+            if pending > self.bytes.len() - self.pos {
+                return Err(Unhandled);
+            }
+        }
+        Ok(())
+    }
+
+    pub(super) fn rank_document(&mut self) -> Read<RankDocument> {
+        let (mut id, mut features, mut hits) = (None, None, None);
+        for _ in 0..self.map_len()? {
+            match self.str_bytes()? {
+                b"id" => set_once(&mut id, self.optional(Self::string)?)?,
+                b"features" => set_once(&mut features, self.optional(Self::feature_values)?)?,
+                b"hits" => set_once(&mut hits, self.optional(Self::hit_document)?)?,
+                _ => return Err(Unhandled),
+            }
+        }
+        Ok(RankDocument {
+            id: id.flatten(),
+            features: features.flatten(),
+            hits: hits.flatten(),
+        })
+    }
+
+    /// The untagged `FeatureValues`: serde tries `Vector` first, which only an array can be,
+    /// then `Named`, which only a map can be.
+    fn feature_values(&mut self) -> Read<FeatureValues> {
+        if matches!(self.peek()?, 0x80..=0x8f | 0xde | 0xdf) {
+            return Ok(FeatureValues::Named(
+                self.str_map(|r| r.optional(Self::f64))?,
+            ));
+        }
+        let len = self.array_len()?;
+        let mut values = Vec::with_capacity(self.capacity(len));
+        for _ in 0..len {
+            values.push(self.optional(Self::f64)?);
+        }
+        Ok(FeatureValues::Vector(values))
+    }
+
+    fn hit_document(&mut self) -> Read<HitDocument> {
+        let mut doc = HitDocument::default();
+        let mut statics = BTreeMap::new();
+        self.hit_document_into(&mut doc, &mut statics, &mut Vec::new())?;
+        doc.static_features = statics;
+        Ok(doc)
+    }
+
+    /// A hit document into `doc`'s id and streams and `statics` (`doc`'s static map is left
+    /// alone), replacing what they held: `spare` gives streams whose vectors are reused and
+    /// takes back those `doc` held.
+    fn hit_document_into(
+        &mut self,
+        doc: &mut HitDocument,
+        statics: &mut impl StaticSink<'a>,
+        spare: &mut Vec<HitStream>,
+    ) -> Read<()> {
+        doc.streams.clear_into(spare);
+        statics.clear();
+        let (mut id, mut streams, mut static_features) = (false, false, false);
+        for _ in 0..self.map_len()? {
+            match self.str_bytes()? {
+                b"id" => {
+                    first_time(&mut id)?;
+                    match self.optional(Self::str)? {
+                        Some(given) => {
+                            let kept = doc.id.get_or_insert_with(String::new);
+                            kept.clear();
+                            kept.push_str(given);
+                        }
+                        None => doc.id = None,
+                    }
+                }
+                b"streams" => {
+                    first_time(&mut streams)?;
+                    self.streams_into(&mut doc.streams, spare)?;
+                }
+                b"static" => {
+                    first_time(&mut static_features)?;
+                    for _ in 0..self.map_len()? {
+                        let name = self.str()?;
+                        statics.insert(name, self.f64()?);
+                    }
+                }
+                _ => return Err(Unhandled),
+            }
+        }
+        if !id {
+            doc.id = None;
+        }
+        Ok(())
+    }
+
+    /// Streams by name into empty `streams`, each read into a stream taken from `spare` (or a
+    /// new one); a repeated name keeps its last stream, as serde's visitor does.
+    fn streams_into(&mut self, streams: &mut Streams, spare: &mut Vec<HitStream>) -> Read<()> {
+        for _ in 0..self.map_len()? {
+            let name = self.str_bytes()?;
+            let mut stream = spare.pop().unwrap_or_default();
+            // Catalogue names (most streams) are matched as bytes, saving the UTF-8 check and a
+            // second lookup by name.
+            match STREAMS.iter().position(|stream| stream.as_bytes() == name) {
+                Some(slot) => {
+                    self.hit_stream_into(&mut stream)?;
+                    spare.extend(streams.set_slot(slot, stream));
+                }
+                None => {
+                    let name = std::str::from_utf8(name).map_err(|_| Unhandled)?;
+                    self.hit_stream_into(&mut stream)?;
+                    streams.insert(name, stream);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A stream into `stream`, replacing its length and phrases (their vectors are reused).
+    fn hit_stream_into(&mut self, stream: &mut HitStream) -> Read<()> {
+        let (mut length, mut phrases) = (None, false);
+        let (hits, ends) = stream.phrases.parts_mut();
+        hits.clear();
+        ends.clear();
+        for _ in 0..self.map_len()? {
+            match self.str_bytes()? {
+                b"length" => set_once(&mut length, self.u32()?)?,
+                b"phrases" => {
+                    first_time(&mut phrases)?;
+                    self.phrases_into(&mut stream.phrases)?;
+                }
+                _ => return Err(Unhandled),
+            }
+        }
+        stream.length = length.ok_or(Unhandled)?;
+        Ok(())
+    }
+
+    /// Phrases, each a list of `[term, position]` hits (2-element arrays in fixarray form;
+    /// other forms are left to serde), into empty `phrases`.
+    fn phrases_into(&mut self, phrases: &mut Phrases) -> Read<()> {
+        let (hits, ends) = phrases.parts_mut();
+        let phrase_count = self.array_len()?;
+        ends.reserve(self.capacity(phrase_count));
+        for _ in 0..phrase_count {
+            let hit_count = self.array_len()?;
+            hits.reserve(self.capacity(hit_count));
+            for _ in 0..hit_count {
+                if self.byte()? != 0x92 {
+                    return Err(Unhandled);
+                }
+                hits.push([self.u32()?, self.u32()?]);
+            }
+            ends.push(hits.len());
+        }
+        Ok(())
+    }
+
+    /// One document of a framed request into `row` (the ranker's width): its feature vector
+    /// as given, or its hits' features extracted (see [`Framed::feature_matrix`]).
+    ///
+    /// [`Framed::feature_matrix`]: super::Framed::feature_matrix
+    pub(super) fn document_row(
+        &mut self,
+        fused: &Fused<'_>,
+        buffers: &mut DocumentBuffers<'a>,
+        row: &mut [f64],
+    ) -> Read<()> {
+        let (mut id, mut features, mut hits) = (false, false, false);
+        // Whether `features` or `hits` was given (not `nil`), and which.
+        let (mut filled, mut extract) = (false, false);
+        for _ in 0..self.map_len()? {
+            let field = self.str_bytes()?;
+            match field {
+                b"id" => first_time(&mut id)?,
+                b"features" => first_time(&mut features)?,
+                b"hits" => first_time(&mut hits)?,
+                _ => return Err(Unhandled),
+            }
+            if self.peek()? == 0xc0 {
+                self.pos += 1;
+                continue;
+            }
+            match field {
+                b"id" => {
+                    self.str()?;
+                }
+                // Both given is the full path's error.
+                _ if filled => return Err(Unhandled),
+                b"features" => {
+                    filled = true;
+                    if self.array_len()? != row.len() {
+                        return Err(Unhandled);
+                    }
+                    for slot in row.iter_mut() {
+                        *slot = self.optional(Self::f64)?.unwrap_or(f64::NAN);
+                    }
+                }
+                _ => {
+                    (filled, extract) = (true, true);
+                    let DocumentBuffers {
+                        hits,
+                        statics,
+                        spare,
+                    } = buffers;
+                    self.hit_document_into(hits, statics, spare)?;
+                }
+            }
+        }
+        if !filled {
+            return Err(Unhandled);
+        }
+        if extract {
+            let resolver = fused.resolver.ok_or(Unhandled)?;
+            let query = fused.query.as_ref().ok_or(Unhandled)?;
+            let statics = &buffers.statics;
+            let lookup = |name: &str| {
+                statics
+                    .iter()
+                    .rev()
+                    .find(|(given, _)| *given == name)
+                    .map(|&(_, value)| value)
+            };
+            resolver
+                .extract_with_statics(query, &buffers.hits, lookup, row)
+                .map_err(|_| Unhandled)?;
+        }
+        Ok(())
+    }
+
+    fn query_info(&mut self) -> Read<QueryInfo> {
+        let (mut terms, mut idf) = (None, None);
+        for _ in 0..self.map_len()? {
+            match self.str_bytes()? {
+                b"terms" => set_once(&mut terms, self.u32()?)?,
+                b"idf" => {
+                    let len = self.array_len()?;
+                    let mut values = Vec::with_capacity(self.capacity(len));
+                    for _ in 0..len {
+                        values.push(self.f64()?);
+                    }
+                    set_once(&mut idf, values)?
+                }
+                _ => return Err(Unhandled),
+            }
+        }
+        Ok(QueryInfo {
+            terms: terms.ok_or(Unhandled)?,
+            idf: idf.ok_or(Unhandled)?,
+        })
+    }
+
+    fn corpus_stats(&mut self) -> Read<CorpusStats> {
+        let mut avg_length = None;
+        for _ in 0..self.map_len()? {
+            match self.str_bytes()? {
+                b"avg_length" => set_once(&mut avg_length, self.str_map(Self::f64)?)?,
+                _ => return Err(Unhandled),
+            }
+        }
+        Ok(CorpusStats {
+            avg_length: avg_length.unwrap_or_default(),
+        })
+    }
+}

@@ -5,7 +5,7 @@
 //! on the 2-core dev machine (282 MB/s), and perf put about 40 % of it in rmp-serde's generic
 //! visitor machinery, 10 % in its reader's buffer copies and 7 % in UTF-8 checks of field
 //! names. This reader matches bytes on the slice directly and decodes that request in 0.47 ms
-//! against rmp-serde's 0.83 ms in the same interleaved runs (`docs/benchmarks.md`, "Request
+//! against rmp-serde's 0.83 ms in the same interleaved runs (`docs/benchmarks-history.md`, "Request
 //! decoding (dev machine)").
 //!
 //! The fallback contract: [`decode`] returns `None` on anything it does not handle or that is
@@ -106,7 +106,7 @@ pub struct Framed {
 /// (`backend`, `timeout_ms`, `k`, `query`, …) usually follow them, so the fields after the
 /// documents are found from the body's end instead ([`guess_tail`]): the walk, 222 KB for 1 000
 /// hit documents, then runs in parallel on the CPU pool with feature extraction rather than on
-/// the async worker that read the body (`docs/benchmarks.md`, issue 3). The guess is checked by
+/// the async worker that read the body (`docs/benchmarks-history.md`, issue 3). The guess is checked by
 /// that walk: where the documents do not end where it assumed, [`Framed::frame_documents`]
 /// says so and the caller decodes the body in full.
 pub fn frame(body: Bytes) -> Option<Framed> {

@@ -3,7 +3,7 @@
 # times, each serving the medium ranker on loopback (CPU backend, batching off) while
 # `rankserve replay` sends it production-like 1 000-document MessagePack requests (the same
 # log for every binary) from CONCURRENCY clients for SECONDS. Per binary and round it prints
-# the client's latency and the server's mean timings (`handler_rest`: the handler's total less
+# the throughput, the client's latency and the server's mean timings (`handler_rest`: the handler's total less
 # the timed steps; `outside`: the client's latency less the handler's total); at the end, per
 # binary, the median (and range) over rounds of each. Overhead is client latency − FE − scoring, as in
 # scripts/load_check.sh; `overhead@FE0` uses the first binary's FE time of the same round
@@ -62,7 +62,7 @@ done
 python3 - "$work" "$rounds" "$@" ${FLOOR:+floor} <<'PY'
 import json, statistics, sys
 work, rounds, bins = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
-keys = ["p50", "mean", "read", "decode", "fe", "me", "queue", "handler_rest", "outside", "overhead", "overhead@FE0"]
+keys = ["rps", "p50", "p99", "mean", "read", "decode", "fe", "me", "queue", "handler_rest", "outside", "overhead", "overhead@FE0"]
 rows = {b: {k: [] for k in keys} for b in range(len(bins))}
 for r in range(1, rounds + 1):
     fe0 = None
@@ -72,7 +72,7 @@ for r in range(1, rounds + 1):
         s = {k: j.get(f"server_{k}_us", {"mean": 0})["mean"] for k in ("read", "decode", "fe", "me", "queue")}
         lat = j["latency_us"]
         fe0 = s["fe"] if fe0 is None else fe0
-        v = {"p50": lat["p50"], "mean": lat["mean"], **s,
+        v = {"rps": j["throughput_rps"], "p50": lat["p50"], "p99": lat["p99"], "mean": lat["mean"], **s,
              "handler_rest": j["server_total_us"]["mean"] - sum(s.values()),
              "outside": lat["mean"] - j["server_total_us"]["mean"],
              "overhead": 100 * (lat["mean"] - s["fe"] - s["me"]) / lat["mean"],
@@ -81,7 +81,7 @@ for r in range(1, rounds + 1):
         for k in keys:
             rows[b][k].append(v[k])
         print(f"round {r} {bins[b]}: " + ", ".join(f"{k} {v[k]:.0f}" for k in keys))
-print("medians over rounds [min–max] (µs; overheads in %):")
+print("medians over rounds [min–max] (rps: requests/s; µs; overheads in %):")
 for b in range(len(bins)):
     print(f"{bins[b]}: " + ", ".join(
         f"{k} {statistics.median(x):.0f} [{min(x):.0f}–{max(x):.0f}]" for k, x in rows[b].items()))

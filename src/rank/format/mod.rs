@@ -79,6 +79,11 @@ mod tests {
         load(&v).expect_err("the edited file should be rejected")
     }
 
+    /// Asserts that the sample file, edited by `edit`, is refused at `path` with `message`.
+    fn assert_rejected(edit: impl FnOnce(&mut serde_json::Value), path: &str, message: &str) {
+        assert_eq!(reject(edit), RankerError::invalid(path, message));
+    }
+
     fn invalid_at(err: RankerError) -> String {
         match err {
             RankerError::Invalid { path, .. } | RankerError::FreeForm { path, .. } => path,
@@ -169,13 +174,10 @@ mod tests {
 
     #[test]
     fn rejects_duplicate_feature_names() {
-        let err = reject(|v| v["features"][2] = "body.bm25f".into());
-        assert_eq!(
-            err,
-            RankerError::invalid(
-                "features[2]",
-                "duplicate feature name \"body.bm25f\" (also features[0])"
-            )
+        assert_rejected(
+            |v| v["features"][2] = "body.bm25f".into(),
+            "features[2]",
+            "duplicate feature name \"body.bm25f\" (also features[0])",
         );
     }
 
@@ -200,13 +202,10 @@ mod tests {
 
     #[test]
     fn rejects_unknown_feature_reference() {
-        let err = reject(|v| v["inputs"][2]["feature"] = "title.bm25f".into());
-        assert_eq!(
-            err,
-            RankerError::invalid(
-                "inputs[2].feature",
-                "feature \"title.bm25f\" is not in `features`"
-            )
+        assert_rejected(
+            |v| v["inputs"][2]["feature"] = "title.bm25f".into(),
+            "inputs[2].feature",
+            "feature \"title.bm25f\" is not in `features`",
         );
     }
 
@@ -221,13 +220,10 @@ mod tests {
 
     #[test]
     fn rejects_bucket_lower_not_below_upper() {
-        let err = reject(|v| v["inputs"][2]["upper"] = 1.0.into());
-        assert_eq!(
-            err,
-            RankerError::invalid(
-                "inputs[2].upper",
-                "expected lower < upper, got lower 1.0 and upper 1.0"
-            )
+        assert_rejected(
+            |v| v["inputs"][2]["upper"] = 1.0.into(),
+            "inputs[2].upper",
+            "expected lower < upper, got lower 1.0 and upper 1.0",
         );
     }
 
@@ -264,13 +260,10 @@ mod tests {
 
     #[test]
     fn rejects_child_index_out_of_range() {
-        let err = reject(|v| v["ensemble"]["trees"][0]["nodes"][0]["right"] = 3.into());
-        assert_eq!(
-            err,
-            RankerError::invalid(
-                "ensemble.trees[0].nodes[0].right",
-                "child index 3 is outside the tree (0..3)"
-            )
+        assert_rejected(
+            |v| v["ensemble"]["trees"][0]["nodes"][0]["right"] = 3.into(),
+            "ensemble.trees[0].nodes[0].right",
+            "child index 3 is outside the tree (0..3)",
         );
     }
 
@@ -296,16 +289,13 @@ mod tests {
 
     #[test]
     fn rejects_unreachable_node() {
-        let err = reject(|v| {
-            let nodes = v["inputs"][4]["tree"]["nodes"].as_array_mut().unwrap();
-            nodes.push(serde_json::json!({"leaf": 1.0}));
-        });
-        assert_eq!(
-            err,
-            RankerError::invalid(
-                "inputs[4].tree.nodes[5]",
-                "node is not reachable from the root (nodes[0])"
-            )
+        assert_rejected(
+            |v| {
+                let nodes = v["inputs"][4]["tree"]["nodes"].as_array_mut().unwrap();
+                nodes.push(serde_json::json!({"leaf": 1.0}));
+            },
+            "inputs[4].tree.nodes[5]",
+            "node is not reachable from the root (nodes[0])",
         );
     }
 
@@ -317,13 +307,10 @@ mod tests {
 
     #[test]
     fn rejects_split_feature_out_of_range() {
-        let err = reject(|v| v["ensemble"]["trees"][0]["nodes"][0]["feature"] = 3.into());
-        assert_eq!(
-            err,
-            RankerError::invalid(
-                "ensemble.trees[0].nodes[0].feature",
-                "feature index 3 is outside `features` (0..3)"
-            )
+        assert_rejected(
+            |v| v["ensemble"]["trees"][0]["nodes"][0]["feature"] = 3.into(),
+            "ensemble.trees[0].nodes[0].feature",
+            "feature index 3 is outside `features` (0..3)",
         );
     }
 
@@ -403,27 +390,21 @@ mod tests {
 
     #[test]
     fn rejects_ragged_weight_rows() {
-        let err = reject(|v| v["layers"][0]["weights"][1] = serde_json::json!([1, 1, 1]));
-        assert_eq!(
-            err,
-            RankerError::invalid(
-                "layers[0].weights[1]",
-                "expected 6 weights (as weights[0]), got 3"
-            )
+        assert_rejected(
+            |v| v["layers"][0]["weights"][1] = serde_json::json!([1, 1, 1]),
+            "layers[0].weights[1]",
+            "expected 6 weights (as weights[0]), got 3",
         );
     }
 
     #[test]
     fn rejects_first_layer_width_not_matching_inputs() {
-        let err = reject(|v| {
-            v["inputs"].as_array_mut().unwrap().pop();
-        });
-        assert_eq!(
-            err,
-            RankerError::invalid(
-                "layers[0].weights",
-                "expected rows of 5 weights (the number of inputs), got rows of 6"
-            )
+        assert_rejected(
+            |v| {
+                v["inputs"].as_array_mut().unwrap().pop();
+            },
+            "layers[0].weights",
+            "expected rows of 5 weights (the number of inputs), got rows of 6",
         );
     }
 
@@ -435,15 +416,12 @@ mod tests {
 
     #[test]
     fn rejects_last_layer_with_more_than_one_output() {
-        let err = reject(|v| {
-            v["layers"].as_array_mut().unwrap().pop();
-        });
-        assert_eq!(
-            err,
-            RankerError::invalid(
-                "layers[0].weights",
-                "the last layer must have 1 output, got 2"
-            )
+        assert_rejected(
+            |v| {
+                v["layers"].as_array_mut().unwrap().pop();
+            },
+            "layers[0].weights",
+            "the last layer must have 1 output, got 2",
         );
     }
 

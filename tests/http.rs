@@ -823,6 +823,51 @@ async fn deeply_nested_freeform_file_is_skipped_at_start() {
     .await;
 }
 
+/// A small XGBoost `save_model` JSON (one tree, no feature names) claiming `num_feature`.
+fn xgboost_claiming(num_feature: &str) -> Vec<u8> {
+    format!(
+        r#"{{"learner":{{"attributes":{{}},"feature_names":[],"feature_types":[],
+        "gradient_booster":{{"model":{{"gbtree_model_param":{{"num_parallel_tree":"1",
+        "num_trees":"1"}},"iteration_indptr":[0,1],"tree_info":[0],"trees":[{{
+        "left_children":[1,-1,-1],"right_children":[2,-1,-1],"split_indices":[0,0,0],
+        "split_conditions":[0.5,-0.25,0.75],"default_left":[1,0,0],"split_type":[0,0,0],
+        "base_weights":[0,0,0],"id":0,"tree_param":{{"num_nodes":"3"}}}}]}},
+        "name":"gbtree"}},"learner_model_param":{{"base_score":"5E-1",
+        "boost_from_average":"1","num_class":"0","num_feature":"{num_feature}",
+        "num_target":"1"}},"objective":{{"name":"rank:ndcg"}}}},"version":[3,2,0]}}"#
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn xgboost_upload_claiming_huge_num_feature_is_400_and_the_server_answers() {
+    let s = server();
+    let field = "XGBoost model, learner.learner_model_param.num_feature";
+    for claimed in ["1000000000000", "18446744073709551615"] {
+        upload_is_refused_and_changes_nothing(
+            &s,
+            xgboost_claiming(claimed),
+            &format!("{field}: expected at most 1000000 features, got {claimed}"),
+        )
+        .await;
+    }
+    upload_is_refused_and_changes_nothing(
+        &s,
+        xgboost_claiming("-1"),
+        &format!("{field}: expected a non-negative integer, got \"-1\""),
+    )
+    .await;
+    // The same file with an honest claim is a ranker.
+    let put = Request::put("/v1/rankers/xgb")
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Body::from(xgboost_claiming("2")))
+        .unwrap();
+    let (status, _, body) = send(&s.app, put).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let description: RankerDescription = serde_json::from_slice(&body).unwrap();
+    assert_eq!(description.features, ["f0", "f1"]);
+}
+
 #[tokio::test]
 async fn ops_routes_describe_list_ready_and_metrics() {
     let dir = tempfile::tempdir().unwrap();

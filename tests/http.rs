@@ -720,6 +720,154 @@ async fn bad_upload_leaves_the_old_ranker_serving_and_good_upload_replaces_it() 
     assert_eq!(send(&s.app, rank()).await.0, StatusCode::NOT_FOUND);
 }
 
+/// Uploads `body` over ranker `small` and expects 400 `bad_ranker` saying `reason`; then that the
+/// server still answers and `small` is unchanged, on disk and in its scores.
+async fn upload_is_refused_and_changes_nothing(s: &TestServer, body: Vec<u8>, reason: &str) {
+    let features = random_features(10, 4, 3);
+    let rank = || {
+        post(
+            "/v1/rank",
+            "application/json",
+            json(&rank_request("small", &features, 4)),
+        )
+    };
+    let before: RankResponse = serde_json::from_slice(&send(&s.app, rank()).await.2).unwrap();
+    let file = s.state.store().dir().join("small.json");
+    let on_disk = std::fs::read(&file).unwrap();
+    let put = Request::put("/v1/rankers/small")
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Body::from(body))
+        .unwrap();
+    expect_error(
+        &s.app,
+        put,
+        StatusCode::BAD_REQUEST,
+        "bad_ranker",
+        &format!("ranker \"small\" is invalid: {reason}"),
+    )
+    .await;
+    let healthz = Request::get("/healthz").body(Body::empty()).unwrap();
+    assert_eq!(send(&s.app, healthz).await.0, StatusCode::OK);
+    assert_eq!(std::fs::read(&file).unwrap(), on_disk);
+    let (status, _, body) = send(&s.app, rank()).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let after: RankResponse = serde_json::from_slice(&body).unwrap();
+    assert_eq!(after.scores, before.scores);
+}
+
+/// `small`'s file with a fifth input, the FreeForm `expr` (weighted 0 by the layer).
+fn with_freeform(expr: &str) -> Vec<u8> {
+    let mut file: serde_json::Value =
+        serde_json::from_str(&to_native_json(&test_ranker(0.125))).unwrap();
+    file["inputs"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"type": "freeform", "expr": expr}));
+    file["layers"][0]["weights"][0]
+        .as_array_mut()
+        .unwrap()
+        .push(0.0.into());
+    serde_json::to_vec(&file).unwrap()
+}
+
+const TOO_DEEP: &str = "the expression nests more than 128 levels deep (each parenthesis, \
+                        function call, unary minus and binary operator is a level)";
+
+#[tokio::test]
+async fn deeply_nested_freeform_upload_is_400_and_the_old_ranker_serves() {
+    let s = server();
+    let feature = &test_ranker(0.125).features[0];
+    // As in hostile files: far past the limit, so a parser without one overflows its stack.
+    let parens = format!("{}1{}", "(".repeat(100_000), ")".repeat(100_000));
+    let lns = format!("{}1{}", "ln(".repeat(3_000), ")".repeat(3_000));
+    let minuses = format!("{}{feature}", "-".repeat(10_000));
+    for (expr, column) in [(parens, 129), (lns, 385), (minuses, 129)] {
+        upload_is_refused_and_changes_nothing(
+            &s,
+            with_freeform(&expr),
+            &format!("inputs[4].expr: column {column}: {TOO_DEEP}"),
+        )
+        .await;
+    }
+}
+
+#[tokio::test]
+async fn deeply_nested_freeform_file_is_skipped_at_start() {
+    let parens = format!("{}1{}", "(".repeat(100_000), ")".repeat(100_000));
+    // `server_with` runs `warm_up`, which must log and skip `deep`, not crash.
+    let s = server_with(|config| {
+        std::fs::write(config.rankers.join("deep.json"), with_freeform(&parens)).unwrap();
+    });
+    let get = |uri: &str| Request::get(uri).body(Body::empty()).unwrap();
+    let (status, _, body) = send(&s.app, get("/readyz")).await;
+    assert_eq!(status, StatusCode::OK);
+    let ready: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(ready["rankers_loaded"], 1);
+    let features = random_features(3, 4, 5);
+    let rank = |name: &str| {
+        post(
+            "/v1/rank",
+            "application/json",
+            json(&rank_request(name, &features, 4)),
+        )
+    };
+    assert_eq!(send(&s.app, rank("small")).await.0, StatusCode::OK);
+    // A stored file that does not load is the server's fault (until it is replaced).
+    expect_error(
+        &s.app,
+        rank("deep"),
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        "internal error",
+    )
+    .await;
+}
+
+/// A small XGBoost `save_model` JSON (one tree, no feature names) claiming `num_feature`.
+fn xgboost_claiming(num_feature: &str) -> Vec<u8> {
+    format!(
+        r#"{{"learner":{{"attributes":{{}},"feature_names":[],"feature_types":[],
+        "gradient_booster":{{"model":{{"gbtree_model_param":{{"num_parallel_tree":"1",
+        "num_trees":"1"}},"iteration_indptr":[0,1],"tree_info":[0],"trees":[{{
+        "left_children":[1,-1,-1],"right_children":[2,-1,-1],"split_indices":[0,0,0],
+        "split_conditions":[0.5,-0.25,0.75],"default_left":[1,0,0],"split_type":[0,0,0],
+        "base_weights":[0,0,0],"id":0,"tree_param":{{"num_nodes":"3"}}}}]}},
+        "name":"gbtree"}},"learner_model_param":{{"base_score":"5E-1",
+        "boost_from_average":"1","num_class":"0","num_feature":"{num_feature}",
+        "num_target":"1"}},"objective":{{"name":"rank:ndcg"}}}},"version":[3,2,0]}}"#
+    )
+    .into_bytes()
+}
+
+#[tokio::test]
+async fn xgboost_upload_claiming_huge_num_feature_is_400_and_the_server_answers() {
+    let s = server();
+    let field = "XGBoost model, learner.learner_model_param.num_feature";
+    for claimed in ["1000000000000", "18446744073709551615"] {
+        upload_is_refused_and_changes_nothing(
+            &s,
+            xgboost_claiming(claimed),
+            &format!("{field}: expected at most 1000000 features, got {claimed}"),
+        )
+        .await;
+    }
+    upload_is_refused_and_changes_nothing(
+        &s,
+        xgboost_claiming("-1"),
+        &format!("{field}: expected a non-negative integer, got \"-1\""),
+    )
+    .await;
+    // The same file with an honest claim is a ranker.
+    let put = Request::put("/v1/rankers/xgb")
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Body::from(xgboost_claiming("2")))
+        .unwrap();
+    let (status, _, body) = send(&s.app, put).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let description: RankerDescription = serde_json::from_slice(&body).unwrap();
+    assert_eq!(description.features, ["f0", "f1"]);
+}
+
 #[tokio::test]
 async fn ops_routes_describe_list_ready_and_metrics() {
     let dir = tempfile::tempdir().unwrap();

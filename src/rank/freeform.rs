@@ -13,9 +13,17 @@
 //! ```
 //! An identifier followed by `(` is a function call; any other identifier names a feature of the
 //! ranker's feature map (so a feature may be called `ln`). Names with other characters (`-`,
-//! spaces) are written in double quotes. Errors give the 1-based character column.
+//! spaces) are written in double quotes. Errors give the 1-based character column. An
+//! expression nests at most [`MAX_NESTING`] levels.
 
 use crate::rank::model::{BinaryOp, Expr, FeatureIdx, Func};
+
+/// How many levels an expression may nest: each parenthesis, function call, unary minus and
+/// binary operator is a level over its operands (so `a + b + c` nests 2). Parsing refuses
+/// deeper expressions before recursing further, and evaluating, checking, compiling and
+/// dropping the tree recurse once per level, so this bounds every one of them to a few
+/// kilobytes of stack; real expressions nest a handful of levels.
+pub const MAX_NESTING: usize = 128;
 
 /// Why a FreeForm expression does not parse; `column` is 1-based, in characters.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -43,6 +51,11 @@ pub enum FreeFormError {
     BadNumber { column: usize, text: String },
     #[error("column {column}: unterminated quoted feature name")]
     UnterminatedQuote { column: usize },
+    #[error(
+        "column {column}: the expression nests more than {MAX_NESTING} levels deep (each \
+         parenthesis, function call, unary minus and binary operator is a level)"
+    )]
+    TooDeep { column: usize },
 }
 
 /// Parses `src` into an expression whose features are indices into `features`.
@@ -55,10 +68,11 @@ pub fn parse(src: &str, features: &[String]) -> Result<Expr, FreeFormError> {
         tokens,
         pos: 0,
         features,
+        open: 0,
     };
-    let expr = parser.expr()?;
+    let parsed = parser.expr()?;
     match parser.peek() {
-        (Tok::End, _) => Ok(expr),
+        (Tok::End, _) => Ok(parsed.expr),
         (tok, column) => Err(FreeFormError::UnexpectedToken {
             column,
             expected: "an operator or the end",
@@ -187,6 +201,31 @@ struct Parser<'a> {
     tokens: Vec<(Tok, usize)>,
     pos: usize,
     features: &'a [String],
+    /// Parentheses, calls and unary minuses open around the current token: the parser
+    /// recurses once per such level, so this is checked before it recurses (a chain of
+    /// binary operators is a loop, checked as its nodes are built, see [`nest`]).
+    open: usize,
+}
+
+/// A parsed subexpression and the levels it nests (0 for a number or a feature).
+struct Nested {
+    expr: Expr,
+    levels: usize,
+}
+
+/// `expr` one level over operands nesting `levels`; refused past [`MAX_NESTING`] at `column`.
+fn nest(expr: Expr, levels: usize, column: usize) -> Result<Nested, FreeFormError> {
+    if levels >= MAX_NESTING {
+        return Err(FreeFormError::TooDeep { column });
+    }
+    Ok(Nested {
+        expr,
+        levels: levels + 1,
+    })
+}
+
+fn leaf(expr: Expr) -> Nested {
+    Nested { expr, levels: 0 }
 }
 
 impl Parser<'_> {
@@ -202,6 +241,19 @@ impl Parser<'_> {
         t
     }
 
+    /// Opens a level at `column` before recursing into it; [`Parser::close`] ends it.
+    fn open(&mut self, column: usize) -> Result<(), FreeFormError> {
+        if self.open >= MAX_NESTING {
+            return Err(FreeFormError::TooDeep { column });
+        }
+        self.open += 1;
+        Ok(())
+    }
+
+    fn close(&mut self) {
+        self.open -= 1;
+    }
+
     fn eat(&mut self, op: char) -> bool {
         if self.tokens[self.pos].0 == Tok::Op(op) {
             self.pos += 1;
@@ -211,9 +263,10 @@ impl Parser<'_> {
         }
     }
 
-    fn expr(&mut self) -> Result<Expr, FreeFormError> {
+    fn expr(&mut self) -> Result<Nested, FreeFormError> {
         let mut lhs = self.term()?;
         loop {
+            let column = self.tokens[self.pos].1;
             let op = if self.eat('+') {
                 BinaryOp::Add
             } else if self.eat('-') {
@@ -222,13 +275,14 @@ impl Parser<'_> {
                 return Ok(lhs);
             };
             let rhs = self.term()?;
-            lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs));
+            lhs = binary(op, lhs, rhs, column)?;
         }
     }
 
-    fn term(&mut self) -> Result<Expr, FreeFormError> {
+    fn term(&mut self) -> Result<Nested, FreeFormError> {
         let mut lhs = self.unary()?;
         loop {
+            let column = self.tokens[self.pos].1;
             let op = if self.eat('*') {
                 BinaryOp::Mul
             } else if self.eat('/') {
@@ -237,31 +291,37 @@ impl Parser<'_> {
                 return Ok(lhs);
             };
             let rhs = self.unary()?;
-            lhs = Expr::Binary(op, Box::new(lhs), Box::new(rhs));
+            lhs = binary(op, lhs, rhs, column)?;
         }
     }
 
-    fn unary(&mut self) -> Result<Expr, FreeFormError> {
+    fn unary(&mut self) -> Result<Nested, FreeFormError> {
+        let column = self.tokens[self.pos].1;
         if self.eat('-') {
-            Ok(Expr::Neg(Box::new(self.unary()?)))
+            self.open(column)?;
+            let operand = self.unary()?;
+            self.close();
+            nest(Expr::Neg(Box::new(operand.expr)), operand.levels, column)
         } else {
             self.primary()
         }
     }
 
-    fn primary(&mut self) -> Result<Expr, FreeFormError> {
+    fn primary(&mut self) -> Result<Nested, FreeFormError> {
         match self.bump() {
-            (Tok::Num(v), _) => Ok(Expr::Const(v)),
-            (Tok::Op('('), _) => {
-                let e = self.expr()?;
+            (Tok::Num(v), _) => Ok(leaf(Expr::Const(v))),
+            (Tok::Op('('), column) => {
+                self.open(column)?;
+                let inner = self.expr()?;
                 self.expect(')', "')'")?;
-                Ok(e)
+                self.close();
+                nest(inner.expr, inner.levels, column)
             }
             (Tok::Ident(name), column) if self.tokens[self.pos].0 == Tok::Op('(') => {
                 self.pos += 1;
                 self.call(&name, column)
             }
-            (Tok::Ident(name) | Tok::Quoted(name), column) => self.feature(name, column),
+            (Tok::Ident(name) | Tok::Quoted(name), column) => self.feature(name, column).map(leaf),
             (tok, column) => Err(FreeFormError::UnexpectedToken {
                 column,
                 expected: "a number, a feature, a function or '('",
@@ -288,7 +348,7 @@ impl Parser<'_> {
         }
     }
 
-    fn call(&mut self, name: &str, column: usize) -> Result<Expr, FreeFormError> {
+    fn call(&mut self, name: &str, column: usize) -> Result<Nested, FreeFormError> {
         let (func, fname, arity) = match name {
             "ln" => (Func::Ln, "ln", 1),
             "exp" => (Func::Exp, "exp", 1),
@@ -301,11 +361,19 @@ impl Parser<'_> {
                 })
             }
         };
-        let mut args = vec![self.expr()?];
-        while self.eat(',') {
-            args.push(self.expr()?);
+        self.open(column)?;
+        let mut levels = 0;
+        let mut args = Vec::with_capacity(arity);
+        loop {
+            let arg = self.expr()?;
+            levels = levels.max(arg.levels);
+            args.push(arg.expr);
+            if !self.eat(',') {
+                break;
+            }
         }
         self.expect(')', "',' or ')'")?;
+        self.close();
         if args.len() != arity {
             return Err(FreeFormError::WrongArity {
                 column,
@@ -314,8 +382,17 @@ impl Parser<'_> {
                 got: args.len(),
             });
         }
-        Ok(Expr::Call(func, args))
+        nest(Expr::Call(func, args), levels, column)
     }
+}
+
+/// `lhs op rhs`, the operator at `column`.
+fn binary(op: BinaryOp, lhs: Nested, rhs: Nested, column: usize) -> Result<Nested, FreeFormError> {
+    nest(
+        Expr::Binary(op, Box::new(lhs.expr), Box::new(rhs.expr)),
+        lhs.levels.max(rhs.levels),
+        column,
+    )
 }
 
 #[cfg(test)]
@@ -371,6 +448,75 @@ mod tests {
         assert_eq!(value("body.bm25f", &doc), 0.1f32);
         assert_eq!(value("title.len + 1", &doc), 1.0);
         assert_eq!(value("1 / ln", &doc), f32::INFINITY);
+    }
+
+    /// `n` levels of `open` around `inner`, each closed by `close`.
+    fn nested(open: &str, inner: &str, close: &str, n: usize) -> String {
+        format!("{}{inner}{}", open.repeat(n), close.repeat(n))
+    }
+
+    /// Runs `f` on a thread with a small stack: a parser, evaluator or drop that recursed once
+    /// per level of an over-deep expression would overflow it (aborting the test binary)
+    /// instead of passing because the default stack happened to be large enough.
+    fn on_small_stack(f: impl FnOnce() + Send + 'static) {
+        std::thread::Builder::new()
+            .stack_size(256 << 10)
+            .spawn(f)
+            .unwrap()
+            .join()
+            .unwrap();
+    }
+
+    #[test]
+    fn nesting_up_to_the_limit_parses_and_evaluates() {
+        on_small_stack(|| {
+            let doc = [2.0, 3.0, 5.0, 7.0];
+            let n = MAX_NESTING;
+            assert_eq!(value(&nested("(", "body.bm25f", ")", n), &doc), 2.0);
+            assert_eq!(value(&format!("{}3", "-".repeat(n)), &doc), 3.0);
+            let ln_exp = (0..n / 2).fold(0.5f32, |v, _| v.exp().ln());
+            assert_eq!(value(&nested("ln(exp(", "0.5", "))", n / 2), &doc), ln_exp);
+            let ln_of_ln = (0..n).fold(7f32, |v, _| v.ln());
+            assert_eq!(
+                value(&nested("ln(", "\"odd-name\"", ")", n), &doc).to_bits(),
+                ln_of_ln.to_bits()
+            );
+            // A chain of binary operators nests one level per operator, as it evaluates.
+            let sum = vec!["1"; n + 1].join(" + ");
+            assert_eq!(value(&sum, &doc), (n + 1) as f32);
+            assert_eq!(
+                value(&nested("1 + (", "1", ")", n / 2), &doc),
+                (n / 2 + 1) as f32
+            );
+        });
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_refused() {
+        on_small_stack(|| {
+            let refused_at = |src: &str, column: usize| {
+                assert_eq!(
+                    parse(src, &names()).unwrap_err().to_string(),
+                    format!(
+                        "column {column}: the expression nests more than {MAX_NESTING} levels \
+                         deep (each parenthesis, function call, unary minus and binary \
+                         operator is a level)"
+                    )
+                );
+            };
+            let n = MAX_NESTING + 1;
+            refused_at(&nested("(", "1", ")", n), n);
+            refused_at(&nested("ln(", "1", ")", n), 3 * (n - 1) + 1);
+            refused_at(&format!("{}1", "-".repeat(n)), n);
+            // The operator that makes the chain too deep: "1 + " is 4 characters.
+            refused_at(&vec!["1"; n + 1].join(" + "), 4 * n - 1);
+            refused_at(&nested("1 + (", "1", ")", n / 2 + 1), 5);
+            // As hostile files have them: far past the limit.
+            refused_at(&nested("(", "1", ")", 3_000), n);
+            refused_at(&nested("ln(", "1", ")", 3_000), 3 * (n - 1) + 1);
+            refused_at(&format!("{}1", "-".repeat(10_000)), n);
+            refused_at(&vec!["1"; 100_000].join(" + "), 4 * n - 1);
+        });
     }
 
     #[test]

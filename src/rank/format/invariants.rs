@@ -1,11 +1,20 @@
 //! The invariants every ranker satisfies ([`validate`]), checked after reading a file and by the
 //! importers.
 
-use super::MAX_CATEGORY;
+use super::{MAX_CATEGORY, MAX_FEATURES};
 use crate::rank::error::RankerError;
 use crate::rank::model::{Decision, Expr, FeatureIdx, Input, Node, Ranker, Tree};
 
 pub(super) fn check_features(features: &[String]) -> Result<(), RankerError> {
+    if features.len() > MAX_FEATURES {
+        return Err(RankerError::invalid(
+            "features",
+            format!(
+                "expected at most {MAX_FEATURES} feature names, got {}",
+                features.len()
+            ),
+        ));
+    }
     let mut seen = std::collections::HashMap::with_capacity(features.len());
     for (i, name) in features.iter().enumerate() {
         if name.is_empty() {
@@ -24,11 +33,11 @@ pub(super) fn check_features(features: &[String]) -> Result<(), RankerError> {
     Ok(())
 }
 
-/// Checks every invariant that [`crate::rank::model`] documents: unique non-empty feature names,
-/// feature indices in range, finite numbers (f32 ones too), `lower < upper` in buckets, trees
-/// that are trees (child indices in range, every node reached exactly once from node 0, so no
-/// cycles), sorted category sets, layer shapes that chain from `inputs.len()` to one output,
-/// and something to score.
+/// Checks every invariant that [`crate::rank::model`] documents: unique non-empty feature names
+/// (at most [`MAX_FEATURES`]), feature indices in range, finite numbers (f32 ones too),
+/// `lower < upper` in buckets, trees that are trees (child indices in range, every node reached
+/// exactly once from node 0, so no cycles), sorted category sets, layer shapes that chain from
+/// `inputs.len()` to one output, and something to score.
 ///
 /// # Errors
 /// The first violation, as [`RankerError::Invalid`] naming the field path.

@@ -27,6 +27,11 @@ pub const FORMAT_VERSION: u64 = 1;
 /// The largest category an `in` split may list: a category is a feature value truncated to a
 /// C `int` (as LightGBM does), so larger ones can never match.
 pub const MAX_CATEGORY: u32 = i32::MAX as u32;
+/// The most features a ranker may have, whatever its format: far above real rankers (hundreds
+/// to a few thousand), and low enough that a ranker's per-feature structures (names, name maps)
+/// stay within tens of MB. An XGBoost model only claims its count (`num_feature`), so its
+/// importer checks the claim against this before making names.
+pub const MAX_FEATURES: usize = 1_000_000;
 
 #[cfg(test)]
 mod tests {
@@ -206,6 +211,23 @@ mod tests {
             |v| v["inputs"][2]["feature"] = "title.bm25f".into(),
             "inputs[2].feature",
             "feature \"title.bm25f\" is not in `features`",
+        );
+    }
+
+    #[test]
+    fn rejects_more_features_than_the_limit() {
+        let err = reject(|v| {
+            v["features"] = (0..=MAX_FEATURES).map(|i| format!("x{i}")).collect();
+        });
+        assert_eq!(
+            err,
+            RankerError::invalid(
+                "features",
+                format!(
+                    "expected at most {MAX_FEATURES} feature names, got {}",
+                    MAX_FEATURES + 1
+                )
+            )
         );
     }
 

@@ -101,7 +101,8 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
         ));
     }
     let n_features = dump.feature_names.len();
-    if dump.max_feature_idx + 1 != n_features as i64 {
+    // Not `max_feature_idx + 1`: the file's i64::MAX would overflow.
+    if dump.max_feature_idx != n_features as i64 - 1 {
         return Err(LIGHTGBM.invalid(
             "max_feature_idx",
             format!(
@@ -492,6 +493,23 @@ mod tests {
     fn rejects_a_name_count_that_disagrees_with_max_feature_idx() {
         let text = dump(r#"{"leaf_value":0.25}"#).replace(r#"["a","b"]"#, r#"["a"]"#);
         assert!(error_of(&text).contains("max_feature_idx"));
+    }
+
+    #[test]
+    fn rejects_a_max_feature_idx_at_the_ends_of_i64() {
+        for claimed in [i64::MAX, i64::MIN] {
+            let text = dump(r#"{"leaf_value":0.25}"#).replace(
+                r#""max_feature_idx":1"#,
+                &format!(r#""max_feature_idx":{claimed}"#),
+            );
+            assert_eq!(
+                error_of(&text),
+                format!(
+                    "LightGBM model, max_feature_idx: expected 1 (feature_names has 2 names), \
+                     got {claimed}"
+                )
+            );
+        }
     }
 
     #[test]

@@ -19,7 +19,7 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{check_unique_names, ranker_from_trees, Format, ImportError};
-use crate::rank::format::validate;
+use crate::rank::format::{validate, MAX_FEATURES};
 use crate::rank::model::{Decision, Missing, Node, Ranker, Split, Tree};
 use crate::rank::RankerError;
 
@@ -122,7 +122,18 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
             ));
         }
     }
-    let n_features = integer(&param.num_feature, &format!("{path}.num_feature"))? as usize;
+    // Only a count: with no names, one name per claimed feature is made below, so the claim
+    // is bounded before anything is allocated (a 700-byte file could claim 10^12).
+    let num_feature = integer(&param.num_feature, &format!("{path}.num_feature"))?;
+    let n_features = usize::try_from(num_feature)
+        .ok()
+        .filter(|&n| n <= MAX_FEATURES)
+        .ok_or_else(|| {
+            XGBOOST.invalid(
+                format!("{path}.num_feature"),
+                format!("expected at most {MAX_FEATURES} features, got {num_feature}"),
+            )
+        })?;
     let features = if learner.feature_names.is_empty() {
         (0..n_features).map(|i| format!("f{i}")).collect()
     } else if learner.feature_names.len() == n_features {
@@ -537,6 +548,56 @@ mod tests {
         assert!(
             err.contains("trees[0].split_indices[2]: expected a feature index in 0..2, got 7"),
             "{err}"
+        );
+    }
+
+    /// `num_feature` replaced by `claimed` (JSON text); `feature_names` stays empty, so an
+    /// import that trusted the claim would make one name per claimed feature.
+    fn claiming(claimed: &str) -> String {
+        model("0.5", "rank:ndcg", TREE).replace(
+            r#""num_feature":"2""#,
+            &format!(r#""num_feature":{claimed}"#),
+        )
+    }
+
+    #[test]
+    fn rejects_a_num_feature_past_the_limit_before_making_names() {
+        let field = "XGBoost model, learner.learner_model_param.num_feature";
+        for claimed in ["1000000000000", "18446744073709551615"] {
+            assert_eq!(
+                error_of(&claiming(&format!("\"{claimed}\""))),
+                format!("{field}: expected at most {MAX_FEATURES} features, got {claimed}")
+            );
+            assert_eq!(
+                error_of(&claiming(claimed)),
+                format!("{field}: expected at most {MAX_FEATURES} features, got {claimed}")
+            );
+        }
+        let past = MAX_FEATURES + 1;
+        assert_eq!(
+            error_of(&claiming(&past.to_string())),
+            format!("{field}: expected at most {MAX_FEATURES} features, got {past}")
+        );
+        for (claimed, shown) in [
+            ("\"-1\"", "\"-1\""),
+            ("-1", "-1"),
+            ("\"18446744073709551616\"", "\"18446744073709551616\""),
+            ("1e12", "1000000000000.0"),
+        ] {
+            assert_eq!(
+                error_of(&claiming(claimed)),
+                format!("{field}: expected a non-negative integer, got {shown}")
+            );
+        }
+    }
+
+    #[test]
+    fn a_num_feature_at_the_limit_imports() {
+        let ranker = import_xgboost(claiming(&MAX_FEATURES.to_string()).as_bytes()).unwrap();
+        assert_eq!(ranker.features.len(), MAX_FEATURES);
+        assert_eq!(
+            ranker.features[MAX_FEATURES - 1],
+            format!("f{}", MAX_FEATURES - 1)
         );
     }
 

@@ -103,6 +103,8 @@ impl Floor {
                 mit_us: None,
                 me_us: held.as_micros() as u64,
                 queue_us: 0,
+                batch_docs: self.docs,
+                batch_requests: 1,
                 total_us: arrived.elapsed().as_micros() as u64,
             },
             backend: "none".to_string(),

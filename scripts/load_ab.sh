@@ -47,7 +47,9 @@ for round in $(seq "$rounds"); do
   for b in $(seq "$#"); do
     bin=${!b}
     port=$((port + 1))
-    "$bin" serve --addr "127.0.0.1:$port" --backend cpu --batch-window-us 0 --rankers rankers \
+    # Batching off, told the way each binary reads it (an older one: a window of 0).
+    RANKSERVE_BATCHING=false RANKSERVE_BATCH_WINDOW_US=0 \
+      "$bin" serve --addr "127.0.0.1:$port" --backend cpu --rankers rankers \
       >"$work/serve.log" 2>&1 &
     replay_against $! "$bin" "$work/r$round-$b.json"
   done

@@ -25,17 +25,17 @@ for docs in 100 1000; do
 done
 
 port=18480
-for window in 200 0; do
+for batching in true false; do
   port=$((port + 1))
   RANKSERVE_LOG_FORMAT=json "$bin" serve --addr "127.0.0.1:$port" --backend "$backend" \
-    --batch-window-us "$window" --rankers rankers >"$work/serve-$window.log" 2>&1 &
+    --batching "$batching" --rankers rankers >"$work/serve-$batching.log" 2>&1 &
   server=$!
   for _ in $(seq 100); do
     curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && break
     sleep 0.1
   done
   for docs in 100 1000; do
-    echo "== medium, $docs documents per request, backend $backend, batch window ${window} µs, $concurrency clients"
+    echo "== medium, $docs documents per request, backend $backend, batching $batching, $concurrency clients"
     "$bin" replay --url "http://127.0.0.1:$port" --log "$work/medium-$docs.msgpack" \
       --concurrency "$concurrency" --duration "$seconds" --json >"$work/report.json"
     python3 - "$work/report.json" <<'EOF'

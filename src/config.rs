@@ -22,7 +22,7 @@
 //! | `gpu_queue_ms` | `RANKSERVE_GPU_QUEUE_MS` | 500 (the longest a `backend=gpu` selection waits for the device, busy with other queries, before it runs on the CPU) |
 //! | `gpu_select_batch` | `RANKSERVE_GPU_SELECT_BATCH` | 16 (the most GPU selections that run as one batch: the queries that arrived while the device was busy; 1: each alone) |
 //! | `queue_capacity` | `RANKSERVE_QUEUE_CAPACITY` | 256 requests per ranker |
-//! | `batch_window_us` | `RANKSERVE_BATCH_WINDOW_US` | 200 (0 turns batching off) |
+//! | `batching` | `RANKSERVE_BATCHING` | `true` (requests that arrive while their ranker's batch runs are merged into the next batch; an idle engine scores a request at once; `false`: every request at once) |
 //! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 4096 |
 //! | `default_timeout_ms` | `RANKSERVE_DEFAULT_TIMEOUT_MS` | 10000 (0: none) |
 //! | `log_format` | `RANKSERVE_LOG_FORMAT` | `human` (`human`, `json`) |
@@ -136,8 +136,8 @@ pub struct Config {
     /// The most GPU selections run as one batch (`select::gpu::search_batch`).
     pub gpu_select_batch: usize,
     pub queue_capacity: usize,
-    /// 0: batching off.
-    pub batch_window_us: u64,
+    /// Batches that form under load (`rank::engine::batch`); off: every request at once.
+    pub batching: bool,
     pub max_batch_docs: usize,
     /// `None`: no default deadline.
     pub default_timeout_ms: Option<u64>,
@@ -164,7 +164,7 @@ impl Default for Config {
             gpu_queue_ms: 500,
             gpu_select_batch: 16,
             queue_capacity: 256,
-            batch_window_us: 200,
+            batching: true,
             max_batch_docs: 4096,
             default_timeout_ms: Some(10_000),
             log_format: LogFormat::Human,
@@ -194,7 +194,7 @@ pub struct Layer {
     pub gpu_queue_ms: Option<String>,
     pub gpu_select_batch: Option<String>,
     pub queue_capacity: Option<String>,
-    pub batch_window_us: Option<String>,
+    pub batching: Option<String>,
     pub max_batch_docs: Option<String>,
     pub default_timeout_ms: Option<String>,
     pub log_format: Option<String>,
@@ -212,6 +212,7 @@ fn toml_layer(path: &Path, text: &str) -> Result<Layer, ConfigError> {
         let value = match value {
             toml::Value::Integer(i) => toml::Value::String(i.to_string()),
             toml::Value::Float(x) => toml::Value::String(x.to_string()),
+            toml::Value::Boolean(b) => toml::Value::String(b.to_string()),
             other => other,
         };
         normalized.insert(key, value);
@@ -242,7 +243,7 @@ impl Layer {
             gpu_queue_ms: lookup("RANKSERVE_GPU_QUEUE_MS"),
             gpu_select_batch: lookup("RANKSERVE_GPU_SELECT_BATCH"),
             queue_capacity: lookup("RANKSERVE_QUEUE_CAPACITY"),
-            batch_window_us: lookup("RANKSERVE_BATCH_WINDOW_US"),
+            batching: lookup("RANKSERVE_BATCHING"),
             max_batch_docs: lookup("RANKSERVE_MAX_BATCH_DOCS"),
             default_timeout_ms: lookup("RANKSERVE_DEFAULT_TIMEOUT_MS"),
             log_format: lookup("RANKSERVE_LOG_FORMAT"),
@@ -375,14 +376,8 @@ impl Resolver {
                 *n >= 1
             })?;
         }
-        if let Some(v) = layer.batch_window_us {
-            c.batch_window_us = parse(
-                "batch_window_us",
-                &v,
-                "microseconds in 0..=1000000",
-                source,
-                |n| *n <= 1_000_000,
-            )?;
+        if let Some(v) = layer.batching {
+            c.batching = parse("batching", &v, "true or false", source, |_| true)?;
         }
         if let Some(v) = layer.max_batch_docs {
             c.max_batch_docs = parse("max_batch_docs", &v, "an integer ≥ 1", source, |n| {
@@ -487,7 +482,7 @@ mod tests {
         let c = Config::resolve(None, Layer::default(), Layer::default()).unwrap();
         assert_eq!(c.addr.to_string(), "127.0.0.1:8080");
         assert_eq!(c.rankers, PathBuf::from("rankers"));
-        assert_eq!(c.batch_window_us, 200);
+        assert!(c.batching);
         assert_eq!(c.backend, Backend::Auto);
         assert!(c.admin_token.is_none() && c.sampling.is_none());
     }
@@ -496,10 +491,13 @@ mod tests {
     fn layers_override_in_order_file_env_flags() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("rankserve.toml");
-        std::fs::write(&path, "addr = \"0.0.0.0:9000\"\nbatch_window_us = 50\nqueue_capacity = 8\nbackend = \"cpu\"\n")
-            .unwrap();
+        std::fs::write(
+            &path,
+            "addr = \"0.0.0.0:9000\"\nbatching = false\nqueue_capacity = 8\nbackend = \"cpu\"\n",
+        )
+        .unwrap();
         let env = env(&[
-            ("RANKSERVE_BATCH_WINDOW_US", "70"),
+            ("RANKSERVE_BATCHING", "true"),
             ("RANKSERVE_ADMIN_TOKEN", "s3cret"),
         ]);
         let flags = Layer {
@@ -508,7 +506,7 @@ mod tests {
         };
         let c = Config::resolve(Some(&path), env, flags).unwrap();
         assert_eq!(c.addr.to_string(), "0.0.0.0:9000");
-        assert_eq!(c.batch_window_us, 70);
+        assert!(c.batching);
         assert_eq!(c.queue_capacity, 9);
         assert_eq!(c.backend, Backend::Cpu);
         assert_eq!(c.admin_token.as_deref(), Some("s3cret"));

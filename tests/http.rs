@@ -1001,11 +1001,7 @@ async fn post_live(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixty_four_concurrent_clients_are_batched_and_all_correct() {
-    let live = live(|c| {
-        c.batch_window_us = 2000;
-        c.max_batch_docs = 400;
-    })
-    .await;
+    let live = live(|c| c.max_batch_docs = 400).await;
     let ranker = test_ranker(0.125);
     let client = client();
     let mut tasks = Vec::new();
@@ -1027,8 +1023,8 @@ async fn sixty_four_concurrent_clients_are_batched_and_all_correct() {
     for task in tasks {
         task.await.unwrap();
     }
-    // Some batch merged several requests (the recorder is shared by this binary's tests, so
-    // this shows batching happened, not how much of it was this test's).
+    // Batches ran (the recorder is shared by this binary's tests; whether requests merge
+    // depends on their timing: `rank::engine::batch`'s tests show merging deterministically).
     let metrics = rankserve::server::metrics::handle().render();
     let value = |name: &str| -> f64 {
         metrics
@@ -1039,61 +1035,67 @@ async fn sixty_four_concurrent_clients_are_batched_and_all_correct() {
             .parse()
             .unwrap()
     };
-    assert!(value("rankserve_batch_requests_sum") > value("rankserve_batch_requests_count"));
+    assert!(value("rankserve_batch_requests_count") > 0.0);
     let _ = live.shutdown.send(());
     live.task.await.unwrap().unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn full_queue_is_503_overloaded_with_retry_after() {
-    let live = live(|c| {
-        c.queue_capacity = 1;
-        c.batch_window_us = 400_000; // the first request waits in its batch
-    })
-    .await;
+    // One place per ranker and 32 requests at once: those that find it taken are refused, the
+    // others answered.
+    let live = live(|c| c.queue_capacity = 1).await;
     let client = client();
-    let first = {
+    let mut tasks = Vec::new();
+    for i in 0..32u64 {
         let (client, addr) = (client.clone(), live.addr);
-        tokio::spawn(async move {
-            post_live(
-                &client,
-                addr,
-                &rank_request("small", &random_features(2, 4, 1), 4),
-            )
-            .await
-        })
-    };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let request = Request::post(format!("http://{}/v1/rank", live.addr))
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(http_body_util::Full::new(bytes::Bytes::from(json(
-            &rank_request("small", &random_features(2, 4, 2), 4),
-        ))))
-        .unwrap();
-    let response = client.request(request).await.unwrap();
-    assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
-    assert_eq!(response.headers()[header::RETRY_AFTER], "1");
-    let body: ErrorBody =
-        serde_json::from_slice(&response.into_body().collect().await.unwrap().to_bytes()).unwrap();
-    assert_eq!(body.error.code, "overloaded");
-    assert_eq!(
-        body.error.message,
-        "the queue for ranker \"small\" is full (1 requests); retry after 1 s"
-    );
-    assert_eq!(first.await.unwrap().0, StatusCode::OK);
+        tasks.push(tokio::spawn(async move {
+            let body = json(&rank_request("small", &random_features(2000, 4, i), 4));
+            let request = Request::post(format!("http://{addr}/v1/rank"))
+                .header(header::CONTENT_TYPE, "application/json")
+                .body(http_body_util::Full::new(bytes::Bytes::from(body)))
+                .unwrap();
+            let response = client.request(request).await.unwrap();
+            let (status, retry_after) = (
+                response.status(),
+                response.headers().get(header::RETRY_AFTER).cloned(),
+            );
+            let body = response.into_body().collect().await.unwrap().to_bytes();
+            (status, retry_after, body)
+        }));
+    }
+    let (mut ok, mut refused) = (0, 0);
+    for task in tasks {
+        let (status, retry_after, body) = task.await.unwrap();
+        if status == StatusCode::OK {
+            ok += 1;
+            continue;
+        }
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(retry_after.unwrap(), "1");
+        let body: ErrorBody = serde_json::from_slice(&body).unwrap();
+        assert_eq!(body.error.code, "overloaded");
+        assert_eq!(
+            body.error.message,
+            "the queue for ranker \"small\" is full (1 requests); retry after 1 s"
+        );
+        refused += 1;
+    }
+    assert!(ok >= 1 && refused >= 1, "{ok} answered, {refused} refused");
     let _ = live.shutdown.send(());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn shutdown_with_requests_in_flight_loses_none() {
-    let live = live(|c| c.batch_window_us = 300_000).await;
+    let live = live(|_| {}).await;
     let client = client();
     let ranker = test_ranker(0.125);
     let mut tasks = Vec::new();
     for i in 0..16u64 {
         let (client, addr, ranker) = (client.clone(), live.addr, ranker.clone());
         tasks.push(tokio::spawn(async move {
-            let features = random_features(3, 4, i);
+            // Large enough that some are still being scored when the shutdown comes.
+            let features = random_features(2000, 4, i);
             let (status, body) =
                 post_live(&client, addr, &rank_request("small", &features, 4)).await;
             assert_eq!(status, StatusCode::OK);
@@ -1101,7 +1103,7 @@ async fn shutdown_with_requests_in_flight_loses_none() {
             assert_eq!(reply.scores, expected_scores(&ranker, &features));
         }));
     }
-    tokio::time::sleep(Duration::from_millis(100)).await; // all sent, waiting in the batch
+    tokio::time::sleep(Duration::from_millis(50)).await; // all sent, some being scored
     let _ = live.shutdown.send(());
     for task in tasks {
         task.await.unwrap();
@@ -1116,7 +1118,7 @@ async fn shutdown_with_requests_in_flight_loses_none() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn replay_counts_every_answer_closed_and_open_loop() {
     use rankserve::bench::replay::{replay, synth_requests, Load, RequestLog};
-    let live = live(|c| c.batch_window_us = 0).await;
+    let live = live(|c| c.batching = false).await;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("log.msgpack");
     RequestLog::write(

@@ -97,8 +97,13 @@ pub struct Timings {
     pub mit_us: Option<u64>,
     /// Model evaluation of the batch this request ran in.
     pub me_us: u64,
-    /// Waiting for admission into a batch.
+    /// Waiting for its batch to start (while the ranker's batch before it ran).
     pub queue_us: u64,
+    /// Documents and requests of the batch this request ran in (1 request: it ran alone).
+    #[serde(default)]
+    pub batch_docs: usize,
+    #[serde(default)]
+    pub batch_requests: usize,
     /// From the request's headers arriving (before its body was read) to the reply being
     /// encoded.
     pub total_us: u64,

@@ -78,9 +78,10 @@ pub struct Args {
     /// Requests admitted per ranker before 503 overloaded [default: 256].
     #[arg(long)]
     queue_capacity: Option<String>,
-    /// Batching window in microseconds; 0 turns batching off [default: 200].
+    /// Merge requests that arrive while their ranker's batch runs into the next batch: true
+    /// or false (every request scored at once) [default: true].
     #[arg(long)]
-    batch_window_us: Option<String>,
+    batching: Option<String>,
     /// Most documents in one batch [default: 4096].
     #[arg(long)]
     max_batch_docs: Option<String>,
@@ -118,7 +119,7 @@ impl Args {
             gpu_queue_ms: self.gpu_queue_ms,
             gpu_select_batch: self.gpu_select_batch,
             queue_capacity: self.queue_capacity,
-            batch_window_us: self.batch_window_us,
+            batching: self.batching,
             max_batch_docs: self.max_batch_docs,
             default_timeout_ms: self.default_timeout_ms,
             log_format: self.log_format,

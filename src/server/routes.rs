@@ -126,6 +126,8 @@ pub(super) async fn rank(
                     mit_us: None,
                     me_us: scored.eval_us,
                     queue_us: scored.queue_us,
+                    batch_docs: scored.batch_docs,
+                    batch_requests: scored.batch_requests,
                     total_us: micros(arrived.elapsed()),
                 },
                 backend: scored.backend.as_str().to_string(),

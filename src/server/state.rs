@@ -62,7 +62,7 @@ impl State {
                 threads: config.cpu_threads,
                 fe_backend: config.fe_backend,
                 batch: BatchConfig {
-                    window: Duration::from_micros(config.batch_window_us),
+                    batching: config.batching,
                     max_docs: config.max_batch_docs,
                 },
                 gpu_cache_bytes: config.gpu_cache_bytes,

@@ -1,24 +1,25 @@
-//! Scoring off the async runtime, with a batching queue per ranker.
+//! Batches that form only under load (flat combining), per ranker.
 //!
-//! Requests for the same ranker (the same loaded version) that arrive within the batch window
-//! are merged into one feature matrix of at most `max_batch_docs` rows, scored by one
-//! evaluation and split back. Each ranker has a dedicated OS thread that collects and
-//! scores its batches: a thread can wait on its channel with microsecond precision
-//! (`recv_timeout`), where tokio's timer has a 1 ms granularity, and a running batch never holds
-//! an async worker. A document's score never depends on its batch-mates: both backends score
-//! rows independently.
+//! A job whose ranker has no batch running is scored at once, on the thread that submits it
+//! (for `/v1/rank`, the CPU pool thread that just extracted its features): an idle engine holds
+//! nobody. Jobs that arrive while a batch of their ranker runs queue, and when that batch ends
+//! the queue is run as the next batch (at most `max_batch_docs` documents, jobs of the same
+//! ranker version and backend, in arrival order) by a drain thread that keeps going until the
+//! queue is empty. Waiting jobs hold no thread: each awaits its answer.
 //!
-//! Work nobody will read is skipped: a job whose caller has gone (its deadline fired and the
-//! handler answered 504) or whose deadline has passed is dropped when its batch is formed.
+//! There is no window: a batch never waits for more jobs. Measured (docs/benchmarks.md,
+//! "Batching"), a 200 µs window made small requests several times slower at one client and
+//! gained nothing at 64; batches formed under load merge as many jobs as the wait a window
+//! would have added.
 //!
-//! Bypass (scored at once on tokio's blocking pool): batching off (window 0), `backend=cpu`,
-//! and requests that fill a batch on their own (at least `max_batch_docs` documents).
+//! Work nobody will read is skipped: a queued job whose caller has gone (its deadline fired and
+//! the handler answered 504) or whose deadline has passed is dropped when its batch is formed.
+//! A document's score never depends on its batch-mates: both backends score rows independently.
 //!
-//! A batch runs on the backend its first request asked for (requests with another `backend`
-//! open the next batch); [`Backends`] picks CPU or GPU for `auto` from the batch's size.
+//! Bypass (scored at once, never queued): batching off, `backend=cpu` asked for by the request,
+//! and jobs that fill a batch on their own (at least `max_batch_docs` documents).
 
-use std::collections::HashMap;
-use std::sync::mpsc;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -32,8 +33,9 @@ use crate::rank::store::LoadedRanker;
 /// Batching parameters.
 #[derive(Debug, Clone, Copy)]
 pub struct BatchConfig {
-    /// How long a batch stays open after its first request; zero turns batching off.
-    pub window: Duration,
+    /// Whether jobs that arrive while their ranker's batch runs are merged into the next one
+    /// (off: every job is scored at once, side by side).
+    pub batching: bool,
     /// Most documents in one batch.
     pub max_docs: usize,
 }
@@ -63,21 +65,57 @@ pub enum ScoreError {
     Internal(String),
 }
 
-struct Job {
-    ranker: Arc<LoadedRanker>,
-    features: Vec<f64>,
-    n_docs: usize,
-    backend: Backend,
-    deadline: Option<Instant>,
-    submitted: Instant,
+/// The answer of a submitted job: scored now, or queued for the next batch.
+pub enum Submitted {
+    Scored(Result<Scored, ScoreError>),
+    Queued(oneshot::Receiver<Result<Scored, ScoreError>>),
+}
+
+impl Submitted {
+    /// The job's answer, once its batch has run.
+    ///
+    /// # Errors
+    /// As [`score_now`]; [`ScoreError::Internal`] when its batch ended without answering it.
+    pub async fn answer(self) -> Result<Scored, ScoreError> {
+        match self {
+            Submitted::Scored(answer) => answer,
+            Submitted::Queued(answer) => answer.await.map_err(|_| {
+                ScoreError::Internal("the batch holding the request ended without it".into())
+            })?,
+        }
+    }
+}
+
+/// One caller's rows, to be scored.
+pub struct Job {
+    pub ranker: Arc<LoadedRanker>,
+    /// `n_docs × ranker.features.len()`, row-major.
+    pub features: Vec<f64>,
+    pub n_docs: usize,
+    pub backend: Backend,
+    pub deadline: Option<Instant>,
+    /// When its rows were ready.
+    pub submitted: Instant,
+}
+
+/// A job waiting for the next batch of its ranker, and where its answer goes.
+struct Queued {
+    job: Job,
     reply: oneshot::Sender<Result<Scored, ScoreError>>,
 }
 
-/// Scores requests directly or through per-ranker batching threads.
+/// A ranker's batches: whether one is running, and the jobs that arrived meanwhile.
+#[derive(Default)]
+struct Lane {
+    running: bool,
+    queued: VecDeque<Queued>,
+}
+
+/// Scores jobs at once, or in batches formed while their ranker's batch runs.
 pub struct Batcher {
     config: BatchConfig,
     backends: Arc<Backends>,
-    queues: Mutex<HashMap<String, mpsc::Sender<Job>>>,
+    lanes: Mutex<HashMap<String, Arc<Mutex<Lane>>>>,
 }
 
 impl Batcher {
@@ -85,118 +123,128 @@ impl Batcher {
         Batcher {
             config,
             backends,
-            queues: Mutex::new(HashMap::new()),
+            lanes: Mutex::new(HashMap::new()),
         }
     }
 
-    /// Whether batching is on.
-    pub fn batching(&self) -> bool {
-        !self.config.window.is_zero()
-    }
-
-    /// Scores `features` (`n_docs × ranker.features.len()`, row-major) with `ranker` on
-    /// `backend`, batched with other requests unless `bypass` (the request asked for the CPU
-    /// itself) or the request is big enough on its own.
-    ///
-    /// # Errors
-    /// [`ScoreError::DeadlineExceeded`] when `deadline` passed before the work started.
-    pub async fn score(
-        &self,
-        ranker: Arc<LoadedRanker>,
-        features: Vec<f64>,
-        deadline: Option<Instant>,
-        backend: Backend,
-        bypass: bool,
-    ) -> Result<Scored, ScoreError> {
-        let n_features = ranker.ranker.features.len();
-        let n_docs = features.len().checked_div(n_features).unwrap_or(0);
-        let submitted = Instant::now();
-        if self.scores_at_once(n_docs, bypass) {
-            let backends = Arc::clone(&self.backends);
-            let score = move || {
-                score_now(
-                    &backends, &ranker, &features, n_docs, backend, deadline, submitted,
-                )
-            };
-            // Scoring that may wait for the GPU's turn must not hold a CPU pool thread.
-            return if self.backends.cpu_only(backend) {
-                self.backends
-                    .on_cpu_pool_task(score)
-                    .await
-                    .map_err(|e| ScoreError::Internal(e.to_string()))?
-            } else {
-                tokio::task::spawn_blocking(score)
-                    .await
-                    .map_err(|e| ScoreError::Internal(e.to_string()))?
-            };
-        }
-        let (reply, receive) = oneshot::channel();
-        let job = Job {
-            ranker,
-            features,
-            n_docs,
-            backend,
-            deadline,
-            submitted,
-            reply,
-        };
-        self.queue_for(&job.ranker.name)?
-            .send(job)
-            .map_err(|_| ScoreError::Internal("batch thread gone".into()))?;
-        receive
-            .await
-            .map_err(|_| ScoreError::Internal("batch thread dropped the request".into()))?
-    }
-
-    /// Whether a request of `n_docs` documents is scored at once, without a batch: batching
-    /// is off, the request asked for the CPU itself (`bypass`), or it fills a batch alone.
+    /// Whether a job of `n_docs` documents is scored at once, never queued: batching is off,
+    /// the request asked for the CPU itself (`bypass`), or it fills a batch alone.
     pub fn scores_at_once(&self, n_docs: usize, bypass: bool) -> bool {
-        bypass || !self.batching() || n_docs >= self.config.max_docs
+        bypass || !self.config.batching || n_docs >= self.config.max_docs
     }
 
-    fn queue_for(&self, name: &str) -> Result<mpsc::Sender<Job>, ScoreError> {
-        let mut queues = self.queues.lock();
-        if let Some(queue) = queues.get(name) {
-            return Ok(queue.clone());
+    /// Scores `job` at once when `at_once` ([`Batcher::scores_at_once`]), else as
+    /// [`Batcher::submit`] does. Blocking, as that.
+    pub fn run(&self, job: Job, at_once: bool) -> Submitted {
+        match at_once {
+            true => Submitted::Scored(score_now(&self.backends, &job)),
+            false => self.submit(job),
         }
-        let (send, receive) = mpsc::channel();
-        let (config, backends) = (self.config, Arc::clone(&self.backends));
-        std::thread::Builder::new()
+    }
+
+    /// Scores `job` on the calling thread when its ranker has no batch running (then runs, on a
+    /// drain thread, the jobs that queued meanwhile); otherwise queues it for the next batch.
+    /// Blocking while it scores: call it from the CPU pool for a job that stays on the CPU, from
+    /// a blocking thread for one that may wait for the GPU's turn.
+    pub fn submit(&self, job: Job) -> Submitted {
+        let lane = self.lane_of(&job.ranker.name);
+        {
+            let mut state = lane.lock();
+            if state.running {
+                let (reply, answer) = oneshot::channel();
+                state.queued.push_back(Queued { job, reply });
+                return Submitted::Queued(answer);
+            }
+            state.running = true;
+        }
+        let scored = score_now(&self.backends, &job);
+        record_batch(job.n_docs, 1);
+        self.end_batch(&job.ranker.name, lane);
+        Submitted::Scored(scored)
+    }
+
+    /// Ends the running batch of `lane` (ranker `name`'s): the jobs queued meanwhile run on a
+    /// drain thread, batch after batch, until none is left; without any the lane is idle.
+    fn end_batch(&self, name: &str, lane: Arc<Mutex<Lane>>) {
+        if !lane_ends(&lane) {
+            return;
+        }
+        let (backends, max_docs) = (Arc::clone(&self.backends), self.config.max_docs);
+        let spawned = std::thread::Builder::new()
             .name(format!("batch-{name}"))
-            .spawn(move || run_batches(receive, config, &backends))
-            .map_err(|e| ScoreError::Internal(format!("spawning a batch thread: {e}")))?;
-        queues.insert(name.to_string(), send.clone());
-        Ok(send)
+            .spawn(move || drain(&lane, &backends, max_docs));
+        if let Err(err) = spawned {
+            // The queued jobs' callers learn it when their answer channels close.
+            tracing::error!(error = %err, "no thread for the queued batch");
+        }
+    }
+
+    fn lane_of(&self, name: &str) -> Arc<Mutex<Lane>> {
+        Arc::clone(self.lanes.lock().entry(name.to_string()).or_default())
     }
 }
 
-/// Scores one request's `features` now, on the calling thread (its parallel parts on the CPU
-/// pool), unless `deadline` passed: how [`Batcher::score`] scores a request it does not batch,
-/// and how the `/v1/rank` handler scores one right after its feature extraction, on the same
-/// pool thread, when [`Batcher::scores_at_once`] on the CPU.
+/// Ends a batch of `lane`: `true` when jobs queued meanwhile (the lane stays running, for a
+/// drain to run them), else the lane is idle again.
+fn lane_ends(lane: &Mutex<Lane>) -> bool {
+    let mut state = lane.lock();
+    if state.queued.is_empty() {
+        state.running = false;
+        return false;
+    }
+    true
+}
+
+/// Runs `lane`'s queued jobs in batches until none is left.
+fn drain(lane: &Mutex<Lane>, backends: &Backends, max_docs: usize) {
+    loop {
+        let batch = next_batch(&mut lane.lock(), max_docs);
+        score_batch(batch, backends);
+        if !lane_ends(lane) {
+            return;
+        }
+    }
+}
+
+/// The next batch of `lane`: the first queued job and those after it of the same ranker version
+/// and backend, in order, while the documents fit `max_docs` (the first always goes).
+fn next_batch(lane: &mut Lane, max_docs: usize) -> Vec<Queued> {
+    let Some(first) = lane.queued.pop_front() else {
+        return Vec::new();
+    };
+    let mut docs = first.job.n_docs;
+    let mut batch = vec![first];
+    while let Some(next) = lane.queued.front() {
+        let fits = Arc::ptr_eq(&next.job.ranker, &batch[0].job.ranker)
+            && next.job.backend == batch[0].job.backend
+            && docs + next.job.n_docs <= max_docs;
+        if !fits {
+            break;
+        }
+        docs += next.job.n_docs;
+        batch.extend(lane.queued.pop_front());
+    }
+    batch
+}
+
+/// Scores one job's rows now, on the calling thread (its parallel parts on the CPU pool), unless
+/// its deadline passed.
 ///
 /// # Errors
-/// [`ScoreError::DeadlineExceeded`] when `deadline` passed before scoring started.
-pub fn score_now(
-    backends: &Backends,
-    ranker: &LoadedRanker,
-    features: &[f64],
-    n_docs: usize,
-    backend: Backend,
-    deadline: Option<Instant>,
-    submitted: Instant,
-) -> Result<Scored, ScoreError> {
-    if deadline.is_some_and(|d| Instant::now() >= d) {
+/// [`ScoreError::DeadlineExceeded`] when the deadline passed before scoring started.
+pub fn score_now(backends: &Backends, job: &Job) -> Result<Scored, ScoreError> {
+    if job.deadline.is_some_and(|d| Instant::now() >= d) {
         return Err(ScoreError::DeadlineExceeded);
     }
     let started = Instant::now();
-    let _stage = tracing::debug_span!("score", ranker = %ranker.name, documents = n_docs).entered();
-    let (scores, ran) = backends.evaluate(ranker, features, n_docs, backend);
+    let _stage =
+        tracing::debug_span!("score", ranker = %job.ranker.name, documents = job.n_docs).entered();
+    let (scores, ran) = backends.evaluate(&job.ranker, &job.features, job.n_docs, job.backend);
     Ok(Scored {
         scores,
-        queue_us: micros(started - submitted),
+        queue_us: micros(started - job.submitted),
         eval_us: micros(started.elapsed()),
-        batch_docs: n_docs,
+        batch_docs: job.n_docs,
         batch_requests: 1,
         backend: ran,
     })
@@ -206,84 +254,168 @@ pub(crate) fn micros(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }
 
-/// A batch thread: collect, drop the expired, score, split, repeat until the scorer is dropped.
-fn run_batches(queue: mpsc::Receiver<Job>, config: BatchConfig, backends: &Backends) {
-    let mut carried: Option<Job> = None;
-    loop {
-        let first = match carried.take() {
-            Some(job) => job,
-            None => match queue.recv() {
-                Ok(job) => job,
-                Err(_) => return,
-            },
-        };
-        let closes = Instant::now() + config.window;
-        let mut docs = first.n_docs;
-        let mut jobs = vec![first];
-        while docs < config.max_docs {
-            let wait = closes.saturating_duration_since(Instant::now());
-            let Ok(job) = queue.recv_timeout(wait) else {
-                break;
-            };
-            // A new version of the ranker, another backend, or no room: this job opens the
-            // next batch.
-            if !Arc::ptr_eq(&job.ranker, &jobs[0].ranker)
-                || job.backend != jobs[0].backend
-                || docs + job.n_docs > config.max_docs
-            {
-                carried = Some(job);
-                break;
-            }
-            docs += job.n_docs;
-            jobs.push(job);
-        }
-        score_jobs(jobs, backends);
-    }
+fn record_batch(docs: usize, requests: usize) {
+    metrics::histogram!("rankserve_batch_documents").record(docs as f64);
+    metrics::histogram!("rankserve_batch_requests").record(requests as f64);
 }
 
-fn score_jobs(jobs: Vec<Job>, backends: &Backends) {
+/// Scores a batch of queued jobs as one matrix and answers each; drops the jobs whose caller
+/// has gone or whose deadline passed first.
+fn score_batch(jobs: Vec<Queued>, backends: &Backends) {
     let started = Instant::now();
     let mut live = Vec::with_capacity(jobs.len());
-    for job in jobs {
-        if job.reply.is_closed() {
+    for queued in jobs {
+        if queued.reply.is_closed() {
             continue;
         }
-        if job.deadline.is_some_and(|d| started >= d) {
-            let _ = job.reply.send(Err(ScoreError::DeadlineExceeded));
+        if queued.job.deadline.is_some_and(|d| started >= d) {
+            let _ = queued.reply.send(Err(ScoreError::DeadlineExceeded));
             continue;
         }
-        live.push(job);
+        live.push(queued);
     }
     let Some(first) = live.first() else { return };
-    let ranker = Arc::clone(&first.ranker);
-    let batch_docs: usize = live.iter().map(|j| j.n_docs).sum();
+    let (ranker, backend) = (Arc::clone(&first.job.ranker), first.job.backend);
+    let batch_docs: usize = live.iter().map(|q| q.job.n_docs).sum();
     let _stage = tracing::debug_span!("score", ranker = %ranker.name, documents = batch_docs, requests = live.len())
         .entered();
-    let backend = first.backend;
     let (scores, ran) = if live.len() == 1 {
-        backends.evaluate(&ranker, &live[0].features, batch_docs, backend)
+        backends.evaluate(&ranker, &live[0].job.features, batch_docs, backend)
     } else {
-        let mut matrix = Vec::with_capacity(live.iter().map(|j| j.features.len()).sum());
-        for job in &live {
-            matrix.extend_from_slice(&job.features);
+        let mut matrix = Vec::with_capacity(live.iter().map(|q| q.job.features.len()).sum());
+        for queued in &live {
+            matrix.extend_from_slice(&queued.job.features);
         }
         backends.evaluate(&ranker, &matrix, batch_docs, backend)
     };
     let eval_us = micros(started.elapsed());
-    metrics::histogram!("rankserve_batch_documents").record(batch_docs as f64);
-    metrics::histogram!("rankserve_batch_requests").record(live.len() as f64);
     let batch_requests = live.len();
+    record_batch(batch_docs, batch_requests);
     let mut offset = 0;
-    for job in live {
-        let scores = scores[offset..offset + job.n_docs].to_vec();
-        offset += job.n_docs;
-        let _ = job.reply.send(Ok(Scored {
+    for queued in live {
+        let n_docs = queued.job.n_docs;
+        let scores = scores[offset..offset + n_docs].to_vec();
+        offset += n_docs;
+        let _ = queued.reply.send(Ok(Scored {
             scores,
-            queue_us: micros(started - job.submitted),
+            queue_us: micros(started - queued.job.submitted),
             eval_us,
             batch_docs,
             batch_requests,
             backend: ran,
         }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn small() -> (crate::rank::store::RankerStore, Arc<LoadedRanker>) {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers");
+        let store = crate::rank::store::RankerStore::open(&dir, 1 << 30).unwrap();
+        let small = store.get("small").unwrap();
+        (store, small)
+    }
+
+    fn rows(ranker: &Arc<LoadedRanker>, n_docs: usize, seed: u64) -> Job {
+        let width = ranker.ranker.features.len();
+        Job {
+            ranker: Arc::clone(ranker),
+            features: crate::rank::synth::synth_features(&ranker.ranker, n_docs, seed)
+                [..n_docs * width]
+                .to_vec(),
+            n_docs,
+            backend: Backend::Cpu,
+            deadline: None,
+            submitted: Instant::now(),
+        }
+    }
+
+    fn job(ranker: &Arc<LoadedRanker>, n_docs: usize, backend: Backend) -> Queued {
+        let (reply, _) = oneshot::channel();
+        Queued {
+            job: Job {
+                ranker: Arc::clone(ranker),
+                features: vec![0.0; n_docs * ranker.ranker.features.len()],
+                n_docs,
+                backend,
+                deadline: None,
+                submitted: Instant::now(),
+            },
+            reply,
+        }
+    }
+
+    fn bits(scores: &[f64]) -> Vec<u64> {
+        scores.iter().map(|s| s.to_bits()).collect()
+    }
+
+    /// An idle lane scores a job at once, alone; jobs that arrive while a batch runs queue and
+    /// run as one batch when it ends, each with the scores it gets alone; then the lane is idle.
+    #[tokio::test]
+    async fn an_idle_lane_scores_at_once_and_a_busy_one_forms_the_next_batch() {
+        let (_store, small) = small();
+        let config = BatchConfig {
+            batching: true,
+            max_docs: 4096,
+        };
+        let batcher = Batcher::new(config, Arc::new(Backends::new(1, Backend::Cpu)));
+        let alone = rows(&small, 5, 1);
+        let want = score_now(&batcher.backends, &alone).unwrap().scores;
+        let Submitted::Scored(Ok(scored)) = batcher.submit(alone) else {
+            panic!("an idle lane queued the job");
+        };
+        assert_eq!(
+            (scored.batch_requests, bits(&scored.scores)),
+            (1, bits(&want))
+        );
+
+        let lane = batcher.lane_of("small");
+        lane.lock().running = true;
+        let jobs: Vec<Job> = (0..3).map(|i| rows(&small, 4 + i, 10 + i as u64)).collect();
+        let want: Vec<_> = (jobs.iter())
+            .map(|job| score_now(&batcher.backends, job).unwrap().scores)
+            .collect();
+        let queued: Vec<_> = jobs.into_iter().map(|job| batcher.submit(job)).collect();
+        assert!(queued.iter().all(|s| matches!(s, Submitted::Queued(_))));
+        batcher.end_batch("small", Arc::clone(&lane));
+        for (submitted, want) in queued.into_iter().zip(want) {
+            let scored = submitted.answer().await.unwrap();
+            assert_eq!((scored.batch_requests, scored.batch_docs), (3, 4 + 5 + 6));
+            assert_eq!(bits(&scored.scores), bits(&want));
+        }
+        let idle = Instant::now() + Duration::from_secs(5);
+        while lane.lock().running {
+            assert!(Instant::now() < idle, "the drain left the lane running");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
+    /// A batch takes queued jobs in order while they share the first one's ranker version and
+    /// backend and fit the batch; the first always goes, however large.
+    #[test]
+    fn a_batch_takes_like_jobs_in_order_while_they_fit() {
+        let (store, small) = small();
+        let reloaded = store.reload("small").unwrap();
+        let mut lane = Lane::default();
+        let sizes = |batch: &[Queued]| batch.iter().map(|q| q.job.n_docs).collect::<Vec<_>>();
+        for (n_docs, backend, ranker) in [
+            (500, Backend::Auto, &small),
+            (300, Backend::Auto, &small),
+            (300, Backend::Auto, &small),
+            (10, Backend::Auto, &small),
+            (10, Backend::Gpu, &small),
+            (10, Backend::Gpu, &reloaded),
+            (5000, Backend::Gpu, &reloaded),
+        ] {
+            lane.queued.push_back(job(ranker, n_docs, backend));
+        }
+        assert_eq!(sizes(&next_batch(&mut lane, 1000)), [500, 300]);
+        assert_eq!(sizes(&next_batch(&mut lane, 1000)), [300, 10]);
+        assert_eq!(sizes(&next_batch(&mut lane, 1000)), [10]);
+        assert_eq!(sizes(&next_batch(&mut lane, 1000)), [10]);
+        assert_eq!(sizes(&next_batch(&mut lane, 1000)), [5000]);
+        assert!(next_batch(&mut lane, 1000).is_empty());
     }
 }

@@ -31,7 +31,7 @@ use crate::gpu::Executor;
 use crate::rank::fe::{CorpusStats, HitDocument, QueryInfo};
 use crate::rank::gpu::cache::GpuRankerCache;
 use crate::rank::store::{LoadedRanker, RankerStore};
-use batch::{micros, score_now, Batcher};
+use batch::{micros, Batcher, Job, Submitted};
 
 /// How the engine runs.
 #[derive(Debug, Clone, Copy)]
@@ -157,7 +157,7 @@ pub enum RankError<E> {
 pub struct RankEngine {
     store: RankerStore,
     backends: Arc<Backends>,
-    batcher: Batcher,
+    batcher: Arc<Batcher>,
     gpu_cache_bytes: u64,
 }
 
@@ -167,7 +167,7 @@ impl RankEngine {
         let backends = Arc::new(Backends::new(config.threads, config.fe_backend));
         RankEngine {
             store,
-            batcher: Batcher::new(config.batch, Arc::clone(&backends)),
+            batcher: Arc::new(Batcher::new(config.batch, Arc::clone(&backends))),
             backends,
             gpu_cache_bytes: config.gpu_cache_bytes,
         }
@@ -236,12 +236,14 @@ impl RankEngine {
             Documents::Hits(batch) => self.backends.fe_on_gpu(&ranker, batch),
             _ => false,
         };
-        let at_once = self.batcher.scores_at_once(n_docs, asked_cpu)
-            && self.backends.cpu_only(backend)
-            && !fe_on_gpu;
+        let at_once = self.batcher.scores_at_once(n_docs, asked_cpu);
+        // A job that stays on the CPU is scored in the same trip to the pool as its FE; one
+        // that may wait for the GPU's turn is scored from a blocking thread instead.
+        let on_pool = self.backends.cpu_only(backend) && !fe_on_gpu;
         let fe_started = Instant::now();
         let produce = {
-            let (backends, ranker) = (Arc::clone(&self.backends), Arc::clone(&ranker));
+            let (backends, batcher) = (Arc::clone(&self.backends), Arc::clone(&self.batcher));
+            let ranker = Arc::clone(&ranker);
             move || {
                 let mut documents = documents;
                 let rows = {
@@ -251,13 +253,25 @@ impl RankEngine {
                     rows_of(&backends, &ranker, &mut documents, fe_on_gpu)
                 };
                 let fe_done = Instant::now();
-                let scored = match (&rows, at_once) {
-                    (Ok(Some((rows, _))), true) => Some(score_now(
-                        &backends, &ranker, rows, n_docs, backend, deadline, fe_done,
-                    )),
-                    _ => None,
-                };
-                (documents, rows, fe_done, scored)
+                let scoring = rows.map(|rows| {
+                    rows.map(|(features, fe_backend)| {
+                        let kept = keep_rows.then(|| features.clone());
+                        let job = Job {
+                            ranker,
+                            features,
+                            n_docs,
+                            backend,
+                            deadline,
+                            submitted: fe_done,
+                        };
+                        let scoring = match on_pool {
+                            true => Scoring::Submitted(batcher.run(job, at_once)),
+                            false => Scoring::Later(job),
+                        };
+                        (fe_backend, kept, scoring)
+                    })
+                });
+                (documents, scoring, fe_done)
             }
         };
         // FE on the GPU waits for the device's turn: not on a pool thread.
@@ -270,17 +284,13 @@ impl RankEngine {
                     .map_err(|err| RankError::Internal(err.to_string())),
             }
         };
-        // The deadline covers the scoring done in the same trip.
-        let (documents, rows, fe_done, scored) = match at_once {
-            true => until(deadline, produced).await??,
-            false => produced.await?,
-        };
+        let (documents, scoring, fe_done) = until(deadline, produced).await??;
         let source = match documents {
             Documents::Source(source) => Some(source),
             _ => None,
         };
-        let (rows, fe_backend) = match rows? {
-            Some(rows) => rows,
+        let (fe_backend, rows, scoring) = match scoring? {
+            Some(produced) => produced,
             None => {
                 let source = source
                     .ok_or_else(|| RankError::Internal("rows withdrawn without a source".into()))?;
@@ -288,28 +298,37 @@ impl RankEngine {
             }
         };
         let fe_us = micros(fe_done - fe_started);
-        let kept = keep_rows.then(|| rows.clone());
-        let scored = match scored {
-            Some(scored) => scored,
-            None => {
-                let work = self
-                    .batcher
-                    .score(ranker, rows, deadline, backend, asked_cpu);
-                until(deadline, work).await?
+        let submitted = match scoring {
+            Scoring::Submitted(submitted) => submitted,
+            Scoring::Later(job) => {
+                let batcher = Arc::clone(&self.batcher);
+                tokio::task::spawn_blocking(move || batcher.run(job, at_once))
+                    .await
+                    .map_err(|err| RankError::Internal(err.to_string()))?
             }
-        }
-        .map_err(|err| match err {
-            ScoreError::DeadlineExceeded => RankError::DeadlineExceeded,
-            ScoreError::Internal(detail) => RankError::Internal(detail),
-        })?;
+        };
+        let scored = until(deadline, submitted.answer())
+            .await?
+            .map_err(|err| match err {
+                ScoreError::DeadlineExceeded => RankError::DeadlineExceeded,
+                ScoreError::Internal(detail) => RankError::Internal(detail),
+            })?;
         Ok(Ranked::Scored {
             scored,
             fe_us,
             fe_backend,
-            rows: kept,
+            rows,
             source,
         })
     }
+}
+
+/// Where a job's scoring stands after its FE.
+enum Scoring {
+    /// Scored, or queued for its ranker's next batch.
+    Submitted(Submitted),
+    /// To be submitted from a thread that may wait for the GPU.
+    Later(Job),
 }
 
 /// The rows of `documents` for `ranker`, and where they were produced.
@@ -350,7 +369,7 @@ mod tests {
     use crate::rank::fe::{synth_corpus_stats, synth_hit_documents, synth_query};
 
     /// The bundled medium ranker, from a store over `rankers/`, and an engine on it.
-    fn engine(fe_backend: Backend, window_us: u64) -> (RankEngine, Arc<LoadedRanker>) {
+    fn engine(fe_backend: Backend, batching: bool) -> (RankEngine, Arc<LoadedRanker>) {
         let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers");
         let store = RankerStore::open(&dir, 1 << 30).unwrap();
         let loaded = store.get("medium").unwrap();
@@ -358,7 +377,7 @@ mod tests {
             threads: 2,
             fe_backend,
             batch: BatchConfig {
-                window: std::time::Duration::from_micros(window_us),
+                batching,
                 max_docs: 4096,
             },
             gpu_cache_bytes: 1 << 30,
@@ -408,8 +427,8 @@ mod tests {
     /// scores those rows give as rows; a passed deadline is refused.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn hits_and_rows_rank_alike_batched_or_at_once() {
-        for window_us in [0, 200] {
-            let (engine, loaded) = engine(Backend::Cpu, window_us);
+        for batching in [false, true] {
+            let (engine, loaded) = engine(Backend::Cpu, batching);
             let batch = hits(300, 3);
             let resolver = loaded.fe.as_ref().unwrap();
             let mut want_rows = vec![0.0; 300 * resolver.len()];
@@ -446,8 +465,8 @@ mod tests {
         ) else {
             return;
         };
-        let (cpu, loaded) = engine(Backend::Cpu, 0);
-        let (gpu, _) = engine(Backend::Gpu, 0);
+        let (cpu, loaded) = engine(Backend::Cpu, false);
+        let (gpu, _) = engine(Backend::Gpu, false);
         gpu.install_gpu(Executor::new(device));
         let over_limit = crate::rank::gpu::fe::MAX_TERMS + 1;
         for (terms, fe_on) in [(3, Processor::Gpu), (over_limit, Processor::Cpu)] {

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Batching A/B (issue 25): /v1/rank with the medium ranker, 10, 100 and 1 000 hit documents per
+# request (`rankserve requests synth`), 1, 4, 16 and 64 closed-loop clients (`rankserve replay`),
+# against three servers started once and measured in turn, ROUNDS times, so that their figures
+# come from the same minutes:
+#   window  OLD binary, its default 200 µs batching window (RANKSERVE_BATCH_WINDOW_US=200)
+#   off     NEW binary, batching off (every request scored at once)
+#   load    NEW binary, its default: batches formed only under load
+# Prints a markdown table: per size and load, each server's client p50 / p99 (µs) and throughput
+# (requests/s), medians over rounds; the raw replays stay in $OUT.
+#
+#   bash scripts/batching_ab.sh NEW OLD [SECONDS] [ROUNDS]    # default 3 s, 2 rounds
+#
+# BACKEND (default cpu; auto uses the GPU where the crossover says so) is every server's.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+new=$1
+old=$2
+seconds=${3:-3}
+rounds=${4:-2}
+backend=${BACKEND:-cpu}
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+sizes="10 100 1000"
+loads="1 4 16 64"
+for docs in $sizes; do
+  "$new" requests synth --ranker medium --docs "$docs" --count 64 --out "$work/medium-$docs.msgpack" >/dev/null
+done
+
+declare -A port=([window]=18601 [off]=18602 [load]=18603)
+RANKSERVE_BATCH_WINDOW_US=200 "$old" serve --addr "127.0.0.1:${port[window]}" --backend "$backend" \
+  --rankers rankers >"$out/serve-window.log" 2>&1 &
+RANKSERVE_BATCHING=false "$new" serve --addr "127.0.0.1:${port[off]}" --backend "$backend" \
+  --rankers rankers >"$out/serve-off.log" 2>&1 &
+"$new" serve --addr "127.0.0.1:${port[load]}" --backend "$backend" --rankers rankers \
+  >"$out/serve-load.log" 2>&1 &
+for name in window off load; do
+  for _ in $(seq 300); do
+    curl -sf "http://127.0.0.1:${port[$name]}/readyz" >/dev/null && break
+    sleep 0.1
+  done
+done
+
+for round in $(seq "$rounds"); do
+  for docs in $sizes; do
+    for clients in $loads; do
+      for name in window off load; do
+        "$new" replay --url "http://127.0.0.1:${port[$name]}" --log "$work/medium-$docs.msgpack" \
+          --concurrency "$clients" --duration "$seconds" --json \
+          >"$out/r$round-$docs-$clients-$name.json"
+      done
+    done
+  done
+done
+
+python3 - "$out" "$rounds" "$sizes" "$loads" "$backend" <<'PY'
+import json, statistics, sys
+out, rounds, sizes, loads, backend = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split(), sys.argv[5]
+names = ["window", "off", "load"]
+print(f"backend {backend}; medians of {rounds} rounds; p50 / p99 µs, throughput requests/s")
+print("| documents | clients | " + " | ".join(f"{n}: p50 / p99 / rps" for n in names) + " | load p50 vs off | load rps vs best other |")
+print("|---|---|" + "---|" * (len(names) + 2))
+for docs in sizes:
+    for clients in loads:
+        cells, med = [], {}
+        for n in names:
+            runs = [json.load(open(f"{out}/r{r}-{docs}-{clients}-{n}.json")) for r in range(1, rounds + 1)]
+            errors = sum(sum(r["errors"].values()) for r in runs)
+            p50 = statistics.median(r["latency_us"]["p50"] for r in runs)
+            p99 = statistics.median(r["latency_us"]["p99"] for r in runs)
+            rps = statistics.median(r["throughput_rps"] for r in runs)
+            med[n] = (p50, p99, rps)
+            cells.append(f"{p50:.0f} / {p99:.0f} / {rps:.0f}" + (f" ({errors} errors)" if errors else ""))
+        vs_off = 100 * (med["load"][0] / med["off"][0] - 1)
+        vs_best = 100 * (med["load"][2] / max(med["window"][2], med["off"][2]) - 1)
+        print(f"| {docs} | {clients} | " + " | ".join(cells) + f" | {vs_off:+.1f} % | {vs_best:+.1f} % |")
+PY

@@ -31,12 +31,14 @@ for docs in $sizes; do
 done
 
 declare -A port=([window]=18601 [off]=18602 [load]=18603)
-RANKSERVE_BATCH_WINDOW_US=200 "$old" serve --addr "127.0.0.1:${port[window]}" --backend "$backend" \
-  --rankers rankers >"$out/serve-window.log" 2>&1 &
-RANKSERVE_BATCHING=false "$new" serve --addr "127.0.0.1:${port[off]}" --backend "$backend" \
-  --rankers rankers >"$out/serve-off.log" 2>&1 &
-"$new" serve --addr "127.0.0.1:${port[load]}" --backend "$backend" --rankers rankers \
-  >"$out/serve-load.log" 2>&1 &
+# Each server its own data directory: they start together and each builds the demo index.
+serve() {
+  "$1" serve --addr "127.0.0.1:${port[$2]}" --backend "$backend" --rankers rankers \
+    --data-dir "$work/data-$2" >"$out/serve-$2.log" 2>&1 &
+}
+RANKSERVE_BATCH_WINDOW_US=200 serve "$old" window
+RANKSERVE_BATCHING=false serve "$new" off
+serve "$new" load
 for name in window off load; do
   for _ in $(seq 300); do
     curl -sf "http://127.0.0.1:${port[$name]}/readyz" >/dev/null && break

@@ -1,23 +1,31 @@
-//! Batches that form only under load (flat combining), per ranker.
+//! Batches that form only under load (flat combining), per ranker, for the jobs that may run on
+//! the GPU.
 //!
-//! A job whose ranker has no batch running is scored at once, on the thread that submits it
-//! (for `/v1/rank`, the CPU pool thread that just extracted its features): an idle engine holds
-//! nobody. Jobs that arrive while a batch of their ranker runs queue, and when that batch ends
-//! the queue is run as the next batch (at most `max_batch_docs` documents, jobs of the same
-//! ranker version and backend, in arrival order) by a drain thread that keeps going until the
-//! queue is empty. Waiting jobs hold no thread: each awaits its answer.
+//! A job whose ranker has no batch running is scored at once, on the thread that submits it:
+//! an idle engine holds nobody. Jobs that arrive while a batch of their ranker runs queue, and
+//! when that batch ends the queue is run as the next batch (at most `max_batch_docs` documents,
+//! jobs of the same ranker version and backend, in arrival order) by a drain thread that keeps
+//! going until the queue is empty. Waiting jobs hold no thread: each awaits its answer. The
+//! device runs one batch at a time anyway; merging the jobs that wait for it shares a launch,
+//! and lets small requests together pass the ranker's crossover.
 //!
-//! There is no window: a batch never waits for more jobs. Measured (docs/benchmarks.md,
-//! "Batching"), a 200 µs window made small requests several times slower at one client and
-//! gained nothing at 64; batches formed under load merge as many jobs as the wait a window
-//! would have added.
+//! A job that can only run on the CPU (`backend=cpu`, or no GPU) is never batched: the CPU
+//! scores rows independently at the same cost per row in a batch or alone, so a batch only
+//! serialises requests that the pool would score side by side. Measured (docs/benchmarks.md,
+//! "Batching"): CPU batches formed under load cost up to a quarter of the throughput at 4
+//! clients against scoring each request at once.
+//!
+//! There is no window: a batch never waits for more jobs. A 200 µs window made small requests
+//! up to 1.8 times slower at one client (same table); batches formed under load merge the jobs
+//! that a window would have waited for.
 //!
 //! Work nobody will read is skipped: a queued job whose caller has gone (its deadline fired and
 //! the handler answered 504) or whose deadline has passed is dropped when its batch is formed.
 //! A document's score never depends on its batch-mates: both backends score rows independently.
 //!
-//! Bypass (scored at once, never queued): batching off, `backend=cpu` asked for by the request,
-//! and jobs that fill a batch on their own (at least `max_batch_docs` documents).
+//! Bypass (scored at once, never queued): batching off, a job that can only run on the CPU
+//! (`backend=cpu` asked for by the request or configured, or no GPU), and jobs that fill a
+//! batch on their own (at least `max_batch_docs` documents).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -127,10 +135,14 @@ impl Batcher {
         }
     }
 
-    /// Whether a job of `n_docs` documents is scored at once, never queued: batching is off,
-    /// the request asked for the CPU itself (`bypass`), or it fills a batch alone.
-    pub fn scores_at_once(&self, n_docs: usize, bypass: bool) -> bool {
-        bypass || !self.config.batching || n_docs >= self.config.max_docs
+    /// Whether a job of `n_docs` documents on `backend` is scored at once, never queued:
+    /// batching is off, the request asked for the CPU itself (`bypass`), the job can only run
+    /// on the CPU, or it fills a batch alone.
+    pub fn scores_at_once(&self, n_docs: usize, backend: Backend, bypass: bool) -> bool {
+        bypass
+            || !self.config.batching
+            || self.backends.cpu_only(backend)
+            || n_docs >= self.config.max_docs
     }
 
     /// Scores `job` at once when `at_once` ([`Batcher::scores_at_once`]), else as
@@ -326,7 +338,7 @@ mod tests {
                 [..n_docs * width]
                 .to_vec(),
             n_docs,
-            backend: Backend::Cpu,
+            backend: Backend::Auto,
             deadline: None,
             submitted: Instant::now(),
         }

@@ -236,7 +236,7 @@ impl RankEngine {
             Documents::Hits(batch) => self.backends.fe_on_gpu(&ranker, batch),
             _ => false,
         };
-        let at_once = self.batcher.scores_at_once(n_docs, asked_cpu);
+        let at_once = self.batcher.scores_at_once(n_docs, backend, asked_cpu);
         // A job that stays on the CPU is scored in the same trip to the pool as its FE; one
         // that may wait for the GPU's turn is scored from a blocking thread instead.
         let on_pool = self.backends.cpu_only(backend) && !fe_on_gpu;
@@ -423,10 +423,10 @@ mod tests {
         values.iter().map(|v| v.to_bits()).collect()
     }
 
-    /// Hit documents through the engine (batched or at once) give the rows FE gives and the
+    /// Hit documents through the engine (batching on or off) give the rows FE gives and the
     /// scores those rows give as rows; a passed deadline is refused.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn hits_and_rows_rank_alike_batched_or_at_once() {
+    async fn hits_and_rows_rank_alike_with_batching_on_or_off() {
         for batching in [false, true] {
             let (engine, loaded) = engine(Backend::Cpu, batching);
             let batch = hits(300, 3);

@@ -476,11 +476,11 @@ mod tests {
             assert_eq!(value(&format!("{}3", "-".repeat(n)), &doc), 3.0);
             let ln_exp = (0..n / 2).fold(0.5f32, |v, _| v.exp().ln());
             assert_eq!(value(&nested("ln(exp(", "0.5", "))", n / 2), &doc), ln_exp);
+            // ln of a negative is NaN after a few steps; its sign bit is the platform's (and
+            // the optimiser's) choice, so NaN is compared as NaN.
             let ln_of_ln = (0..n).fold(7f32, |v, _| v.ln());
-            assert_eq!(
-                value(&nested("ln(", "\"odd-name\"", ")", n), &doc).to_bits(),
-                ln_of_ln.to_bits()
-            );
+            let got = value(&nested("ln(", "\"odd-name\"", ")", n), &doc);
+            assert!(got.to_bits() == ln_of_ln.to_bits() || (got.is_nan() && ln_of_ln.is_nan()));
             // A chain of binary operators nests one level per operator, as it evaluates.
             let sum = vec!["1"; n + 1].join(" + ");
             assert_eq!(value(&sum, &doc), (n + 1) as f32);

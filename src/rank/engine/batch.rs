@@ -4,8 +4,9 @@
 //! A job whose ranker has no batch running is scored at once, on the thread that submits it:
 //! an idle engine holds nobody. Jobs that arrive while a batch of their ranker runs queue, and
 //! when that batch ends the queue is run as the next batch (at most `max_batch_docs` documents,
-//! jobs of the same ranker version and backend, in arrival order) by a drain thread that keeps
-//! going until the queue is empty. Waiting jobs hold no thread: each awaits its answer. The
+//! jobs of the same ranker version and backend, in arrival order) by the same thread, which
+//! answers each job as its batch ends and keeps going until the queue is empty. Waiting jobs
+//! hold no thread: each awaits its answer. The
 //! device runs one batch at a time anyway; merging the jobs that wait for it shares a launch,
 //! and lets small requests together pass the ranker's crossover.
 //!
@@ -73,26 +74,8 @@ pub enum ScoreError {
     Internal(String),
 }
 
-/// The answer of a submitted job: scored now, or queued for the next batch.
-pub enum Submitted {
-    Scored(Result<Scored, ScoreError>),
-    Queued(oneshot::Receiver<Result<Scored, ScoreError>>),
-}
-
-impl Submitted {
-    /// The job's answer, once its batch has run.
-    ///
-    /// # Errors
-    /// As [`score_now`]; [`ScoreError::Internal`] when its batch ended without answering it.
-    pub async fn answer(self) -> Result<Scored, ScoreError> {
-        match self {
-            Submitted::Scored(answer) => answer,
-            Submitted::Queued(answer) => answer.await.map_err(|_| {
-                ScoreError::Internal("the batch holding the request ended without it".into())
-            })?,
-        }
-    }
-}
+/// Where a job's answer goes.
+pub type Reply = oneshot::Sender<Result<Scored, ScoreError>>;
 
 /// One caller's rows, to be scored.
 pub struct Job {
@@ -109,7 +92,7 @@ pub struct Job {
 /// A job waiting for the next batch of its ranker, and where its answer goes.
 struct Queued {
     job: Job,
-    reply: oneshot::Sender<Result<Scored, ScoreError>>,
+    reply: Reply,
 }
 
 /// A ranker's batches: whether one is running, and the jobs that arrived meanwhile.
@@ -145,49 +128,37 @@ impl Batcher {
             || n_docs >= self.config.max_docs
     }
 
-    /// Scores `job` at once when `at_once` ([`Batcher::scores_at_once`]), else as
+    /// Answers `job` into `reply`: at once when `at_once` ([`Batcher::scores_at_once`]), else as
     /// [`Batcher::submit`] does. Blocking, as that.
-    pub fn run(&self, job: Job, at_once: bool) -> Submitted {
+    pub fn run(&self, job: Job, at_once: bool, reply: Reply) {
         match at_once {
-            true => Submitted::Scored(score_now(&self.backends, &job)),
-            false => self.submit(job),
+            true => {
+                record_batch(job.n_docs, 1);
+                let _ = reply.send(score_now(&self.backends, &job));
+            }
+            false => self.submit(job, reply),
         }
     }
 
-    /// Scores `job` on the calling thread when its ranker has no batch running (then runs, on a
-    /// drain thread, the jobs that queued meanwhile); otherwise queues it for the next batch.
-    /// Blocking while it scores: call it from the CPU pool for a job that stays on the CPU, from
-    /// a blocking thread for one that may wait for the GPU's turn.
-    pub fn submit(&self, job: Job) -> Submitted {
+    /// Scores `job` on the calling thread when its ranker has no batch running, answers it, and
+    /// goes on running, batch after batch, the jobs that queued meanwhile until none is left
+    /// (flat combining: whoever found the lane idle serves it); otherwise queues `job` for the
+    /// next batch, whose runner answers it. Blocking while it scores: call it from a thread that
+    /// may wait for the GPU's turn, not from the CPU pool.
+    pub fn submit(&self, job: Job, reply: Reply) {
         let lane = self.lane_of(&job.ranker.name);
         {
             let mut state = lane.lock();
             if state.running {
-                let (reply, answer) = oneshot::channel();
                 state.queued.push_back(Queued { job, reply });
-                return Submitted::Queued(answer);
+                return;
             }
             state.running = true;
         }
-        let scored = score_now(&self.backends, &job);
-        record_batch(job.n_docs, 1);
-        self.end_batch(&job.ranker.name, lane);
-        Submitted::Scored(scored)
-    }
-
-    /// Ends the running batch of `lane` (ranker `name`'s): the jobs queued meanwhile run on a
-    /// drain thread, batch after batch, until none is left; without any the lane is idle.
-    fn end_batch(&self, name: &str, lane: Arc<Mutex<Lane>>) {
-        if !lane_ends(&lane) {
-            return;
-        }
-        let (backends, max_docs) = (Arc::clone(&self.backends), self.config.max_docs);
-        let spawned = std::thread::Builder::new()
-            .name(format!("batch-{name}"))
-            .spawn(move || drain(&lane, &backends, max_docs));
-        if let Err(err) = spawned {
-            // The queued jobs' callers learn it when their answer channels close.
-            tracing::error!(error = %err, "no thread for the queued batch");
+        score_batch(vec![Queued { job, reply }], &self.backends);
+        while lane_ends(&lane) {
+            let batch = next_batch(&mut lane.lock(), self.config.max_docs);
+            score_batch(batch, &self.backends);
         }
     }
 
@@ -196,8 +167,8 @@ impl Batcher {
     }
 }
 
-/// Ends a batch of `lane`: `true` when jobs queued meanwhile (the lane stays running, for a
-/// drain to run them), else the lane is idle again.
+/// Ends a batch of `lane`: `true` when jobs queued meanwhile (the lane stays running, for its
+/// runner to run them next), else the lane is idle again.
 fn lane_ends(lane: &Mutex<Lane>) -> bool {
     let mut state = lane.lock();
     if state.queued.is_empty() {
@@ -205,17 +176,6 @@ fn lane_ends(lane: &Mutex<Lane>) -> bool {
         return false;
     }
     true
-}
-
-/// Runs `lane`'s queued jobs in batches until none is left.
-fn drain(lane: &Mutex<Lane>, backends: &Backends, max_docs: usize) {
-    loop {
-        let batch = next_batch(&mut lane.lock(), max_docs);
-        score_batch(batch, backends);
-        if !lane_ends(lane) {
-            return;
-        }
-    }
 }
 
 /// The next batch of `lane`: the first queued job and those after it of the same ranker version
@@ -375,33 +335,44 @@ mod tests {
         let batcher = Batcher::new(config, Arc::new(Backends::new(1, Backend::Cpu)));
         let alone = rows(&small, 5, 1);
         let want = score_now(&batcher.backends, &alone).unwrap().scores;
-        let Submitted::Scored(Ok(scored)) = batcher.submit(alone) else {
-            panic!("an idle lane queued the job");
-        };
+        let (reply, mut answer) = oneshot::channel();
+        batcher.submit(alone, reply);
+        let scored = answer
+            .try_recv()
+            .expect("an idle lane scores at once")
+            .unwrap();
         assert_eq!(
             (scored.batch_requests, bits(&scored.scores)),
             (1, bits(&want))
         );
 
+        // A batch holds the lane: jobs queue behind it.
         let lane = batcher.lane_of("small");
         lane.lock().running = true;
         let jobs: Vec<Job> = (0..3).map(|i| rows(&small, 4 + i, 10 + i as u64)).collect();
         let want: Vec<_> = (jobs.iter())
             .map(|job| score_now(&batcher.backends, job).unwrap().scores)
             .collect();
-        let queued: Vec<_> = jobs.into_iter().map(|job| batcher.submit(job)).collect();
-        assert!(queued.iter().all(|s| matches!(s, Submitted::Queued(_))));
-        batcher.end_batch("small", Arc::clone(&lane));
-        for (submitted, want) in queued.into_iter().zip(want) {
-            let scored = submitted.answer().await.unwrap();
+        let mut answers: Vec<_> = (jobs.into_iter())
+            .map(|job| {
+                let (reply, answer) = oneshot::channel();
+                batcher.submit(job, reply);
+                answer
+            })
+            .collect();
+        assert!(answers.iter_mut().all(|a| a.try_recv().is_err()), "queued");
+        // The next job to find the lane idle (here: after the batch ends) runs them: its own,
+        // then the queue as one batch.
+        lane.lock().running = false;
+        let (reply, last) = oneshot::channel();
+        batcher.submit(rows(&small, 2, 20), reply);
+        assert_eq!(last.await.unwrap().unwrap().batch_requests, 1);
+        for (answer, want) in answers.into_iter().zip(want) {
+            let scored = answer.await.unwrap().unwrap();
             assert_eq!((scored.batch_requests, scored.batch_docs), (3, 4 + 5 + 6));
             assert_eq!(bits(&scored.scores), bits(&want));
         }
-        let idle = Instant::now() + Duration::from_secs(5);
-        while lane.lock().running {
-            assert!(Instant::now() < idle, "the drain left the lane running");
-            std::thread::sleep(Duration::from_millis(1));
-        }
+        assert!(!lane.lock().running, "the runner left the lane running");
     }
 
     /// A batch takes queued jobs in order while they share the first one's ranker version and

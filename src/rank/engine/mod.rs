@@ -31,7 +31,8 @@ use crate::gpu::Executor;
 use crate::rank::fe::{CorpusStats, HitDocument, QueryInfo};
 use crate::rank::gpu::cache::GpuRankerCache;
 use crate::rank::store::{LoadedRanker, RankerStore};
-use batch::{micros, Batcher, Job, Submitted};
+use batch::{micros, Batcher, Job};
+use tokio::sync::oneshot;
 
 /// How the engine runs.
 #[derive(Debug, Clone, Copy)]
@@ -265,7 +266,11 @@ impl RankEngine {
                             submitted: fe_done,
                         };
                         let scoring = match on_pool {
-                            true => Scoring::Submitted(batcher.run(job, at_once)),
+                            true => {
+                                let (reply, answer) = oneshot::channel();
+                                batcher.run(job, at_once, reply);
+                                Scoring::Answer(answer)
+                            }
                             false => Scoring::Later(job),
                         };
                         (fe_backend, kept, scoring)
@@ -298,17 +303,20 @@ impl RankEngine {
             }
         };
         let fe_us = micros(fe_done - fe_started);
-        let submitted = match scoring {
-            Scoring::Submitted(submitted) => submitted,
+        let answer = match scoring {
+            Scoring::Answer(answer) => answer,
+            // The thread that finds the ranker's lane idle may go on running the batches queued
+            // behind this job: its answer comes through the channel, not the task's end.
             Scoring::Later(job) => {
+                let (reply, answer) = oneshot::channel();
                 let batcher = Arc::clone(&self.batcher);
-                tokio::task::spawn_blocking(move || batcher.run(job, at_once))
-                    .await
-                    .map_err(|err| RankError::Internal(err.to_string()))?
+                tokio::task::spawn_blocking(move || batcher.run(job, at_once, reply));
+                answer
             }
         };
-        let scored = until(deadline, submitted.answer())
+        let scored = until(deadline, answer)
             .await?
+            .map_err(|_| RankError::Internal("scoring ended without an answer".into()))?
             .map_err(|err| match err {
                 ScoreError::DeadlineExceeded => RankError::DeadlineExceeded,
                 ScoreError::Internal(detail) => RankError::Internal(detail),
@@ -325,8 +333,8 @@ impl RankEngine {
 
 /// Where a job's scoring stands after its FE.
 enum Scoring {
-    /// Scored, or queued for its ranker's next batch.
-    Submitted(Submitted),
+    /// Scored, or queued for its ranker's next batch: its answer to come.
+    Answer(oneshot::Receiver<Result<Scored, ScoreError>>),
     /// To be submitted from a thread that may wait for the GPU.
     Later(Job),
 }

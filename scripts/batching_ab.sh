@@ -11,7 +11,8 @@
 #
 #   bash scripts/batching_ab.sh NEW OLD [SECONDS] [ROUNDS]    # default 3 s, 2 rounds
 #
-# BACKEND (default cpu; auto uses the GPU where the crossover says so) is every server's.
+# BACKEND (default cpu; auto uses the GPU where the crossover says so) is every server's;
+# LOAD_ARGS are added to the load server's (e.g. "--max-batch-docs 1024").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 new=$1
@@ -34,11 +35,12 @@ declare -A port=([window]=18601 [off]=18602 [load]=18603)
 # Each server its own data directory: they start together and each builds the demo index.
 serve() {
   "$1" serve --addr "127.0.0.1:${port[$2]}" --backend "$backend" --rankers rankers \
-    --data-dir "$work/data-$2" >"$out/serve-$2.log" 2>&1 &
+    --data-dir "$work/data-$2" "${@:3}" >"$out/serve-$2.log" 2>&1 &
 }
 RANKSERVE_BATCH_WINDOW_US=200 serve "$old" window
 RANKSERVE_BATCHING=false serve "$new" off
-serve "$new" load
+# shellcheck disable=SC2086
+serve "$new" load ${LOAD_ARGS:-}
 for name in window off load; do
   for _ in $(seq 300); do
     curl -sf "http://127.0.0.1:${port[$name]}/readyz" >/dev/null && break

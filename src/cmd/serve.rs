@@ -82,7 +82,8 @@ pub struct Args {
     /// or false (every request scored at once) [default: true].
     #[arg(long)]
     batching: Option<String>,
-    /// Most documents in one batch [default: 4096].
+    /// Most documents in one batch; a request of at least this many is scored alone
+    /// [default: 1024].
     #[arg(long)]
     max_batch_docs: Option<String>,
     /// Deadline of a request without timeout_ms; 0 for none [default: 10000].

@@ -13,12 +13,12 @@
 //! A job that can only run on the CPU (`backend=cpu`, or no GPU) is never batched: the CPU
 //! scores rows independently at the same cost per row in a batch or alone, so a batch only
 //! serialises requests that the pool would score side by side. Measured (docs/benchmarks.md,
-//! "Batching"): CPU batches formed under load cost up to a quarter of the throughput at 4
-//! clients against scoring each request at once.
+//! "Batching", the 2-core development machine): CPU batches formed under load cost 19–27 % of
+//! the throughput at 4 clients against scoring each request at once.
 //!
-//! There is no window: a batch never waits for more jobs. A 200 µs window made small requests
-//! up to 1.8 times slower at one client (same table); batches formed under load merge the jobs
-//! that a window would have waited for.
+//! There is no window: a batch never waits for more jobs. The old 200 µs window made requests
+//! of 10–100 documents 1.6–2.3 times slower at one client (same page); batches formed under
+//! load merge the jobs that a window would have waited for.
 //!
 //! Work nobody will read is skipped: a queued job whose caller has gone (its deadline fired and
 //! the handler answered 504) or whose deadline has passed is dropped when its batch is formed.

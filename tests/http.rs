@@ -1279,3 +1279,38 @@ async fn gpu_fault_falls_back_to_the_cpu() {
     let metrics = rankserve::server::metrics::handle().render();
     assert!(metrics.contains("rankserve_gpu_fallback_total{stage=\"rank\",reason=\"gpu_error\"}"));
 }
+
+/// A ranker or feature name of megabytes comes back cut to its first 64 characters and its
+/// length, not whole, in the reply (and so in the log line).
+#[tokio::test]
+async fn huge_names_in_a_request_are_quoted_cut() {
+    let s = server_with(|_| {});
+    let long = "n".repeat(100_000);
+    let cut = format!("{}… (100000 bytes)", "n".repeat(64));
+    expect_error(
+        &s.app,
+        post(
+            "/v1/rank",
+            "application/json",
+            json(&rank_request(&long, &random_features(1, 4, 1), 4)),
+        ),
+        StatusCode::BAD_REQUEST,
+        "bad_ranker_name",
+        &format!("invalid ranker name {cut:?}: expected 1 to 64 characters of A-Z a-z 0-9 _ -"),
+    )
+    .await;
+    let mut request = rank_request("small", &random_features(1, 4, 1), 4);
+    request.documents[0].features = Some(FeatureValues::Named(
+        [(long.clone(), Some(1.0))].into_iter().collect(),
+    ));
+    expect_error(
+        &s.app,
+        post("/v1/rank", "application/json", json(&request)),
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        &format!(
+            "documents[0].features.{cut}: unknown feature: ranker \"small\" has no feature {cut:?}"
+        ),
+    )
+    .await;
+}

@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use super::format::{BodyError, Format};
 use super::msgpack_rank::{self, Framed};
 use super::{FeatureValues, RankDocument, RankRequest};
+use crate::rank::cut_input;
 use crate::rank::engine::RowSource;
 use crate::rank::fe::fill_rows_in_chunks;
 use crate::rank::store::LoadedRanker;
@@ -242,6 +243,7 @@ fn fill_rows(
                 });
                 for (name, value) in values {
                     let Some(&j) = index.get(name.as_str()) else {
+                        let name = cut_input(name);
                         return Err(invalid(format!(
                             "documents[{i}].features.{name}: unknown feature: ranker {:?} has no feature {name:?}",
                             loaded.name

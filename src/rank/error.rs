@@ -2,7 +2,21 @@
 //! `inputs[17].upper` or `ensemble.trees[3].nodes[12].left`, or a line and column of the JSON) and
 //! what was expected.
 
+use std::borrow::Cow;
+
 use crate::rank::freeform::FreeFormError;
+
+/// The most characters of a client's input (a ranker or feature name) that an error quotes.
+pub const QUOTED_CHARS: usize = 64;
+
+/// `input` as an error quotes it: whole up to [`QUOTED_CHARS`] characters, else cut there with
+/// its length said, so that a name of megabytes never comes back whole in a reply or a log line.
+pub fn cut_input(input: &str) -> Cow<'_, str> {
+    match input.char_indices().nth(QUOTED_CHARS) {
+        None => Cow::Borrowed(input),
+        Some((cut, _)) => Cow::Owned(format!("{}… ({} bytes)", &input[..cut], input.len())),
+    }
+}
 
 /// Why a ranker file (native, or an import) was rejected.
 #[derive(Debug, thiserror::Error, PartialEq)]
@@ -51,5 +65,19 @@ impl RankerError {
             column: err.column(),
             message,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_input_is_cut_at_a_character_boundary_with_its_length() {
+        assert_eq!(cut_input("small"), "small");
+        let exact = "é".repeat(QUOTED_CHARS);
+        assert_eq!(cut_input(&exact), exact);
+        let long = format!("{exact}x");
+        assert_eq!(cut_input(&long), format!("{exact}… (129 bytes)"));
     }
 }

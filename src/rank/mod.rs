@@ -27,4 +27,4 @@ pub mod plan;
 pub mod store;
 pub mod synth;
 
-pub use error::RankerError;
+pub use error::{cut_input, RankerError};

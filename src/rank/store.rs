@@ -176,7 +176,7 @@ impl RankerStore {
             Ok(())
         } else {
             Err(StoreError::BadName {
-                name: name.to_string(),
+                name: crate::rank::cut_input(name).into_owned(),
             })
         }
     }

@@ -134,6 +134,37 @@ pub fn estimate_bytes(ranker: &Ranker) -> u64 {
     (size_of::<Ranker>() + features + inputs + layers + ensemble) as u64
 }
 
+/// How old an upload's temporary file must be to count as left by a crash: an upload writes and
+/// renames it within a request, and another process serving the same directory may be writing
+/// one now.
+const STALE_UPLOAD: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Removes the temporary files of uploads that never finished (the process was killed between
+/// writing and renaming): they are never read, and would stay for ever. Failures are logged.
+fn remove_stale_uploads(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if !(name.starts_with(".upload-") && name.ends_with(".tmp")) {
+            continue;
+        }
+        let age = (entry.metadata().and_then(|m| m.modified()))
+            .ok()
+            .and_then(|modified| modified.elapsed().ok());
+        if age.is_some_and(|age| age >= STALE_UPLOAD) {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => tracing::info!(file = %entry.path().display(), "stale upload removed"),
+                Err(err) => {
+                    tracing::warn!(file = %entry.path().display(), error = %err, "stale upload not removed")
+                }
+            }
+        }
+    }
+}
+
 /// Rankers on disk and their CPU cache.
 pub struct RankerStore {
     dir: PathBuf,
@@ -154,6 +185,7 @@ impl RankerStore {
             path: dir.to_path_buf(),
             source,
         })?;
+        remove_stale_uploads(dir);
         Ok(RankerStore {
             dir: dir.to_path_buf(),
             cache: Mutex::new(ByteLru::new(cache_budget_bytes)),
@@ -325,6 +357,14 @@ impl RankerStore {
             .tempfile_in(&self.dir)
             .map_err(io)?;
         tmp.write_all(bytes).map_err(io)?;
+        // The temporary file is private (0600); a stored ranker is as readable as the rest.
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            (tmp.as_file())
+                .set_permissions(std::fs::Permissions::from_mode(0o644))
+                .map_err(io)?;
+        }
         tmp.as_file().sync_all().map_err(io)?;
         tmp.persist(&path).map_err(|e| io(e.error))?;
         self.sync_dir()?;
@@ -367,5 +407,45 @@ impl RankerStore {
     pub fn cache_stats(&self) -> (LruStats, u64, u64) {
         let cache = self.cache.lock();
         (cache.stats(), cache.resident_bytes(), cache.budget_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An upload's temporary file left by a crash is removed when the store opens, a fresh one
+    /// (another process's upload under way) is not; a stored ranker is readable by all.
+    #[test]
+    fn stale_uploads_go_at_open_and_stored_rankers_are_0644() {
+        let dir = tempfile::tempdir().unwrap();
+        let stale = dir.path().join(".upload-crashed.tmp");
+        let fresh = dir.path().join(".upload-writing.tmp");
+        std::fs::write(&stale, b"{").unwrap();
+        std::fs::write(&fresh, b"{").unwrap();
+        let old = std::time::SystemTime::now() - 2 * STALE_UPLOAD;
+        std::fs::File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        let store = RankerStore::open(dir.path(), 1 << 20).unwrap();
+        assert!(!stale.exists() && fresh.exists());
+
+        let small = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers/small.json"),
+        )
+        .unwrap();
+        store.put("small", &small).unwrap();
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = std::fs::metadata(dir.path().join("small.json"))
+                .unwrap()
+                .permissions()
+                .mode();
+            assert_eq!(mode & 0o777, 0o644);
+        }
     }
 }

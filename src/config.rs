@@ -23,7 +23,7 @@
 //! | `gpu_select_batch` | `RANKSERVE_GPU_SELECT_BATCH` | 16 (the most GPU selections that run as one batch: the queries that arrived while the device was busy; 1: each alone) |
 //! | `queue_capacity` | `RANKSERVE_QUEUE_CAPACITY` | 256 requests per ranker |
 //! | `batching` | `RANKSERVE_BATCHING` | `true` (requests that arrive while their ranker's batch runs are merged into the next batch; an idle engine scores a request at once; `false`: every request at once) |
-//! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 1024 (most documents in one batch; a request of at least this many is scored alone. Measured on the H200 host: batches of up to 4 096 documents, four 1 000-document requests merged, lost 10–12 % of the throughput against scoring each alone; at 1 024 they are not merged) |
+//! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 1024 (most documents in one batch; a request of at least this many is scored alone. Measured on the H200 host: batches of up to 4 096 documents, four 1 000-document requests merged, lost 10–12 % of the throughput (9.7 % at 16 clients) against scoring each alone; at 1 024 they are not merged) |
 //! | `default_timeout_ms` | `RANKSERVE_DEFAULT_TIMEOUT_MS` | 10000 (0: none) |
 //! | `log_format` | `RANKSERVE_LOG_FORMAT` | `human` (`human`, `json`) |
 //! | `sample_log` | `RANKSERVE_SAMPLE_LOG` | none (a `.msgpack` or `.jsonl` request log) |

@@ -1,7 +1,8 @@
 //! The device runtime: one CUDA context per process, one [`Executor`] per device (its turns:
 //! the stages' work runs on a device one piece at a time, batched where a [`Combiner`] queues
-//! it), NVRTC-compiled kernel modules, device buffers, and the errors they raise. It knows nothing of rankers or postings: the ranking and
-//! selection stages build their GPU paths (`rank::gpu`, `select::gpu`) on top of it.
+//! it), NVRTC-compiled kernel modules, device buffers, and the errors they raise. It knows
+//! nothing of rankers or postings: the ranking and selection stages build their GPU paths
+//! (`rank::gpu`, `select::gpu`) on top of it.
 //!
 //! The GPU is optional. [`GpuDevice::probe`] checks that the CUDA libraries are present before
 //! any other CUDA call (cudarc panics otherwise), creates the context and compiles every kernel

@@ -154,9 +154,8 @@ impl Backends {
     /// failure runs the CPU's extraction (same values).
     ///
     /// # Errors
-    /// The CPU's [`HitError`] for an invalid batch, and [`HitError::OutputLength`] never (the
-    /// rows are sized here); a ranker whose features FE cannot produce is the caller's to
-    /// refuse before (its [`HitError`] is not one).
+    /// [`FeRefused::Ranker`] when the ranker has a feature FE cannot produce;
+    /// [`FeRefused::Hits`] (the CPU's error) for an invalid batch.
     pub fn extract(
         &self,
         loaded: &LoadedRanker,

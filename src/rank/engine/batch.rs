@@ -132,10 +132,7 @@ impl Batcher {
     /// [`Batcher::submit`] does. Blocking, as that.
     pub fn run(&self, job: Job, at_once: bool, reply: Reply) {
         match at_once {
-            true => {
-                record_batch(job.n_docs, 1);
-                let _ = reply.send(score_now(&self.backends, &job));
-            }
+            true => score_batch(vec![Queued { job, reply }], &self.backends),
             false => self.submit(job, reply),
         }
     }
@@ -163,7 +160,11 @@ impl Batcher {
     }
 
     fn lane_of(&self, name: &str) -> Arc<Mutex<Lane>> {
-        Arc::clone(self.lanes.lock().entry(name.to_string()).or_default())
+        let mut lanes = self.lanes.lock();
+        match lanes.get(name) {
+            Some(lane) => Arc::clone(lane),
+            None => Arc::clone(lanes.entry(name.to_string()).or_default()),
+        }
     }
 }
 
@@ -197,29 +198,6 @@ fn next_batch(lane: &mut Lane, max_docs: usize) -> Vec<Queued> {
         batch.extend(lane.queued.pop_front());
     }
     batch
-}
-
-/// Scores one job's rows now, on the calling thread (its parallel parts on the CPU pool), unless
-/// its deadline passed.
-///
-/// # Errors
-/// [`ScoreError::DeadlineExceeded`] when the deadline passed before scoring started.
-pub fn score_now(backends: &Backends, job: &Job) -> Result<Scored, ScoreError> {
-    if job.deadline.is_some_and(|d| Instant::now() >= d) {
-        return Err(ScoreError::DeadlineExceeded);
-    }
-    let started = Instant::now();
-    let _stage =
-        tracing::debug_span!("score", ranker = %job.ranker.name, documents = job.n_docs).entered();
-    let (scores, ran) = backends.evaluate(&job.ranker, &job.features, job.n_docs, job.backend);
-    Ok(Scored {
-        scores,
-        queue_us: micros(started - job.submitted),
-        eval_us: micros(started.elapsed()),
-        batch_docs: job.n_docs,
-        batch_requests: 1,
-        backend: ran,
-    })
 }
 
 pub(crate) fn micros(d: Duration) -> u64 {
@@ -319,6 +297,13 @@ mod tests {
         }
     }
 
+    /// A job's scores alone.
+    fn evaluate(batcher: &Batcher, job: &Job) -> Vec<f64> {
+        (batcher.backends)
+            .evaluate(&job.ranker, &job.features, job.n_docs, job.backend)
+            .0
+    }
+
     fn bits(scores: &[f64]) -> Vec<u64> {
         scores.iter().map(|s| s.to_bits()).collect()
     }
@@ -334,7 +319,7 @@ mod tests {
         };
         let batcher = Batcher::new(config, Arc::new(Backends::new(1, Backend::Cpu)));
         let alone = rows(&small, 5, 1);
-        let want = score_now(&batcher.backends, &alone).unwrap().scores;
+        let want = evaluate(&batcher, &alone);
         let (reply, mut answer) = oneshot::channel();
         batcher.submit(alone, reply);
         let scored = answer
@@ -350,9 +335,7 @@ mod tests {
         let lane = batcher.lane_of("small");
         lane.lock().running = true;
         let jobs: Vec<Job> = (0..3).map(|i| rows(&small, 4 + i, 10 + i as u64)).collect();
-        let want: Vec<_> = (jobs.iter())
-            .map(|job| score_now(&batcher.backends, job).unwrap().scores)
-            .collect();
+        let want: Vec<_> = (jobs.iter()).map(|job| evaluate(&batcher, job)).collect();
         let mut answers: Vec<_> = (jobs.into_iter())
             .map(|job| {
                 let (reply, answer) = oneshot::channel();

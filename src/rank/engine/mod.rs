@@ -10,11 +10,11 @@
 //! back, or a [`RankError`].
 //!
 //! A job's trip: its rows are produced (FE for hit documents: on the CPU pool, or on the GPU
-//! when `fe_backend` sends them there) and, when the job is scored at once on the CPU anyway
-//! (batching off, `backend=cpu` asked for, a job that fills a batch alone; and no GPU in
-//! play), scored right after on the same pool thread: one trip to the pool, not two. Otherwise
-//! the rows go to the ranker's batching queue ([`batch::Batcher`]), whose batches run on the
-//! backend [`backends::Backends::evaluate`] picks.
+//! when `fe_backend` sends them there). A job that can only run on the CPU is then scored at
+//! once on the same pool thread: one trip to the pool, not two. One that may run on the GPU
+//! goes, from a blocking thread, to its ranker's lane ([`batch::Batcher`]): scored at once when
+//! no batch of that ranker runs, else in the next batch; batches run on the backend
+//! [`backends::Backends::evaluate`] picks.
 
 pub mod backends;
 pub mod batch;

@@ -74,67 +74,188 @@ pub fn import_lightgbm(bytes: &[u8]) -> Result<Ranker, RankerError> {
 
 fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
     let dump: Dump = serde_json::from_slice(bytes).map_err(|e| LIGHTGBM.json(&e))?;
-    if dump.num_class != 1 {
-        return Err(LIGHTGBM.unsupported(
-            "num_class",
-            format!(
-                "a multi-class model ({} classes) has one score per class; a ranker has one \
-                 output, so only num_class = 1 can be imported",
-                dump.num_class
-            ),
-        ));
-    }
-    if dump.num_tree_per_iteration != 1 {
-        return Err(LIGHTGBM.unsupported(
-            "num_tree_per_iteration",
-            format!(
-                "expected 1 (one output), got {}: multi-output models cannot be imported",
-                dump.num_tree_per_iteration
-            ),
-        ));
-    }
-    if dump.average_output {
-        return Err(LIGHTGBM.unsupported(
-            "average_output",
-            "a random-forest model (average_output = true) averages its trees; only summed \
-             ensembles (gbdt, goss, dart) can be imported",
-        ));
-    }
-    let n_features = dump.feature_names.len();
-    // Not `max_feature_idx + 1`: the file's i64::MAX would overflow.
-    if dump.max_feature_idx != n_features as i64 - 1 {
-        return Err(LIGHTGBM.invalid(
-            "max_feature_idx",
-            format!(
-                "expected {} (feature_names has {n_features} names), got {}",
-                n_features as i64 - 1,
-                dump.max_feature_idx
-            ),
-        ));
-    }
-    check_unique_names(LIGHTGBM, "feature_names", &dump.feature_names)?;
+    let header = Header {
+        num_class: i64::from(dump.num_class),
+        num_tree_per_iteration: i64::from(dump.num_tree_per_iteration),
+        max_feature_idx: dump.max_feature_idx,
+        feature_names: dump.feature_names,
+        average_output: dump.average_output,
+    };
+    let features = check_header(LIGHTGBM, header)?;
     let trees = dump
         .tree_info
         .iter()
         .enumerate()
         .map(|(t, info)| {
-            let mut nodes = Vec::new();
             let path = format!("tree_info[{t}].tree_structure");
-            convert(&info.tree_structure, &path, n_features, &mut nodes)?;
-            Ok(Tree { nodes })
+            build_tree(
+                LIGHTGBM,
+                features.len(),
+                (&info.tree_structure, path),
+                read_json_node,
+            )
         })
         .collect::<Result<Vec<_>, ImportError>>()?;
-    Ok(ranker_from_trees(dump.feature_names, trees, 0.0))
+    Ok(ranker_from_trees(features, trees, 0.0))
 }
 
-/// Appends `node` and its subtree to `nodes` in pre-order; returns `node`'s index.
-fn convert(
-    node: &RawNode,
-    path: &str,
+/// The model-level fields both LightGBM formats carry, under the same names.
+pub(super) struct Header {
+    pub(super) num_class: i64,
+    pub(super) num_tree_per_iteration: i64,
+    pub(super) max_feature_idx: i64,
+    pub(super) feature_names: Vec<String>,
+    pub(super) average_output: bool,
+}
+
+/// Refuses what a ranker cannot represent (several outputs, averaged trees) and checks the
+/// feature names; returns them.
+pub(super) fn check_header(format: Format, header: Header) -> Result<Vec<String>, ImportError> {
+    if header.num_class != 1 {
+        return Err(format.unsupported(
+            "num_class",
+            format!(
+                "a multi-class model ({} classes) has one score per class; a ranker has one \
+                 output, so only num_class = 1 can be imported",
+                header.num_class
+            ),
+        ));
+    }
+    if header.num_tree_per_iteration != 1 {
+        return Err(format.unsupported(
+            "num_tree_per_iteration",
+            format!(
+                "expected 1 (one output), got {}: multi-output models cannot be imported",
+                header.num_tree_per_iteration
+            ),
+        ));
+    }
+    if header.average_output {
+        return Err(format.unsupported(
+            "average_output",
+            "a random-forest model (average_output = true) averages its trees; only summed \
+             ensembles (gbdt, goss, dart) can be imported",
+        ));
+    }
+    let n_features = header.feature_names.len();
+    // Not `max_feature_idx + 1`: the file's i64::MAX would overflow.
+    if header.max_feature_idx != n_features as i64 - 1 {
+        return Err(format.invalid(
+            "max_feature_idx",
+            format!(
+                "expected {} (feature_names has {n_features} names), got {}",
+                n_features as i64 - 1,
+                header.max_feature_idx
+            ),
+        ));
+    }
+    check_unique_names(format, "feature_names", &header.feature_names)?;
+    Ok(header.feature_names)
+}
+
+/// A split's rule as LightGBM states it, before it becomes the ranker's [`Decision`].
+pub(super) enum Rule {
+    /// `decision_type` `<=` (text: bit 0 clear).
+    Numerical {
+        threshold: f64,
+        missing: Missing,
+        default_left: bool,
+    },
+    /// `decision_type` `==` (text: bit 0 set): the categories that go left.
+    Categorical(Vec<u32>),
+}
+
+/// One LightGBM node as either format reads it; `C` names a child in that format.
+pub(super) enum LgbNode<C> {
+    Leaf(f64),
+    Split {
+        feature: i64,
+        /// Where `feature` is in the file, for the error when it is out of range.
+        feature_path: String,
+        rule: Rule,
+        left: C,
+        right: C,
+    },
+}
+
+/// Lays out the tree under `root` in pre-order, turning LightGBM's rules into the ranker's
+/// (see the module docs). `read` turns a child reference into its node; it refuses nodes
+/// reached twice where the format could express that.
+pub(super) fn build_tree<C>(
+    format: Format,
     n_features: usize,
-    nodes: &mut Vec<Node>,
-) -> Result<u32, ImportError> {
-    let id = nodes.len();
+    root: C,
+    mut read: impl FnMut(C) -> Result<LgbNode<C>, ImportError>,
+) -> Result<Tree, ImportError> {
+    let mut nodes = Vec::new();
+    // (node, slot in `nodes` of the parent and whether this is its left child)
+    let mut stack = vec![(root, None)];
+    while let Some((src, parent)) = stack.pop() {
+        let id = nodes.len() as u32;
+        if let Some((p, is_left)) = parent {
+            if let Node::Split(split) = &mut nodes[p] {
+                if is_left {
+                    split.left = id;
+                } else {
+                    split.right = id;
+                }
+            }
+        }
+        match read(src)? {
+            LgbNode::Leaf(value) => nodes.push(Node::Leaf(value)),
+            LgbNode::Split {
+                feature,
+                feature_path,
+                rule,
+                left,
+                right,
+            } => {
+                if !(0..n_features as i64).contains(&feature) {
+                    return Err(format.invalid(
+                        feature_path,
+                        format!("expected a feature index in 0..{n_features}, got {feature}"),
+                    ));
+                }
+                let (decision, missing, default_left) = match rule {
+                    Rule::Numerical {
+                        threshold,
+                        missing,
+                        default_left,
+                    } => (
+                        Decision::LeF64(numerical_threshold(threshold)),
+                        missing,
+                        default_left,
+                    ),
+                    Rule::Categorical(mut set) => {
+                        set.sort_unstable();
+                        set.dedup();
+                        // NaN goes right whatever missing_type says (LightGBM 4
+                        // CategoricalDecision).
+                        (Decision::In(set), Missing::Nan, false)
+                    }
+                };
+                let me = nodes.len();
+                nodes.push(Node::Split(Split {
+                    feature: feature as FeatureIdx,
+                    decision,
+                    missing,
+                    default_left,
+                    left: 0,
+                    right: 0,
+                }));
+                // Right pushed first so the left subtree is laid out first (pre-order).
+                stack.push((right, Some((me, false))));
+                stack.push((left, Some((me, true))));
+            }
+        }
+    }
+    Ok(Tree { nodes })
+}
+
+/// A `dump_model()` node and its path.
+fn read_json_node(
+    (node, path): (&RawNode, String),
+) -> Result<LgbNode<(&RawNode, String)>, ImportError> {
     let Some(feature) = node.split_feature else {
         if node.leaf_coeff.is_some() {
             return Err(LIGHTGBM.unsupported(
@@ -145,14 +266,12 @@ fn convert(
         }
         let value = node.leaf_value.ok_or_else(|| {
             LIGHTGBM.invalid(
-                path,
+                &path,
                 "a node needs split_feature (a split) or leaf_value (a leaf), it has neither",
             )
         })?;
-        nodes.push(Node::Leaf(value));
-        return Ok(id as u32);
+        return Ok(LgbNode::Leaf(value));
     };
-    let feature = feature_index(feature, n_features, path)?;
     let field = |name: &str| format!("{path}.{name}");
     let missing_field = |name: &str| LIGHTGBM.invalid(field(name), "missing in a split node");
     let decision_type = node
@@ -163,7 +282,7 @@ fn convert(
         .threshold
         .as_ref()
         .ok_or_else(|| missing_field("threshold"))?;
-    let (decision, missing, default_left) = match decision_type {
+    let rule = match decision_type {
         "<=" => {
             let missing = match node.missing_type.as_deref() {
                 Some("None") => Missing::None,
@@ -186,8 +305,11 @@ fn convert(
                     format!("expected a number for a \"<=\" split, got {threshold}"),
                 )
             })?;
-            let decision = Decision::LeF64(numerical_threshold(threshold));
-            (decision, missing, default_left)
+            Rule::Numerical {
+                threshold,
+                missing,
+                default_left,
+            }
         }
         "==" => {
             let text = threshold.as_str().ok_or_else(|| {
@@ -196,8 +318,7 @@ fn convert(
                     format!("expected a category list like \"1||4||6\", got {threshold}"),
                 )
             })?;
-            // NaN goes right whatever missing_type says (LightGBM 4 CategoricalDecision).
-            (categories(text, &field("threshold"))?, Missing::Nan, false)
+            Rule::Categorical(categories(text, &field("threshold"))?)
         }
         other => {
             return Err(LIGHTGBM.invalid(
@@ -206,37 +327,21 @@ fn convert(
             ))
         }
     };
-    let left_node = node
+    let left = node
         .left_child
         .as_deref()
         .ok_or_else(|| missing_field("left_child"))?;
-    let right_node = node
+    let right = node
         .right_child
         .as_deref()
         .ok_or_else(|| missing_field("right_child"))?;
-    nodes.push(Node::Leaf(0.0)); // replaced below, once the children have indices
-    let left = convert(left_node, &field("left_child"), n_features, nodes)?;
-    let right = convert(right_node, &field("right_child"), n_features, nodes)?;
-    nodes[id] = Node::Split(Split {
+    Ok(LgbNode::Split {
         feature,
-        decision,
-        missing,
-        default_left,
-        left,
-        right,
-    });
-    Ok(id as u32)
-}
-
-fn feature_index(feature: i64, n_features: usize, path: &str) -> Result<FeatureIdx, ImportError> {
-    if (0..n_features as i64).contains(&feature) {
-        Ok(feature as FeatureIdx)
-    } else {
-        Err(LIGHTGBM.invalid(
-            format!("{path}.split_feature"),
-            format!("expected a feature index in 0..{n_features}, got {feature}"),
-        ))
-    }
+        feature_path: field("split_feature"),
+        rule,
+        left: (left, field("left_child")),
+        right: (right, field("right_child")),
+    })
 }
 
 /// The threshold `t'` for which `x <= t'` decides as LightGBM's `zero(x) <= t` does, where
@@ -254,10 +359,9 @@ pub fn numerical_threshold(t: f64) -> f64 {
     }
 }
 
-/// Parses a categorical split's `"a||b||c"` into the sorted, deduplicated set.
-fn categories(text: &str, path: &str) -> Result<Decision, ImportError> {
-    let mut set = text
-        .split("||")
+/// Parses a categorical split's `"a||b||c"`.
+fn categories(text: &str, path: &str) -> Result<Vec<u32>, ImportError> {
+    text.split("||")
         .map(|part| {
             part.trim().parse::<u32>().map_err(|_| {
                 LIGHTGBM.invalid(
@@ -269,10 +373,7 @@ fn categories(text: &str, path: &str) -> Result<Decision, ImportError> {
                 )
             })
         })
-        .collect::<Result<Vec<u32>, _>>()?;
-    set.sort_unstable();
-    set.dedup();
-    Ok(Decision::In(set))
+        .collect()
 }
 
 #[cfg(test)]

@@ -1,8 +1,9 @@
 //! Imports of tree ensembles trained elsewhere: LightGBM `dump_model()` JSON
-//! ([`import_lightgbm`]) and XGBoost `save_model()` JSON ([`import_xgboost`]), each into a
-//! [`Ranker`] whose [`Ranker::ensemble`] holds the trees (no inputs, no layers), reproducing the
-//! library's own decision rules exactly (see each module's docs). [`load_any`] tells the native
-//! format and the two imports apart by the JSON's shape.
+//! ([`import_lightgbm`]) and text model ([`import_lightgbm_text`]), XGBoost `save_model()` JSON
+//! ([`import_xgboost`]) and UBJSON ([`import_xgboost_ubj`]), RankLib LambdaMART/MART XML
+//! ([`import_ranklib`]), each into a [`Ranker`] whose [`Ranker::ensemble`] holds the trees (no
+//! inputs, no layers), reproducing the library's own decision rules (see each module's docs).
+//! [`detect`] tells the formats apart by their bytes, and [`load_any`] loads whichever it is.
 //!
 //! Models a ranker cannot represent exactly are refused, never approximated: multi-class and
 //! multi-target models (a ranker has one output), LightGBM linear trees and averaged (random
@@ -10,16 +11,21 @@
 //! function is not known here.
 
 pub mod lightgbm;
+pub mod lightgbm_text;
+pub mod ranklib;
+mod ubjson;
 pub mod xgboost;
 
 pub use lightgbm::import_lightgbm;
-pub use xgboost::import_xgboost;
+pub use lightgbm_text::import_lightgbm_text;
+pub use ranklib::import_ranklib;
+pub use xgboost::{import_xgboost, import_xgboost_ubj};
 
 use crate::rank::format::parse_native;
 use crate::rank::model::Ranker;
 use crate::rank::RankerError;
 
-/// Why a LightGBM or XGBoost model file was not imported.
+/// Why a model file was not imported.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ImportError {
     /// The bytes are not JSON, or a field has the wrong JSON type or is absent.
@@ -28,6 +34,14 @@ pub enum ImportError {
         format: &'static str,
         line: usize,
         column: usize,
+        message: String,
+    },
+    /// The bytes are not valid in a binary encoding (UBJSON): what was wrong at which byte.
+    #[error("{format} model {encoding}, byte {offset}: {message}")]
+    Binary {
+        format: &'static str,
+        encoding: &'static str,
+        offset: usize,
         message: String,
     },
     /// A field holds a value the importer cannot accept (`path` is the field's path in the
@@ -106,7 +120,7 @@ pub(crate) fn check_unique_names(
     Ok(())
 }
 
-/// A model file's kind, told from its JSON's top-level fields.
+/// A model file's kind, told from its bytes by [`detect`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelKind {
     /// A rankserve ranker file (`"format": "rankserve-ranker"`).
@@ -115,11 +129,79 @@ pub enum ModelKind {
     LightGbm,
     /// XGBoost `save_model()` JSON (`learner`).
     XgBoost,
+    /// LightGBM's text model, `save_model("model.txt")` (first line `tree`).
+    LightGbmText,
+    /// XGBoost `save_model("model.ubj")` UBJSON (`{` then a UBJSON length or count marker).
+    XgBoostUbj,
+    /// A RankLib LambdaMART/MART ensemble (`##` lines, then `<ensemble>`).
+    RankLib,
 }
 
-/// Tells a model file's kind from its top-level fields without building anything.
+impl ModelKind {
+    /// Each kind and the name it goes by on the CLI (`--format`) and over HTTP (`?format=`).
+    pub const NAMES: [(&'static str, ModelKind); 6] = [
+        ("native", ModelKind::Native),
+        ("lightgbm", ModelKind::LightGbm),
+        ("lightgbm-text", ModelKind::LightGbmText),
+        ("xgboost", ModelKind::XgBoost),
+        ("xgboost-ubj", ModelKind::XgBoostUbj),
+        ("ranklib", ModelKind::RankLib),
+    ];
+
+    /// The kind named `name` (one of [`ModelKind::NAMES`]).
+    pub fn from_name(name: &str) -> Option<ModelKind> {
+        Self::NAMES
+            .iter()
+            .find(|(n, _)| *n == name)
+            .map(|&(_, kind)| kind)
+    }
+
+    /// Its name in [`ModelKind::NAMES`].
+    pub fn name(self) -> &'static str {
+        Self::NAMES
+            .iter()
+            .find(|(_, k)| *k == self)
+            .map(|&(n, _)| n)
+            .expect("every kind is named")
+    }
+}
+
+/// What [`detect`] tells apart, for its error.
+const KNOWN_FORMATS: &str = "JSON (a rankserve ranker, LightGBM dump_model, XGBoost \
+    save_model), XGBoost UBJSON, a LightGBM text model (first line \"tree\") or a RankLib \
+    ensemble (\"##\" lines, then <ensemble>)";
+
+/// Tells a model file's kind from its bytes without building anything: the binary and text
+/// formats by how they start, the JSON ones by their top-level fields.
+///
+/// # Errors
+/// [`ImportError`] when the bytes start as none of the formats, or are JSON of no known shape.
 pub fn detect(bytes: &[u8]) -> Result<ModelKind, ImportError> {
+    // UBJSON opens an object with '{' then a key's length marker (or a '$' type / '#' count);
+    // JSON's '{' is followed by whitespace, '"' or '}'.
+    if bytes.first() == Some(&b'{') && bytes.get(1).is_some_and(|b| b"iUIlL$#".contains(b)) {
+        return Ok(ModelKind::XgBoostUbj);
+    }
+    let mut lines = bytes
+        .split(|&b| b == b'\n')
+        .map(|line| line.trim_ascii())
+        .filter(|line| !line.is_empty());
+    if lines.clone().next() == Some(b"tree".as_slice()) {
+        return Ok(ModelKind::LightGbmText);
+    }
+    if lines
+        .find(|line| !line.starts_with(b"##"))
+        .is_some_and(|line| line.starts_with(b"<ensemble") || line.starts_with(b"<?xml"))
+    {
+        return Ok(ModelKind::RankLib);
+    }
     let any = Format("rankserve/LightGBM/XGBoost");
+    if !matches!(bytes.trim_ascii_start().first(), Some(b'{' | b'[')) {
+        return Err(any.invalid(
+            "(start of file)",
+            format!("not a model file rankserve reads: expected {KNOWN_FORMATS}"),
+        ));
+    }
     // Only the top-level keys are kept; values are skipped without being built.
     let top: std::collections::HashMap<String, serde::de::IgnoredAny> =
         serde_json::from_slice(bytes).map_err(|e| any.json(&e))?;
@@ -136,16 +218,26 @@ pub fn detect(bytes: &[u8]) -> Result<ModelKind, ImportError> {
     }
 }
 
-/// Loads a ranker from a native ranker file, a LightGBM `dump_model()` JSON or an XGBoost
-/// `save_model()` JSON, told apart by [`detect`].
+/// Loads a ranker from any file [`detect`] knows, with the loader of its kind.
 ///
 /// # Errors
 /// The error of [`detect`] or of the loader it picks.
 pub fn load_any(bytes: &[u8]) -> Result<Ranker, RankerError> {
-    match detect(bytes)? {
+    load_as(detect(bytes)?, bytes)
+}
+
+/// Loads a ranker from `bytes` read as `kind`.
+///
+/// # Errors
+/// The error of `kind`'s loader.
+pub fn load_as(kind: ModelKind, bytes: &[u8]) -> Result<Ranker, RankerError> {
+    match kind {
         ModelKind::Native => parse_native(bytes),
         ModelKind::LightGbm => import_lightgbm(bytes),
         ModelKind::XgBoost => import_xgboost(bytes),
+        ModelKind::LightGbmText => import_lightgbm_text(bytes),
+        ModelKind::XgBoostUbj => import_xgboost_ubj(bytes),
+        ModelKind::RankLib => import_ranklib(bytes),
     }
 }
 
@@ -195,6 +287,41 @@ mod tests {
             err.contains("JSON, line 1, column 0: invalid type: sequence"),
             "{err}"
         );
+        let err = detect(b"PK\x03\x04").unwrap_err().to_string();
+        assert!(
+            err.contains("(start of file): not a model file rankserve reads"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn detect_tells_the_binary_and_text_formats_apart() {
+        assert_eq!(
+            detect(b"{L\x00\x00\x00\x00\x00\x00\x00\x07learner{}}"),
+            Ok(ModelKind::XgBoostUbj)
+        );
+        assert_eq!(detect(b"{i\x07learner{}}"), Ok(ModelKind::XgBoostUbj));
+        assert_eq!(detect(b"tree\nversion=v4\n"), Ok(ModelKind::LightGbmText));
+        assert_eq!(
+            detect(b"tree\r\nversion=v4\r\n"),
+            Ok(ModelKind::LightGbmText)
+        );
+        assert_eq!(
+            detect(b"## LambdaMART\n## No. of trees = 1\n<ensemble>"),
+            Ok(ModelKind::RankLib)
+        );
+        assert_eq!(detect(b"\n<ensemble>\n</ensemble>"), Ok(ModelKind::RankLib));
+        assert_eq!(detect(b"{ \"tree_info\": []}"), Ok(ModelKind::LightGbm));
+        assert!(matches!(detect(b"{}"), Err(ImportError::Invalid { .. })));
+    }
+
+    #[test]
+    fn every_kind_has_one_name() {
+        for (name, kind) in ModelKind::NAMES {
+            assert_eq!(ModelKind::from_name(name), Some(kind));
+            assert_eq!(kind.name(), name);
+        }
+        assert_eq!(ModelKind::from_name("onnx"), None);
     }
 
     #[test]

@@ -1,4 +1,7 @@
-//! XGBoost `save_model("x.json")` JSON → [`Ranker`].
+//! XGBoost `save_model("x.json")` JSON and `save_model("x.ubj")` UBJSON → [`Ranker`].
+//!
+//! The UBJSON file is the same document in a binary encoding: it is decoded into the same
+//! value ([`super::ubjson`]) and read by the same structures, so both import identically.
 //!
 //! XGBoost's own prediction rules (`predictor/predict_fn.h`), reproduced here:
 //! - Feature values are read as f32; a missing value (NaN) goes the `default_left` way;
@@ -95,8 +98,33 @@ pub fn import_xgboost(bytes: &[u8]) -> Result<Ranker, RankerError> {
     Ok(ranker)
 }
 
+/// Imports an XGBoost `booster.save_model("x.ubj")` UBJSON document (XGBoost's default format
+/// since 2.1) exactly as [`import_xgboost`] imports the JSON one.
+///
+/// # Errors
+/// As [`import_xgboost`]; bytes that are not UBJSON name the byte offset, and a field of the
+/// wrong type or absent names its path.
+pub fn import_xgboost_ubj(bytes: &[u8]) -> Result<Ranker, RankerError> {
+    let value = super::ubjson::decode(bytes).map_err(|e| ImportError::Binary {
+        format: "XGBoost",
+        encoding: "UBJSON",
+        offset: e.offset,
+        message: e.message,
+    })?;
+    let model: SavedModel = serde_path_to_error::deserialize(value).map_err(|e| {
+        let path = e.path().to_string();
+        XGBOOST.invalid(path, e.into_inner().to_string())
+    })?;
+    let ranker = build_from(model)?;
+    validate(&ranker)?;
+    Ok(ranker)
+}
+
 fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
-    let model: SavedModel = serde_json::from_slice(bytes).map_err(|e| XGBOOST.json(&e))?;
+    build_from(serde_json::from_slice(bytes).map_err(|e| XGBOOST.json(&e))?)
+}
+
+fn build_from(model: SavedModel) -> Result<Ranker, ImportError> {
     let learner = model.learner;
     let param = &learner.learner_model_param;
     let path = "learner.learner_model_param";

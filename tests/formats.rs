@@ -1,15 +1,19 @@
-//! Parity of imported LightGBM and XGBoost models with the libraries' own predictions.
+//! Parity of imported LightGBM, XGBoost and RankLib models with the libraries' own predictions.
 //!
-//! The fixtures in `fixtures/trees/` were written by `scripts/make_tree_fixtures.py`: each
-//! model's JSON, scoring rows (no header, an empty field is missing) and the library's raw
-//! predictions (`raw_score=True` / `output_margin=True`). Every row must score within
-//! 1e-6·max(1, |theirs|) of the library.
+//! The fixtures in `fixtures/trees/` were written by `scripts/make_tree_fixtures.py` (JSON
+//! models) and `scripts/make_import_fixtures.py` (LightGBM text, XGBoost UBJSON, RankLib XML):
+//! each model file, scoring rows (no header, an empty field is missing) and the library's raw
+//! predictions (`raw_score=True` / `output_margin=True`; for RankLib, the script's evaluator
+//! written from RankLib's source). Every row must score within 1e-6·max(1, |theirs|).
 
 use std::path::PathBuf;
 
 use rankserve::rank::cpu::{score_batch, score_doc_reference};
 use rankserve::rank::format::{parse_native, to_native_json};
-use rankserve::rank::import::{import_lightgbm, import_xgboost, load_any};
+use rankserve::rank::import::{
+    import_lightgbm, import_lightgbm_text, import_ranklib, import_xgboost, import_xgboost_ubj,
+    load_any,
+};
 use rankserve::rank::model::Ranker;
 use rankserve::rank::RankerError;
 
@@ -61,9 +65,11 @@ fn max_relative_error(ours: &[f64], theirs: &[f64]) -> (f64, usize) {
 }
 
 /// Scores every row with the CPU evaluator (one thread and two: identical, and identical to the
-/// per-document reference) and compares with the library's own predictions.
-fn check_parity(name: &str, import: fn(&[u8]) -> Result<Ranker, RankerError>) {
-    let ranker = import(&read(&format!("{name}.model.json"))).unwrap();
+/// per-document reference) and compares with the library's own predictions; `model` is the
+/// model file `NAME.model.EXT`, beside `NAME.rows.csv` and `NAME.expected.txt`.
+fn check_parity(model: &str, import: fn(&[u8]) -> Result<Ranker, RankerError>) {
+    let name = &model[..model.find(".model.").expect("NAME.model.EXT")];
+    let ranker = import(&read(model)).unwrap();
     let (values, width) = rows(name);
     assert_eq!(width, ranker.features.len(), "{name}: row width");
     let theirs = expected(name);
@@ -97,22 +103,93 @@ fn check_parity(name: &str, import: fn(&[u8]) -> Result<Ranker, RankerError>) {
 
 #[test]
 fn lightgbm_lambdarank_matches_lightgbm() {
-    check_parity("lgb_lambdarank", import_lightgbm);
+    check_parity("lgb_lambdarank.model.json", import_lightgbm);
 }
 
 #[test]
 fn lightgbm_binary_zero_as_missing_matches_lightgbm() {
-    check_parity("lgb_binary_zero", import_lightgbm);
+    check_parity("lgb_binary_zero.model.json", import_lightgbm);
 }
 
 #[test]
 fn xgboost_ndcg_matches_xgboost() {
-    check_parity("xgb_ndcg", import_xgboost);
+    check_parity("xgb_ndcg.model.json", import_xgboost);
 }
 
 #[test]
 fn xgboost_logistic_with_bracketed_base_score_matches_xgboost() {
-    check_parity("xgb_logistic", import_xgboost);
+    check_parity("xgb_logistic.model.json", import_xgboost);
+}
+
+#[test]
+fn lightgbm_text_lambdarank_with_categories_matches_lightgbm() {
+    check_parity("lgbt_lambdarank.model.txt", import_lightgbm_text);
+}
+
+#[test]
+fn lightgbm_text_binary_zero_as_missing_matches_lightgbm() {
+    check_parity("lgbt_binary_zero.model.txt", import_lightgbm_text);
+}
+
+#[test]
+fn xgboost_ubj_ndcg_matches_xgboost() {
+    check_parity("xgbu_ndcg.model.ubj", import_xgboost_ubj);
+}
+
+#[test]
+fn xgboost_ubj_logistic_with_base_score_matches_xgboost() {
+    check_parity("xgbu_logistic.model.ubj", import_xgboost_ubj);
+}
+
+#[test]
+fn ranklib_lambdamart_matches_the_reading_of_ranklib_source() {
+    check_parity("ranklib_lambdamart.model.xml", import_ranklib);
+}
+
+#[test]
+fn refuses_unsupported_variants_of_the_new_formats() {
+    let err = |file: &str, import: fn(&[u8]) -> Result<Ranker, RankerError>| {
+        import(&read(file)).unwrap_err().to_string()
+    };
+    assert_eq!(
+        err("lgbt_linear.model.txt", import_lightgbm_text),
+        "LightGBM text model, Tree=0.is_linear: linear trees (linear_tree = true) have a linear \
+         model per leaf; only constant leaves can be imported"
+    );
+    assert_eq!(
+        err("xgbu_gblinear.model.ubj", import_xgboost_ubj),
+        "XGBoost model, learner.gradient_booster.name: expected \"gbtree\", got \"gblinear\" \
+         (DART trees carry weights and gblinear has no trees)"
+    );
+    let categorical = err("xgbu_categorical.model.ubj", import_xgboost_ubj);
+    assert!(
+        categorical.contains(".split_type[") && categorical.contains("categorical splits cannot"),
+        "{categorical}"
+    );
+}
+
+#[test]
+fn refuses_truncated_ubjson_naming_the_byte() {
+    let bytes = read("xgbu_ndcg.model.ubj");
+    let err = import_xgboost_ubj(&bytes[..bytes.len() / 2])
+        .unwrap_err()
+        .to_string();
+    assert!(err.starts_with("XGBoost model UBJSON, byte "), "{err}");
+}
+
+#[test]
+fn load_any_detects_the_text_binary_and_xml_formats() {
+    for (file, import) in [
+        (
+            "lgbt_lambdarank.model.txt",
+            import_lightgbm_text as fn(&[u8]) -> _,
+        ),
+        ("xgbu_ndcg.model.ubj", import_xgboost_ubj),
+        ("ranklib_lambdamart.model.xml", import_ranklib),
+    ] {
+        let bytes = read(file);
+        assert_eq!(load_any(&bytes).unwrap(), import(&bytes).unwrap(), "{file}");
+    }
 }
 
 #[test]
@@ -126,6 +203,15 @@ fn feature_names_come_from_the_model() {
     );
     let xgb = import_xgboost(&read("xgb_logistic.model.json")).unwrap();
     assert_eq!(xgb.features, ["f0", "f1", "f2", "f3"]);
+    let text = import_lightgbm_text(&read("lgbt_lambdarank.model.txt")).unwrap();
+    assert_eq!(text.features[2], "site_category");
+    let ubj = import_xgboost_ubj(&read("xgbu_ndcg.model.ubj")).unwrap();
+    assert_eq!(
+        ubj.features,
+        ["bm25", "proximity", "freshness", "static_rank"]
+    );
+    let ranklib = import_ranklib(&read("ranklib_lambdamart.model.xml")).unwrap();
+    assert_eq!(ranklib.features, ["1", "2", "3", "4", "5"]);
 }
 
 #[test]
@@ -278,4 +364,61 @@ fn cli_import_of_a_bad_model_exits_2_naming_the_field_and_writes_nothing() {
         0,
         "no partial output"
     );
+}
+
+#[test]
+fn cli_import_detects_the_format_or_takes_it_named() {
+    let dir = tempfile::tempdir().unwrap();
+    for (format, file, import) in [
+        (
+            None,
+            "xgbu_ndcg.model.ubj",
+            import_xgboost_ubj as fn(&[u8]) -> _,
+        ),
+        (
+            Some("lightgbm-text"),
+            "lgbt_lambdarank.model.txt",
+            import_lightgbm_text,
+        ),
+        (
+            Some("ranklib"),
+            "ranklib_lambdamart.model.xml",
+            import_ranklib,
+        ),
+        (Some("auto"), "ranklib_lambdamart.model.xml", import_ranklib),
+    ] {
+        let out = dir.path().join("out.json");
+        let model = fixture(file);
+        let mut args = vec!["ranker", "import"];
+        if let Some(format) = format {
+            args.extend(["--format", format]);
+        }
+        args.extend([
+            "--in",
+            model.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        let run = rankserve(&args);
+        assert!(
+            run.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let written = parse_native(&std::fs::read(&out).unwrap()).unwrap();
+        assert_eq!(written, import(&read(file)).unwrap(), "{file}");
+    }
+    let run = rankserve(&[
+        "ranker",
+        "import",
+        "--format",
+        "xgboost-ubj",
+        "--in",
+        fixture("xgbu_gblinear.model.ubj").to_str().unwrap(),
+        "--out",
+        dir.path().join("no.json").to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&run.stderr);
+    assert!(stderr.contains("learner.gradient_booster.name"), "{stderr}");
 }

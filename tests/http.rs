@@ -868,6 +868,145 @@ async fn xgboost_upload_claiming_huge_num_feature_is_400_and_the_server_answers(
     assert_eq!(description.features, ["f0", "f1"]);
 }
 
+fn model_fixture(file: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("fixtures/trees")
+        .join(file);
+    std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn put_model(uri: &str, content_type: &str, body: Vec<u8>) -> Request<Body> {
+    Request::put(uri)
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .header(header::CONTENT_TYPE, content_type)
+        .body(Body::from(body))
+        .unwrap()
+}
+
+#[tokio::test]
+async fn uploads_of_text_binary_and_xml_models_are_detected_or_named() {
+    let s = server();
+    for (uri, file, content_type, first_feature) in [
+        (
+            "/v1/rankers/ubj",
+            "xgbu_ndcg.model.ubj",
+            "application/octet-stream",
+            "bm25",
+        ),
+        (
+            "/v1/rankers/ubj?format=xgboost-ubj",
+            "xgbu_ndcg.model.ubj",
+            "application/octet-stream",
+            "bm25",
+        ),
+        (
+            "/v1/rankers/lgbt?format=auto",
+            "lgbt_lambdarank.model.txt",
+            "text/plain",
+            "bm25",
+        ),
+        (
+            "/v1/rankers/lgbt?format=lightgbm-text",
+            "lgbt_lambdarank.model.txt",
+            "text/plain",
+            "bm25",
+        ),
+        (
+            "/v1/rankers/ranklib",
+            "ranklib_lambdamart.model.xml",
+            "application/xml",
+            "1",
+        ),
+        (
+            "/v1/rankers/ranklib?format=ranklib",
+            "ranklib_lambdamart.model.xml",
+            "application/xml",
+            "1",
+        ),
+    ] {
+        let (status, _, body) =
+            send(&s.app, put_model(uri, content_type, model_fixture(file))).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{uri}: {}",
+            String::from_utf8_lossy(&body)
+        );
+        let description: RankerDescription = serde_json::from_slice(&body).unwrap();
+        assert_eq!(description.features[0], first_feature, "{uri}");
+    }
+    // Stored as uploaded and re-read by detection.
+    for name in ["ubj", "lgbt", "ranklib"] {
+        let load = Request::post(format!("/v1/rankers/{name}/load"))
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+            .body(Body::empty())
+            .unwrap();
+        let (status, _, body) = send(&s.app, load).await;
+        assert_eq!(
+            status,
+            StatusCode::OK,
+            "{name}: {}",
+            String::from_utf8_lossy(&body)
+        );
+    }
+}
+
+#[tokio::test]
+async fn uploads_in_a_wrong_or_unknown_format_are_400() {
+    let s = server();
+    let ubj = model_fixture("xgbu_ndcg.model.ubj");
+    expect_error(
+        &s.app,
+        put_model(
+            "/v1/rankers/m?format=onnx",
+            "application/octet-stream",
+            ubj.clone(),
+        ),
+        StatusCode::BAD_REQUEST,
+        "invalid_request",
+        "unknown format \"onnx\": expected auto, native, lightgbm, lightgbm-text, xgboost, \
+         xgboost-ubj, ranklib",
+    )
+    .await;
+    let (status, _, _) = send(
+        &s.app,
+        put_model(
+            "/v1/rankers/m?fromat=ranklib",
+            "application/octet-stream",
+            ubj.clone(),
+        ),
+    )
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    expect_error(
+        &s.app,
+        put_model(
+            "/v1/rankers/m?format=lightgbm-text",
+            "application/octet-stream",
+            ubj,
+        ),
+        StatusCode::BAD_REQUEST,
+        "bad_ranker",
+        "ranker \"m\" is invalid: LightGBM text model, (first line): expected \"tree\", the first \
+         line of a LightGBM text model",
+    )
+    .await;
+    upload_is_refused_and_changes_nothing(
+        &s,
+        model_fixture("xgbu_gblinear.model.ubj"),
+        "XGBoost model, learner.gradient_booster.name: expected \"gbtree\", got \"gblinear\" \
+         (DART trees carry weights and gblinear has no trees)",
+    )
+    .await;
+    upload_is_refused_and_changes_nothing(
+        &s,
+        model_fixture("lgbt_linear.model.txt"),
+        "LightGBM text model, Tree=0.is_linear: linear trees (linear_tree = true) have a linear \
+         model per leaf; only constant leaves can be imported",
+    )
+    .await;
+}
+
 #[tokio::test]
 async fn ops_routes_describe_list_ready_and_metrics() {
     let dir = tempfile::tempdir().unwrap();

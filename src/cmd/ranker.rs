@@ -4,17 +4,20 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use rankserve::rank::format::to_native_json;
-use rankserve::rank::import::{import_lightgbm, import_xgboost};
+use rankserve::rank::import::{load_any, load_as, ModelKind};
 use rankserve::rank::synth::{synth, SynthSpec};
 
 use super::{BadInputExt, CmdResult};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Import a LightGBM `dump_model()` or XGBoost `save_model()` JSON as a ranker file whose
-    /// ensemble holds the trees, reproducing the library's raw scores.
-    #[command(after_help = "Example:\n  rankserve ranker import --format lightgbm \
-                            --in fixtures/trees/lgb_lambdarank.model.json --out rankers/lgb.json")]
+    /// Import a LightGBM (dump_model JSON or text model), XGBoost (JSON or UBJSON) or RankLib
+    /// (LambdaMART/MART XML) model as a ranker file whose ensemble holds the trees, reproducing
+    /// the library's raw scores.
+    #[command(after_help = "Examples:\n  rankserve ranker import --format lightgbm \
+                            --in fixtures/trees/lgb_lambdarank.model.json --out rankers/lgb.json\n  \
+                            rankserve ranker import --in fixtures/trees/xgbu_ndcg.model.ubj \
+                            --out rankers/xgb.json")]
     Import(ImportArgs),
     /// Synthesize a deterministic ranker: a preset of DESIGN §6 or explicit sizes.
     #[command(after_help = SYNTH_HELP)]
@@ -64,12 +67,13 @@ pub struct SynthArgs {
 
 #[derive(clap::Args)]
 pub struct ImportArgs {
-    /// Which library wrote the model.
-    #[arg(long, value_enum)]
+    /// Which library and format wrote the model; `auto` tells it from the file's bytes.
+    #[arg(long, value_enum, default_value = "auto")]
     format: ImportFormat,
-    /// The model JSON (LightGBM: `json.dump(booster.dump_model())`; XGBoost:
-    /// `booster.save_model("model.json")`).
-    #[arg(long = "in", value_name = "MODEL.json")]
+    /// The model file. lightgbm: `json.dump(booster.dump_model())`; lightgbm-text:
+    /// `booster.save_model("model.txt")`; xgboost: `booster.save_model("model.json")`;
+    /// xgboost-ubj: `booster.save_model("model.ubj")`; ranklib: RankLib's `-save` file.
+    #[arg(long = "in", value_name = "MODEL")]
     input: PathBuf,
     /// The ranker file to write (written whole or not at all).
     #[arg(long, value_name = "RANKER.json")]
@@ -78,8 +82,26 @@ pub struct ImportArgs {
 
 #[derive(clap::ValueEnum, Clone, Copy)]
 enum ImportFormat {
+    Auto,
     Lightgbm,
+    LightgbmText,
     Xgboost,
+    XgboostUbj,
+    Ranklib,
+}
+
+impl ImportFormat {
+    /// The kind it names; `None` for `auto`.
+    fn kind(self) -> Option<ModelKind> {
+        match self {
+            ImportFormat::Auto => None,
+            ImportFormat::Lightgbm => Some(ModelKind::LightGbm),
+            ImportFormat::LightgbmText => Some(ModelKind::LightGbmText),
+            ImportFormat::Xgboost => Some(ModelKind::XgBoost),
+            ImportFormat::XgboostUbj => Some(ModelKind::XgBoostUbj),
+            ImportFormat::Ranklib => Some(ModelKind::RankLib),
+        }
+    }
 }
 
 pub fn run(c: Command) -> CmdResult {
@@ -93,9 +115,9 @@ fn import(args: &ImportArgs) -> CmdResult {
     let bytes = std::fs::read(&args.input)
         .with_context(|| format!("reading {}", args.input.display()))
         .bad_input()?;
-    let ranker = match args.format {
-        ImportFormat::Lightgbm => import_lightgbm(&bytes),
-        ImportFormat::Xgboost => import_xgboost(&bytes),
+    let ranker = match args.format.kind() {
+        Some(kind) => load_as(kind, &bytes),
+        None => load_any(&bytes),
     }
     .with_context(|| format!("importing {}", args.input.display()))
     .bad_input()?;

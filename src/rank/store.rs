@@ -1,7 +1,7 @@
 //! The ranker store: ranker files `NAME.json` in one directory, and a CPU-side cache of parsed
 //! rankers under a byte budget ([`ByteLru`]), loaded lazily on a miss.
 //!
-//! An upload is validated fully ([`load_any`]: native, LightGBM or XGBoost) before anything is
+//! An upload is validated fully ([`load_stored`]: any format `rank::import` reads) before anything is
 //! replaced, then written to a temporary file in the same directory, fsynced, renamed over the
 //! old file and the directory fsynced: a crash leaves the old file or the new one, never half of
 //! one, and a bad upload never replaces a good one. The cache hands out `Arc`s, so a request in
@@ -18,7 +18,7 @@ use crate::gpu::lru::{ByteLru, LruStats};
 use crate::rank::cpu::CpuPlan;
 use crate::rank::fe::{FeError, FeatureResolver};
 use crate::rank::gpu::crossover::Crossover;
-use crate::rank::import::load_any;
+use crate::rank::import::{load_any, load_stored, ModelKind};
 use crate::rank::model::{Ensemble, Input, Node, Ranker, Tree};
 use crate::rank::RankerError;
 
@@ -334,14 +334,19 @@ impl RankerStore {
         loaded
     }
 
-    /// Validates `bytes` (native, LightGBM or XGBoost) and, only if valid, stores them as
-    /// `name` atomically and swaps the cached copy.
+    /// Validates `bytes` (any format [`load_stored`] reads: detected, or `kind` when the client
+    /// named it) and, only if valid, stores them as `name` atomically and swaps the cached copy.
     ///
     /// # Errors
     /// [`StoreError::BadName`], [`StoreError::Invalid`] (nothing was written), [`StoreError::Io`].
-    pub fn put(&self, name: &str, bytes: &[u8]) -> Result<Arc<LoadedRanker>, StoreError> {
+    pub fn put(
+        &self,
+        name: &str,
+        bytes: &[u8],
+        kind: Option<ModelKind>,
+    ) -> Result<Arc<LoadedRanker>, StoreError> {
         Self::check_name(name)?;
-        let ranker = load_any(bytes).map_err(|source| StoreError::Invalid {
+        let ranker = load_stored(kind, bytes).map_err(|source| StoreError::Invalid {
             name: name.to_string(),
             source,
         })?;
@@ -437,7 +442,7 @@ mod tests {
             std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers/small.json"),
         )
         .unwrap();
-        store.put("small", &small).unwrap();
+        store.put("small", &small, None).unwrap();
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt;

@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Request, State as Shared};
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, Request, State as Shared};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::OwnedSemaphorePermit;
@@ -21,7 +22,9 @@ use crate::api::{
 };
 use crate::backend::Backend;
 use crate::rank::cpu::model_inputs;
+use crate::rank::cut_input;
 use crate::rank::engine::{Documents, RankError, RankJob, Ranked};
+use crate::rank::import::ModelKind;
 use crate::rank::model::{Activation, Input};
 use crate::rank::store::{LoadedRanker, StoreError};
 
@@ -299,19 +302,41 @@ fn describe(state: &AppState, loaded: &LoadedRanker) -> RankerDescription {
     }
 }
 
-/// `PUT /v1/rankers/{name}` (admin): the body is a native, LightGBM or XGBoost ranker file.
+/// The query of `PUT /v1/rankers/{name}`.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct PutRankerQuery {
+    /// A name of [`ModelKind::NAMES`], or `auto` (the default): detected from the bytes.
+    format: Option<String>,
+}
+
+/// `PUT /v1/rankers/{name}[?format=F]` (admin): the body is a model file of any format
+/// `rank::import` reads (JSON, UBJSON, text or XML; any content type), detected or named.
 pub(super) async fn put_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
     Path(name): Path<String>,
+    query: Result<Query<PutRankerQuery>, QueryRejection>,
     req: Request,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     authorize(&state, req.headers())?;
+    let Query(query) = query.map_err(|e| ApiError::InvalidRequest(e.body_text()))?;
+    let kind = match query.format.as_deref() {
+        None | Some("auto") => None,
+        Some(named) => Some(ModelKind::from_name(named).ok_or_else(|| {
+            let known: Vec<&str> = ModelKind::NAMES.iter().map(|(n, _)| *n).collect();
+            ApiError::InvalidRequest(format!(
+                "unknown format {:?}: expected auto, {}",
+                cut_input(named),
+                known.join(", ")
+            ))
+        })?),
+    };
     let (parts, body) = req.into_parts();
     let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
     let shared = Arc::clone(&state);
     let loaded = tokio::task::spawn_blocking(move || {
-        let loaded = shared.store().put(&name, &bytes)?;
+        let loaded = shared.store().put(&name, &bytes, kind)?;
         shared.rank.prepare(&loaded);
         Ok(loaded)
     })

@@ -118,6 +118,13 @@ impl<'a> Section<'a> {
 }
 
 fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
+    let first_line = bytes.split(|&b| b == b'\n').next().unwrap_or_default();
+    if first_line.trim_ascii() != b"tree" {
+        return Err(LIGHTGBM_TEXT.invalid(
+            "(first line)",
+            "expected \"tree\", the first line of a LightGBM text model",
+        ));
+    }
     let text = std::str::from_utf8(bytes).map_err(|e| {
         LIGHTGBM_TEXT.invalid(
             "(file)",
@@ -125,13 +132,8 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
         )
     })?;
     let mut lines = text.lines().map(str::trim);
-    if lines.next() != Some("tree") {
-        return Err(LIGHTGBM_TEXT.invalid(
-            "(first line)",
-            "expected \"tree\", the first line of a LightGBM text model",
-        ));
-    }
-    // Header lines up to the first tree; tree blocks up to "end of trees".
+    lines.next(); // "tree"
+                  // Header lines up to the first tree; tree blocks up to "end of trees".
     let mut header = Vec::new();
     let mut trees: Vec<(String, Vec<&str>)> = Vec::new();
     let mut ended = false;

@@ -241,6 +241,37 @@ pub fn load_as(kind: ModelKind, bytes: &[u8]) -> Result<Ranker, RankerError> {
     }
 }
 
+/// Loads a ranker from `bytes` named as `kind` by the client (`None`: detected), for a file
+/// that is stored as given and re-read later by [`load_any`]: a named kind must also be what
+/// [`detect`] reads, so the stored file loads the same way again.
+///
+/// # Errors
+/// The error of `kind`'s loader, or [`ImportError::Invalid`] when the bytes import as `kind`
+/// but are detected as another kind or as none.
+pub fn load_stored(kind: Option<ModelKind>, bytes: &[u8]) -> Result<Ranker, RankerError> {
+    let Some(kind) = kind else {
+        return load_any(bytes);
+    };
+    let ranker = load_as(kind, bytes)?;
+    match detect(bytes) {
+        Ok(detected) if detected == kind => Ok(ranker),
+        detected => Err(Format(kind.name())
+            .invalid(
+                "(format)",
+                format!(
+                    "the file was named {:?} but its bytes read as {}; a stored ranker is \
+                     re-read by detection, so the two must agree",
+                    kind.name(),
+                    match detected {
+                        Ok(other) => format!("{:?}", other.name()),
+                        Err(_) => "no known format".to_string(),
+                    }
+                ),
+            )
+            .into()),
+    }
+}
+
 /// An ensemble-only ranker: what both imports produce.
 pub(crate) fn ranker_from_trees(
     features: Vec<String>,

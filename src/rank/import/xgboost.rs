@@ -70,7 +70,8 @@ struct GradientBooster {
 struct GbTreeModel {
     #[serde(default)]
     tree_info: Vec<i64>,
-    trees: Vec<RawTree>,
+    /// Optional here so that a gblinear model (no `trees`) is refused by its booster name.
+    trees: Option<Vec<RawTree>>,
 }
 
 #[derive(Deserialize)]
@@ -206,6 +207,12 @@ fn build_from(model: SavedModel) -> Result<Ranker, ImportError> {
     }
     let trees = model
         .trees
+        .ok_or_else(|| {
+            XGBOOST.invalid(
+                "learner.gradient_booster.model.trees",
+                "missing in a gbtree booster",
+            )
+        })?
         .iter()
         .enumerate()
         .map(|(t, tree)| {

@@ -340,7 +340,19 @@ fn split_rule(t: f32) -> Option<Decision> {
     } else if t == f32::INFINITY {
         Some(Decision::LeF64(f64::INFINITY))
     } else {
-        Some(Decision::LtF32(t.next_up()))
+        Some(Decision::LtF32(next_up(t)))
+    }
+}
+
+/// The least f32 above `t` (`t` not NaN or +inf): `f32::next_up`, which is newer than the
+/// crate's minimum Rust.
+fn next_up(t: f32) -> f32 {
+    if t == 0.0 {
+        f32::from_bits(1) // the least positive subnormal, above both zeros
+    } else if t > 0.0 {
+        f32::from_bits(t.to_bits() + 1)
+    } else {
+        f32::from_bits(t.to_bits() - 1) // a negative's magnitude shrinks
     }
 }
 
@@ -388,7 +400,7 @@ mod tests {
         let split = |feature, t: f32, left, right| {
             Node::Split(Split {
                 feature,
-                decision: Decision::LtF32(t.next_up()),
+                decision: Decision::LtF32(next_up(t)),
                 missing: Missing::None,
                 default_left: false,
                 left,
@@ -407,6 +419,21 @@ mod tests {
             ]
         );
         assert_eq!(ensemble.trees[1].nodes, vec![Node::Leaf(0.125 * w)]);
+    }
+
+    #[test]
+    fn next_up_is_the_next_float() {
+        for (t, up) in [
+            (0.0f32, f32::from_bits(1)),
+            (-0.0, f32::from_bits(1)),
+            (1.0, 1.0 + f32::EPSILON),
+            (-1.0, -1.0 + f32::EPSILON / 2.0),
+            (f32::NEG_INFINITY, -f32::MAX),
+            (f32::MAX, f32::INFINITY),
+            (-f32::from_bits(1), -0.0),
+        ] {
+            assert_eq!(next_up(t).to_bits(), up.to_bits(), "{t:e}");
+        }
     }
 
     #[test]
@@ -430,10 +457,11 @@ mod tests {
             f32::INFINITY,
             f32::NEG_INFINITY,
         ] {
+            let next_down = -next_up(-t);
             for x in [
                 f64::from(t),
-                f64::from(t.next_up()),
-                f64::from(t.next_down()),
+                f64::from(next_up(t)),
+                f64::from(next_down),
                 f64::from(t) + 1e-12,
                 f64::NAN,
                 0.0,

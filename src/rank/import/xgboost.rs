@@ -644,6 +644,41 @@ mod tests {
         assert!(err.contains("gradient_booster.name"), "{err}");
     }
 
+    fn ubj_fixture() -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("fixtures/trees/xgbu_logistic.model.ubj");
+        std::fs::read(path).unwrap()
+    }
+
+    #[test]
+    fn ubj_and_json_of_one_document_import_alike() {
+        let ubj = ubj_fixture();
+        let value = crate::rank::import::ubjson::decode(&ubj).unwrap();
+        let json = serde_json::to_vec(&value).unwrap();
+        assert_eq!(
+            import_xgboost_ubj(&ubj).unwrap(),
+            import_xgboost(&json).unwrap()
+        );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
+        #[test]
+        fn ubj_import_never_panics_on_mutated_models(
+            edits in proptest::collection::vec(
+                (proptest::prelude::any::<usize>(), proptest::prelude::any::<u8>()), 1..5),
+            cut in proptest::prelude::any::<usize>(),
+        ) {
+            let mut bytes = ubj_fixture();
+            for (at, byte) in edits {
+                let at = at % bytes.len();
+                bytes[at] = byte;
+            }
+            bytes.truncate(bytes.len() - cut % 64);
+            let _ = import_xgboost_ubj(&bytes);
+        }
+    }
+
     #[test]
     fn malformed_json_names_line_and_column() {
         let err = error_of("{\"learner\":\n [}");

@@ -96,6 +96,7 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
             format!("expected <ensemble>, got <{}>", root.name),
         ));
     }
+    no_stray_text(&root, "(root)")?;
     let mut max_id = 0;
     let mut trees = Vec::with_capacity(root.children.len());
     for (t, tree) in root.children.iter().enumerate() {
@@ -112,6 +113,7 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
                 .ok_or_else(|| RANKLIB.invalid(&path, "missing its weight attribute"))?,
             &format!("{path}.weight"),
         )?;
+        no_stray_text(tree, &path)?;
         let [root_split] = tree.children.as_slice() else {
             return Err(RANKLIB.invalid(
                 &path,
@@ -236,6 +238,22 @@ fn parse_xml(xml: &str) -> Result<Element, ImportError> {
     root.ok_or_else(|| RANKLIB.invalid("(XML)", "no <ensemble> element"))
 }
 
+/// Refuses text directly inside a structural element (RankLib would misread it as a node).
+fn no_stray_text(element: &Element, path: &str) -> Result<(), ImportError> {
+    if element.text.is_empty() {
+        Ok(())
+    } else {
+        Err(RANKLIB.invalid(
+            path,
+            format!(
+                "text {:?} inside <{}>: only <feature>, <threshold> and <output> hold text",
+                crate::rank::cut_input(&element.text),
+                element.name
+            ),
+        ))
+    }
+}
+
 fn unknown(path: &str, name: &str, expected: &str) -> ImportError {
     RANKLIB.unsupported(path, format!("unknown element <{name}>: {expected}"))
 }
@@ -260,6 +278,15 @@ fn convert(
         "a <split> holds <feature>, <threshold> and two <split>s, or one <output>";
     if split.name != "split" {
         return Err(unknown(path, &split.name, SPLIT_HOLDS));
+    }
+    no_stray_text(split, path)?;
+    for value in &split.children {
+        if value.name != "split" && !value.children.is_empty() {
+            return Err(RANKLIB.invalid(
+                format!("{path}.{}", value.name),
+                format!("<{}> holds a number, not elements", value.name),
+            ));
+        }
     }
     let id = nodes.len() as u32;
     let names: Vec<&str> = split.children.iter().map(|c| c.name.as_str()).collect();

@@ -1,4 +1,6 @@
-//! LightGBM `dump_model()` JSON → [`Ranker`].
+//! LightGBM `dump_model()` JSON → [`Ranker`], and the tree builder (`build_tree`) and header
+//! checks (`check_header`) that the text model's import ([`super::lightgbm_text`]) shares, so
+//! that both formats follow the one reading of LightGBM's rules below.
 //!
 //! LightGBM's own prediction rules (4.x `Tree::NumericalDecision`, `Tree::CategoricalDecision`,
 //! and the C API's dense-row reader), reproduced here:

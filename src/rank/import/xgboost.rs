@@ -1,7 +1,7 @@
 //! XGBoost `save_model("x.json")` JSON and `save_model("x.ubj")` UBJSON → [`Ranker`].
 //!
 //! The UBJSON file is the same document in a binary encoding: it is decoded into the same
-//! value ([`super::ubjson`]) and read by the same structures, so both import identically.
+//! value (`import::ubjson`) and read by the same structures, so both import identically.
 //!
 //! XGBoost's own prediction rules (`predictor/predict_fn.h`), reproduced here:
 //! - Feature values are read as f32; a missing value (NaN) goes the `default_left` way;

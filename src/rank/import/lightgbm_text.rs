@@ -325,7 +325,7 @@ fn categories(
     // The threshold of a categorical split is an index into cat_boundaries.
     let index = (threshold >= 0.0 && threshold.fract() == 0.0)
         .then_some(threshold as usize)
-        .filter(|&i| i + 1 < boundaries.len());
+        .filter(|&i| i < boundaries.len().saturating_sub(1));
     let Some(index) = index else {
         return Err(LIGHTGBM_TEXT.invalid(
             path,
@@ -346,15 +346,25 @@ fn categories(
             ),
         ));
     }
-    Ok(words[start..end]
-        .iter()
-        .enumerate()
-        .flat_map(|(w, &word)| {
-            (0..32u32)
-                .filter(move |b| word >> b & 1 == 1)
-                .map(move |b| 32 * w as u32 + b)
-        })
-        .collect())
+    let mut set = Vec::new();
+    for (w, &word) in words[start..end].iter().enumerate() {
+        for b in (0..32).filter(|b| word >> b & 1 == 1) {
+            // LightGBM's categories are C ints.
+            match u32::try_from(32 * w as u64 + b)
+                .ok()
+                .filter(|&c| c <= i32::MAX as u32)
+            {
+                Some(category) => set.push(category),
+                None => {
+                    return Err(LIGHTGBM_TEXT.invalid(
+                        format!("{}[{}]", section.path("cat_threshold"), start + w),
+                        format!("bit {b} is category {}, past 2^31 - 1", 32 * w as u64 + b),
+                    ))
+                }
+            }
+        }
+    }
+    Ok(set)
 }
 
 #[cfg(test)]

@@ -141,8 +141,8 @@ impl Reader<'_> {
     }
 
     /// A length or count: an integer value that must be non-negative and at most the bytes
-    /// left, so no claim allocates more than the input (this refuses typed containers of more
-    /// nulls than bytes left, which XGBoost never writes).
+    /// left; every item takes at least one byte (see `container`), so no claim allocates
+    /// more items than the input has bytes.
     fn length(&mut self) -> Result<usize, UbjsonError> {
         let marker = self.marker()?;
         let n = self.integer(marker)?;
@@ -168,7 +168,17 @@ impl Reader<'_> {
         match self.bytes.get(self.at) {
             Some(b'$') => {
                 self.at += 1;
-                item_type = Some(self.marker()?);
+                let t = self.marker()?;
+                // Items of these types take no bytes, so a count could claim any number of
+                // them; XGBoost never writes such containers.
+                if matches!(t, b'Z' | b'T' | b'F' | b'N') {
+                    self.at -= 1;
+                    return Err(self.error(format!(
+                        "a container typed {:?} (items of no bytes) is not read",
+                        char::from(t)
+                    )));
+                }
+                item_type = Some(t);
                 if self.marker()? != b'#' {
                     self.at -= 1;
                     return Err(self.error("expected '#' (a count) after a container's '$' type"));
@@ -286,10 +296,10 @@ mod tests {
             decode(b"[$U#U\x03\x01\x00\x01").unwrap(),
             serde_json::json!([1, 0, 1])
         );
-        // A count is bounded by the bytes left even where items take none (nulls).
+        // Items of no bytes could be claimed in any number: such containers are refused.
         assert_eq!(
             decode(b"[$Z#U\x02").unwrap_err().message,
-            "length 2 with 0 bytes left"
+            "a container typed 'Z' (items of no bytes) is not read"
         );
         assert_eq!(decode(b"Hi\x031e3").unwrap(), serde_json::json!(1000.0));
     }

@@ -4,15 +4,16 @@ use std::path::{Path, PathBuf};
 
 use anyhow::Context;
 use rankserve::rank::format::to_native_json;
-use rankserve::rank::import::{import_lightgbm, import_xgboost};
+use rankserve::rank::import::{import_catboost, import_lightgbm, import_onnx, import_xgboost};
 use rankserve::rank::synth::{synth, SynthSpec};
 
 use super::{BadInputExt, CmdResult};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Import a LightGBM `dump_model()` or XGBoost `save_model()` JSON as a ranker file whose
-    /// ensemble holds the trees, reproducing the library's raw scores.
+    /// Import a LightGBM `dump_model()` or XGBoost `save_model()` JSON, a CatBoost JSON or an
+    /// ONNX model (tree ensemble or small MLP) as a ranker file, reproducing the library's raw
+    /// scores.
     #[command(after_help = "Example:\n  rankserve ranker import --format lightgbm \
                             --in fixtures/trees/lgb_lambdarank.model.json --out rankers/lgb.json")]
     Import(ImportArgs),
@@ -67,9 +68,10 @@ pub struct ImportArgs {
     /// Which library wrote the model.
     #[arg(long, value_enum)]
     format: ImportFormat,
-    /// The model JSON (LightGBM: `json.dump(booster.dump_model())`; XGBoost:
-    /// `booster.save_model("model.json")`).
-    #[arg(long = "in", value_name = "MODEL.json")]
+    /// The model file (LightGBM: `json.dump(booster.dump_model())`; XGBoost:
+    /// `booster.save_model("model.json")`; CatBoost: `model.save_model(path, format="json")`;
+    /// ONNX: the `.onnx` protobuf).
+    #[arg(long = "in", value_name = "MODEL")]
     input: PathBuf,
     /// The ranker file to write (written whole or not at all).
     #[arg(long, value_name = "RANKER.json")]
@@ -80,6 +82,8 @@ pub struct ImportArgs {
 enum ImportFormat {
     Lightgbm,
     Xgboost,
+    Catboost,
+    Onnx,
 }
 
 pub fn run(c: Command) -> CmdResult {
@@ -96,6 +100,8 @@ fn import(args: &ImportArgs) -> CmdResult {
     let ranker = match args.format {
         ImportFormat::Lightgbm => import_lightgbm(&bytes),
         ImportFormat::Xgboost => import_xgboost(&bytes),
+        ImportFormat::Catboost => import_catboost(&bytes),
+        ImportFormat::Onnx => import_onnx(&bytes),
     }
     .with_context(|| format!("importing {}", args.input.display()))
     .bad_input()?;

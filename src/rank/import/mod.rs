@@ -9,14 +9,18 @@
 //! forest) outputs, XGBoost categorical splits, DART and linear boosters, objectives whose link
 //! function is not known here.
 
+pub mod catboost;
 pub mod lightgbm;
+pub mod onnx;
 pub mod xgboost;
 
+pub use catboost::import_catboost;
 pub use lightgbm::import_lightgbm;
+pub use onnx::import_onnx;
 pub use xgboost::import_xgboost;
 
 use crate::rank::format::parse_native;
-use crate::rank::model::Ranker;
+use crate::rank::model::{Decision, Ranker};
 use crate::rank::RankerError;
 
 /// Why a LightGBM or XGBoost model file was not imported.
@@ -106,7 +110,28 @@ pub(crate) fn check_unique_names(
     Ok(())
 }
 
-/// A model file's kind, told from its JSON's top-level fields.
+/// The decision "left when `f32(x) <= t`" (CatBoost's false branch, ONNX's `BRANCH_LEQ`) for a
+/// finite f32 `t`: `f32(x) < next_up(t)`, the ranker's `lt_f32`, exactly. For `t = f32::MAX`,
+/// which has no finite successor, it is the f64 comparison with the largest double that does
+/// not round to +inf as an f32 (below the midpoint 2^128 − 2^103, which rounds to even: +inf).
+pub(crate) fn le_f32(t: f32) -> Decision {
+    if t == f32::MAX {
+        let midpoint = 2f64.powi(128) - 2f64.powi(103);
+        return Decision::LeF64(f64::from_bits(midpoint.to_bits() - 1));
+    }
+    // The next f32 up: for ±0 the least subnormal, else one step of the bit pattern toward +inf.
+    let up = if t == 0.0 {
+        f32::from_bits(1)
+    } else if t > 0.0 {
+        f32::from_bits(t.to_bits() + 1)
+    } else {
+        f32::from_bits(t.to_bits() - 1)
+    };
+    Decision::LtF32(up)
+}
+
+/// A model file's kind, told from its JSON's top-level fields (or, for bytes that are not JSON,
+/// from an ONNX protobuf decode).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelKind {
     /// A rankserve ranker file (`"format": "rankserve-ranker"`).
@@ -115,29 +140,44 @@ pub enum ModelKind {
     LightGbm,
     /// XGBoost `save_model()` JSON (`learner`).
     XgBoost,
+    /// CatBoost `save_model(format="json")` (`features_info` beside `oblivious_trees` or `trees`).
+    CatBoost,
+    /// An ONNX `ModelProto` (protobuf with `ir_version` and a graph).
+    Onnx,
 }
 
 /// Tells a model file's kind from its top-level fields without building anything.
 pub fn detect(bytes: &[u8]) -> Result<ModelKind, ImportError> {
-    let any = Format("rankserve/LightGBM/XGBoost");
+    let any = Format("rankserve/LightGBM/XGBoost/CatBoost");
     // Only the top-level keys are kept; values are skipped without being built.
     let top: std::collections::HashMap<String, serde::de::IgnoredAny> =
-        serde_json::from_slice(bytes).map_err(|e| any.json(&e))?;
+        match serde_json::from_slice(bytes) {
+            Ok(top) => top,
+            Err(_) if onnx::is_onnx(bytes) => return Ok(ModelKind::Onnx),
+            Err(e) => return Err(any.json(&e)),
+        };
     let has = |key: &str| top.contains_key(key);
-    match (has("format"), has("tree_info"), has("learner")) {
-        (true, false, false) => Ok(ModelKind::Native),
-        (false, true, false) => Ok(ModelKind::LightGbm),
-        (false, false, true) => Ok(ModelKind::XgBoost),
+    match (
+        has("format"),
+        has("tree_info"),
+        has("learner"),
+        has("features_info"),
+    ) {
+        (true, false, false, false) => Ok(ModelKind::Native),
+        (false, true, false, false) => Ok(ModelKind::LightGbm),
+        (false, false, true, false) => Ok(ModelKind::XgBoost),
+        (false, false, false, true) => Ok(ModelKind::CatBoost),
         _ => Err(any.invalid(
             "(top level)",
             "expected exactly one of \"format\" (rankserve ranker), \"tree_info\" (LightGBM \
-             dump_model JSON) or \"learner\" (XGBoost save_model JSON)",
+             dump_model JSON), \"learner\" (XGBoost save_model JSON) or \"features_info\" \
+             (CatBoost JSON); an ONNX model is a protobuf, not JSON",
         )),
     }
 }
 
-/// Loads a ranker from a native ranker file, a LightGBM `dump_model()` JSON or an XGBoost
-/// `save_model()` JSON, told apart by [`detect`].
+/// Loads a ranker from a native ranker file, a LightGBM `dump_model()` JSON, an XGBoost
+/// `save_model()` JSON, a CatBoost JSON or an ONNX model, told apart by [`detect`].
 ///
 /// # Errors
 /// The error of [`detect`] or of the loader it picks.
@@ -146,6 +186,8 @@ pub fn load_any(bytes: &[u8]) -> Result<Ranker, RankerError> {
         ModelKind::Native => parse_native(bytes),
         ModelKind::LightGbm => import_lightgbm(bytes),
         ModelKind::XgBoost => import_xgboost(bytes),
+        ModelKind::CatBoost => import_catboost(bytes),
+        ModelKind::Onnx => import_onnx(bytes),
     }
 }
 

@@ -1,15 +1,19 @@
-//! Parity of imported LightGBM and XGBoost models with the libraries' own predictions.
+//! Parity of imported LightGBM, XGBoost, CatBoost and ONNX models with the libraries' own
+//! predictions.
 //!
-//! The fixtures in `fixtures/trees/` were written by `scripts/make_tree_fixtures.py`: each
-//! model's JSON, scoring rows (no header, an empty field is missing) and the library's raw
-//! predictions (`raw_score=True` / `output_margin=True`). Every row must score within
-//! 1e-6·max(1, |theirs|) of the library.
+//! The fixtures in `fixtures/trees/` were written by `scripts/make_tree_fixtures.py` (LightGBM,
+//! XGBoost) and `scripts/make_catboost_onnx_fixtures.py` (CatBoost, ONNX): each model file,
+//! scoring rows (no header, an empty field is missing) and the library's raw predictions
+//! (`raw_score=True` / `output_margin=True` / `RawFormulaVal` / onnxruntime on the rows as
+//! float32). Every row must score within 1e-6·max(1, |theirs|) of the library.
 
 use std::path::PathBuf;
 
 use rankserve::rank::cpu::{score_batch, score_doc_reference};
 use rankserve::rank::format::{parse_native, to_native_json};
-use rankserve::rank::import::{import_lightgbm, import_xgboost, load_any};
+use rankserve::rank::import::{
+    import_catboost, import_lightgbm, import_onnx, import_xgboost, load_any,
+};
 use rankserve::rank::model::Ranker;
 use rankserve::rank::RankerError;
 
@@ -45,6 +49,16 @@ fn rows(name: &str) -> (Vec<f64>, usize) {
     (values, width)
 }
 
+/// `NAME.model.json`, or `NAME.model.onnx` for an ONNX model.
+fn model_file(name: &str) -> String {
+    let json = format!("{name}.model.json");
+    if fixture(&json).exists() {
+        json
+    } else {
+        format!("{name}.model.onnx")
+    }
+}
+
 fn expected(name: &str) -> Vec<f64> {
     let text = String::from_utf8(read(&format!("{name}.expected.txt"))).unwrap();
     text.lines().map(|l| l.parse().unwrap()).collect()
@@ -63,7 +77,7 @@ fn max_relative_error(ours: &[f64], theirs: &[f64]) -> (f64, usize) {
 /// Scores every row with the CPU evaluator (one thread and two: identical, and identical to the
 /// per-document reference) and compares with the library's own predictions.
 fn check_parity(name: &str, import: fn(&[u8]) -> Result<Ranker, RankerError>) {
-    let ranker = import(&read(&format!("{name}.model.json"))).unwrap();
+    let ranker = import(&read(&model_file(name))).unwrap();
     let (values, width) = rows(name);
     assert_eq!(width, ranker.features.len(), "{name}: row width");
     let theirs = expected(name);
@@ -278,4 +292,122 @@ fn cli_import_of_a_bad_model_exits_2_naming_the_field_and_writes_nothing() {
         0,
         "no partial output"
     );
+}
+
+#[test]
+fn catboost_models_match_catboost() {
+    for name in [
+        "cb_yetirank",
+        "cb_pairlogit",
+        "cb_queryrmse_lossguide",
+        "cb_rmse_nanmax",
+        "cb_rmse_depthwise",
+    ] {
+        check_parity(name, import_catboost);
+    }
+}
+
+#[test]
+fn onnx_tree_ensembles_match_onnxruntime() {
+    for name in [
+        "onnx_lightgbm",
+        "onnx_xgboost",
+        "onnx_sklearn_gbr",
+        "onnx_modes",
+    ] {
+        check_parity(name, import_onnx);
+    }
+}
+
+#[test]
+fn onnx_mlps_match_onnxruntime() {
+    for name in ["onnx_mlp_gemm", "onnx_mlp_matmul"] {
+        check_parity(name, import_onnx);
+    }
+}
+
+#[test]
+fn catboost_and_onnx_native_round_trip_and_detection() {
+    for (name, import) in [
+        ("cb_yetirank", import_catboost as fn(&[u8]) -> _),
+        ("cb_rmse_depthwise", import_catboost),
+        ("onnx_lightgbm", import_onnx),
+        ("onnx_mlp_gemm", import_onnx),
+    ] {
+        let bytes = read(&model_file(name));
+        let ranker = import(&bytes).unwrap();
+        assert_eq!(load_any(&bytes).unwrap(), ranker, "{name}: detected");
+        let back = parse_native(to_native_json(&ranker).as_bytes()).unwrap();
+        assert_eq!(back, ranker, "{name}: ranker after the native round trip");
+    }
+}
+
+#[test]
+fn refuses_catboost_multiclass_and_categorical_models() {
+    let err = import_catboost(&read("cb_multiclass.model.json"))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "CatBoost model, scale_and_bias[1]: 3 biases (one per dimension): a ranker has one output"
+    );
+    let err = load_any(&read("cb_categorical.model.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("CatBoost model, features_info.categorical_features: 1 present"),
+        "{err}"
+    );
+}
+
+#[test]
+fn refuses_an_onnx_classifier_naming_the_op() {
+    let err = load_any(&read("onnx_classifier.model.onnx"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("ONNX model, graph.node[0]") && err.contains("TreeEnsembleClassifier"),
+        "{err}"
+    );
+}
+
+#[test]
+fn cli_imports_catboost_and_onnx() {
+    let dir = tempfile::tempdir().unwrap();
+    for (format, name, import) in [
+        ("catboost", "cb_yetirank", import_catboost as fn(&[u8]) -> _),
+        ("onnx", "onnx_mlp_gemm", import_onnx),
+    ] {
+        let out = dir.path().join(format!("{name}.json"));
+        let model = fixture(&model_file(name));
+        let run = rankserve(&[
+            "ranker",
+            "import",
+            "--format",
+            format,
+            "--in",
+            model.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(
+            run.status.success(),
+            "{}",
+            String::from_utf8_lossy(&run.stderr)
+        );
+        let written = parse_native(&std::fs::read(&out).unwrap()).unwrap();
+        assert_eq!(written, import(&read(&model_file(name))).unwrap());
+    }
+    let run = rankserve(&[
+        "ranker",
+        "import",
+        "--format",
+        "onnx",
+        "--in",
+        fixture("onnx_classifier.model.onnx").to_str().unwrap(),
+        "--out",
+        dir.path().join("c.json").to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("TreeEnsembleClassifier"));
 }

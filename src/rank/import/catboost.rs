@@ -124,7 +124,7 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
         (
             "categorical_features",
             info.categorical_features.len(),
-            "categorical features are hashed strings with CTR tables",
+            "CatBoost hashes their strings and looks the hashes up in CTR tables",
         ),
         (
             "ctrs",
@@ -142,8 +142,8 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
             return Err(CATBOOST.unsupported(
                 format!("features_info.{name}"),
                 format!(
-                    "{count} present: {why} cannot be imported; only float features are \
-                     supported (train with numeric features only)"
+                    "{count} present, which cannot be imported ({why}); only float features \
+                     are supported"
                 ),
             ));
         }
@@ -548,5 +548,38 @@ mod tests {
             err.contains("nan_value_treatment: expected \"AsIs\""),
             "{err}"
         );
+    }
+
+    /// A byte that often keeps the JSON valid (a digit, sign, bracket), else any byte.
+    fn json_byte() -> impl proptest::strategy::Strategy<Value = u8> {
+        use proptest::prelude::*;
+        prop_oneof![
+            proptest::sample::select(b"0123456789-.e[]{},:\"".to_vec()),
+            any::<u8>(),
+        ]
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+        /// Mutated models are imported or refused with an error, never a panic.
+        #[test]
+        fn mutated_models_never_panic(
+            edits in proptest::collection::vec((0usize..4096, json_byte()), 1..8),
+            cut in 0usize..4096,
+        ) {
+            let nested = r#""trees":[{"split":{"border":0.5,"float_feature_index":0,
+                "split_type":"FloatFeature"},"left":{"value":-1},"right":{"value":[2]}}]"#;
+            for original in [model(OBLIVIOUS, "AsTrue"), model(nested, "AsIs")] {
+                let mut bytes = original.into_bytes();
+                for &(at, byte) in &edits {
+                    let n = bytes.len();
+                    bytes[at % n] = byte;
+                }
+                bytes.truncate(cut.max(1).min(bytes.len()));
+                if let Err(e) = import_catboost(&bytes) {
+                    proptest::prop_assert!(!e.to_string().is_empty());
+                }
+            }
+        }
     }
 }

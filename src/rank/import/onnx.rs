@@ -235,16 +235,6 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
         ));
     };
     let declared_width = input_width(input)?;
-    let [output] = graph.output.as_slice() else {
-        return Err(ONNX.unsupported(
-            "graph.output",
-            format!(
-                "{} outputs; supported: one output (a ranker has one score)",
-                graph.output.len()
-            ),
-        ));
-    };
-
     let mut current = input.name.as_str();
     let mut trees: Option<(Vec<Tree>, f64, usize)> = None;
     let mut mlp = Mlp::default();
@@ -254,12 +244,6 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
             node.name,
             op_name(node)
         );
-        let [out] = node.output.as_slice() else {
-            return Err(ONNX.unsupported(
-                format!("{at}.output"),
-                format!("{} outputs; supported: one", node.output.len()),
-            ));
-        };
         let domain = node.domain.as_str();
         let standard = domain.is_empty() || domain == "ai.onnx";
         // The node's inputs other than the chain's current value: initializers.
@@ -302,8 +286,24 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
                 ))
             }
         }
+        let [out] = node.output.as_slice() else {
+            return Err(ONNX.unsupported(
+                format!("{at}.output"),
+                format!("{} outputs; supported: one", node.output.len()),
+            ));
+        };
         current = out;
     }
+    // Checked after the nodes, so that an unsupported op is what a graph of one is refused for.
+    let [output] = graph.output.as_slice() else {
+        return Err(ONNX.unsupported(
+            "graph.output",
+            format!(
+                "{} outputs; supported: one output (a ranker has one score)",
+                graph.output.len()
+            ),
+        ));
+    };
     if current != output.name {
         return Err(ONNX.unsupported(
             "graph.output[0]",

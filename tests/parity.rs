@@ -245,16 +245,19 @@ fn many_documents_gpu_matches_cpu() {
 }
 
 #[test]
-fn imported_lightgbm_and_xgboost_gpu_match_cpu() {
+fn imported_models_gpu_match_cpu() {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/trees");
     let mut models: Vec<_> = std::fs::read_dir(&root)
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            // The models the import tests score (the others are rejection fixtures).
+            // The models the import tests score (the others are rejection fixtures): LightGBM,
+            // XGBoost and CatBoost JSON, ONNX trees and MLPs.
             let name = p.to_string_lossy();
-            name.ends_with(".model.json")
-                && Path::new(&name.replace(".model.json", ".expected.txt")).exists()
+            let stem = name
+                .strip_suffix(".model.json")
+                .or_else(|| name.strip_suffix(".model.onnx"));
+            stem.is_some_and(|stem| Path::new(&format!("{stem}.expected.txt")).exists())
         })
         .collect();
     models.sort();

@@ -191,12 +191,15 @@ def ort_predict(model, rows):
 def onnx_thresholds(model):
     out = []
     for node in model.graph.node:
-        if node.op_type != "TreeEnsembleRegressor":
-            continue
         attrs = {a.name: helper.get_attribute_value(a) for a in node.attribute}
-        for f, v, m in zip(attrs["nodes_featureids"], attrs["nodes_values"], attrs["nodes_modes"]):
-            if m != b"LEAF":
-                out.append((f, v))
+        if node.op_type == "TreeEnsembleRegressor":
+            for f, v, m in zip(attrs["nodes_featureids"], attrs["nodes_values"],
+                               attrs["nodes_modes"]):
+                if m != b"LEAF":
+                    out.append((f, v))
+        elif node.op_type == "TreeEnsemble":
+            splits = numpy_helper.to_array(attrs["nodes_splits"])
+            out += [(f, float(v)) for f, v in zip(attrs["nodes_featureids"], splits)]
     return out
 
 
@@ -226,6 +229,7 @@ def onnx_tree_models(rng):
     model = onnxmltools.convert_lightgbm(
         booster, initial_types=[("input", FloatTensorType([None, X.shape[1]]))], target_opset=15)
     write_onnx("onnx_lightgbm", model, X, rng)
+    write_onnx("onnx5_lightgbm", to_tree_ensemble(model), X, rng)
 
     reg = xgb.XGBRegressor(n_estimators=15, max_depth=3, learning_rate=0.3, tree_method="hist",
                            n_jobs=1, random_state=5, base_score=0.5)
@@ -302,6 +306,56 @@ def onnx_modes_model(rng):
     X[:, 0] = np.round(X[:, 0], 1)  # some rows exactly on 0.1, 0.3, 0.5, ...
     X[rng.random((200, 3)) < 0.1] = np.nan
     write_onnx("onnx_modes", model, X, rng)
+    write_onnx("onnx5_modes", to_tree_ensemble(model), X, rng)
+
+
+def to_tree_ensemble(model3):
+    """The same trees as the opset-5 `TreeEnsemble` op (integer modes in a uint8 tensor, leaves in
+    their own arrays, no base values), converted by hand as onnx's own tests lay it out."""
+    node = next(n for n in model3.graph.node if n.op_type == "TreeEnsembleRegressor")
+    a = {x.name: helper.get_attribute_value(x) for x in node.attribute}
+    keys = list(zip(a["nodes_treeids"], a["nodes_nodeids"]))
+    is_leaf = [m == b"LEAF" for m in a["nodes_modes"]]
+    branch = {k: i for i, k in enumerate(k for k, leaf in zip(keys, is_leaf) if not leaf)}
+    leaf = {k: i for i, k in enumerate(k for k, leaf in zip(keys, is_leaf) if leaf)}
+    weights = [0.0] * len(leaf)
+    for t, n, w in zip(a["target_treeids"], a["target_nodeids"], a["target_weights"]):
+        weights[leaf[(t, n)]] = w
+    code = {b"BRANCH_LEQ": 0, b"BRANCH_LT": 1, b"BRANCH_GTE": 2, b"BRANCH_GT": 3, b"BRANCH_EQ": 4,
+            b"BRANCH_NEQ": 5}
+    fields = {f: [] for f in ("feature", "split", "mode", "true", "trueleaf", "false", "falseleaf",
+                              "track")}
+    for k, (tree, _) in enumerate(keys):
+        if is_leaf[k]:
+            continue
+        fields["feature"].append(a["nodes_featureids"][k])
+        fields["split"].append(a["nodes_values"][k])
+        fields["mode"].append(code[a["nodes_modes"][k]])
+        fields["track"].append(a["nodes_missing_value_tracks_true"][k])
+        for side in ("true", "false"):
+            child = (tree, a[f"nodes_{side}nodeids"][k])
+            fields[side].append(leaf[child] if child in leaf else branch[child])
+            fields[side + "leaf"].append(int(child in leaf))
+    roots = [branch[(t, 0)] for t in dict.fromkeys(a["nodes_treeids"])]
+    n = len(fields["mode"])
+    node5 = helper.make_node(
+        "TreeEnsemble", ["input"], ["variable"], domain="ai.onnx.ml", name="trees",
+        n_targets=1, aggregate_function=1, post_transform=0, tree_roots=roots,
+        nodes_featureids=fields["feature"],
+        nodes_splits=helper.make_tensor("nodes_splits", TensorProto.FLOAT, (n,), fields["split"]),
+        nodes_modes=helper.make_tensor("nodes_modes", TensorProto.UINT8, (n,), fields["mode"]),
+        nodes_truenodeids=fields["true"], nodes_trueleafs=fields["trueleaf"],
+        nodes_falsenodeids=fields["false"], nodes_falseleafs=fields["falseleaf"],
+        nodes_missing_value_tracks_true=fields["track"], leaf_targetids=[0] * len(weights),
+        leaf_weights=helper.make_tensor("leaf_weights", TensorProto.FLOAT, (len(weights),),
+                                        weights))
+    graph = helper.make_graph([node5], "trees", list(model3.graph.input),
+                              [helper.make_tensor_value_info("variable", TensorProto.FLOAT,
+                                                             [None, 1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21),
+                                                   helper.make_opsetid("ai.onnx.ml", 5)])
+    model.ir_version = 10
+    return model
 
 
 def onnx_mlp_models(rng):

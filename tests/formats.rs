@@ -314,6 +314,8 @@ fn onnx_tree_ensembles_match_onnxruntime() {
         "onnx_xgboost",
         "onnx_sklearn_gbr",
         "onnx_modes",
+        "onnx5_lightgbm",
+        "onnx5_modes",
     ] {
         check_parity(name, import_onnx);
     }

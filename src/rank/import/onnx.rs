@@ -1,6 +1,6 @@
 //! ONNX (`.onnx`: a protobuf `ModelProto`) → [`Ranker`]: tree ensembles (`ai.onnx.ml`
 //! `TreeEnsembleRegressor`, as onnxmltools writes LightGBM / XGBoost models and skl2onnx writes
-//! scikit-learn gradient boosting) into the ranker's ensemble, and small MLPs (`Gemm`, or `MatMul`
+//! scikit-learn gradient boosting, and the opset-5 `TreeEnsemble`) into the ranker's ensemble, and small MLPs (`Gemm`, or `MatMul`
 //! then `Add`, each optionally followed by `Relu`, `Sigmoid` or `Tanh`, as PyTorch exports
 //! `nn.Linear` stacks) into its NN layers.
 //!
@@ -82,6 +82,7 @@ mod proto {
     pub const FLOAT: i32 = 1;
     pub const INT: i32 = 2;
     pub const STRING: i32 = 3;
+    pub const TENSOR: i32 = 4;
     pub const FLOATS: i32 = 6;
     pub const INTS: i32 = 7;
     pub const STRINGS: i32 = 8;
@@ -96,6 +97,8 @@ mod proto {
         pub i: i64,
         #[prost(bytes = "vec", tag = "4")]
         pub s: Vec<u8>,
+        #[prost(message, optional, tag = "5")]
+        pub t: Option<TensorProto>,
         #[prost(float, repeated, packed = "false", tag = "7")]
         pub floats: Vec<f32>,
         #[prost(int64, repeated, packed = "false", tag = "8")]
@@ -108,6 +111,8 @@ mod proto {
 
     /// `TensorProto.DataType.FLOAT`.
     pub const DATA_FLOAT: i32 = 1;
+    /// `TensorProto.DataType.UINT8`.
+    pub const DATA_UINT8: i32 = 2;
     /// `TensorProto.DataLocation.EXTERNAL`.
     pub const EXTERNAL: i32 = 1;
 
@@ -119,6 +124,9 @@ mod proto {
         pub data_type: i32,
         #[prost(float, repeated, tag = "4")]
         pub float_data: Vec<f32>,
+        /// Also holds the smaller integer types (uint8 and the like), one per entry.
+        #[prost(int32, repeated, tag = "5")]
+        pub int32_data: Vec<i32>,
         #[prost(string, tag = "8")]
         pub name: String,
         #[prost(bytes = "vec", tag = "9")]
@@ -178,7 +186,7 @@ pub fn is_onnx(bytes: &[u8]) -> bool {
     proto::decode(bytes).is_ok_and(|m| m.ir_version > 0 && m.graph.is_some())
 }
 
-/// Imports an ONNX model: a `TreeEnsembleRegressor` as an ensemble-only ranker, or a chain of
+/// Imports an ONNX model: a `TreeEnsembleRegressor` or `TreeEnsemble` as an ensemble-only ranker, or a chain of
 /// `Gemm` / `MatMul`+`Add` layers and activations as NN layers fed by the features as they are.
 /// The features are the input tensor's columns, named `f0`, `f1`, ...
 ///
@@ -192,7 +200,8 @@ pub fn import_onnx(bytes: &[u8]) -> Result<Ranker, RankerError> {
     Ok(ranker)
 }
 
-const SUPPORTED_OPS: &str = "ai.onnx.ml TreeEnsembleRegressor (alone), or Gemm, MatMul, Add (the \
+const SUPPORTED_OPS: &str =
+    "ai.onnx.ml TreeEnsembleRegressor or TreeEnsemble (alone), or Gemm, MatMul, Add (the \
                              bias of a MatMul), Relu, Sigmoid, Tanh; Identity anywhere";
 
 fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
@@ -255,7 +264,7 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
                 check_attributes(node, &at, &[])?;
                 chained(0)?;
             }
-            (_, "ai.onnx.ml", "TreeEnsembleRegressor") => {
+            (_, "ai.onnx.ml", op @ ("TreeEnsembleRegressor" | "TreeEnsemble")) => {
                 chained(0)?;
                 if trees.is_some() || !mlp.is_empty() {
                     return Err(ONNX.unsupported(
@@ -264,7 +273,11 @@ fn build(bytes: &[u8]) -> Result<Ranker, ImportError> {
                          cannot feed trees into layers or sum two ensembles' outputs)",
                     ));
                 }
-                trees = Some(tree_ensemble_regressor(node, &at, declared_width)?);
+                trees = Some(if op == "TreeEnsemble" {
+                    tree_ensemble(node, &at, declared_width)?
+                } else {
+                    tree_ensemble_regressor(node, &at, declared_width)?
+                });
             }
             (true, _, "Gemm" | "MatMul" | "Add" | "Relu" | "Sigmoid" | "Tanh") => {
                 if trees.is_some() {
@@ -516,6 +529,46 @@ impl<'a> Attributes<'a> {
             .map_or(&[], |a| a.strings.as_slice()))
     }
 
+    /// A float tensor attribute's dims and values.
+    fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>, ImportError> {
+        match self.get(name, proto::TENSOR)? {
+            None => Ok(None),
+            Some(a) => {
+                let t = a.t.as_ref().ok_or_else(|| {
+                    ONNX.invalid(self.path(name), "a tensor attribute without its tensor")
+                })?;
+                tensor_floats(t, &self.path(name)).map(Some)
+            }
+        }
+    }
+
+    /// A uint8 tensor attribute's values (absent: empty).
+    fn tensor_bytes(&self, name: &str) -> Result<Vec<u8>, ImportError> {
+        let Some(a) = self.get(name, proto::TENSOR)? else {
+            return Ok(Vec::new());
+        };
+        let path = self.path(name);
+        match &a.t {
+            Some(t) if t.data_type == proto::DATA_UINT8 => {
+                if !t.raw_data.is_empty() {
+                    return Ok(t.raw_data.clone());
+                }
+                t.int32_data
+                    .iter()
+                    .map(|&v| {
+                        u8::try_from(v)
+                            .map_err(|_| ONNX.invalid(&path, format!("{v} is not a uint8")))
+                    })
+                    .collect()
+            }
+            Some(t) => Err(ONNX.unsupported(
+                path,
+                format!("element type {}; supported: 2 (uint8)", t.data_type),
+            )),
+            None => Err(ONNX.invalid(path, "a tensor attribute without its tensor")),
+        }
+    }
+
     fn path(&self, name: &str) -> String {
         format!("{}.attribute {name:?}", self.at)
     }
@@ -712,37 +765,272 @@ fn tree_ensemble_regressor(
             ));
         }
     }
-    let mut used_width = 0usize;
-    let source = Source {
-        nodeids,
-        featureids,
-        values,
-        trueids,
-        falseids,
-        modes: &modes,
-        tracks,
-        weights: &weights,
+    // A child (or root) id of tree `tree`: a branch's position, or a leaf's summed weights.
+    let resolve = |tree: i64, id: i64, name: &str, k: usize| -> Result<Ref, ImportError> {
+        let p = *by_tree[&tree].get(&id).ok_or_else(|| {
+            ONNX.invalid(
+                format!("{}[{k}]", attrs.path(name)),
+                format!("tree {tree} has no node {id}"),
+            )
+        })?;
+        Ok(match modes[p] {
+            Mode::Leaf => Ref::Leaf(weights.get(&(tree, id)).copied().unwrap_or(0.0)),
+            _ => Ref::Branch(p),
+        })
+    };
+    let branches = (0..n)
+        .map(|k| {
+            if modes[k] == Mode::Leaf {
+                return Ok(None);
+            }
+            Ok(Some(Branch {
+                feature: featureids[k],
+                threshold: values[k],
+                mode: modes[k],
+                tracks_true: tracks.get(k).is_some_and(|&v| v == 1),
+                on_true: resolve(treeids[k], trueids[k], "nodes_truenodeids", k)?,
+                on_false: resolve(treeids[k], falseids[k], "nodes_falsenodeids", k)?,
+            }))
+        })
+        .collect::<Result<Vec<_>, ImportError>>()?;
+    let ensemble = Ensemble {
+        branches: &branches,
         attrs: &attrs,
+        names: ["nodes_featureids", "nodes_values", "nodes_modes"],
         declared_width,
     };
+    let mut used_width = 0usize;
     let trees = order
         .iter()
-        .map(|&tree_id| source.tree(tree_id, &by_tree[&tree_id], &mut used_width))
+        .map(|&tree| {
+            let p = *by_tree[&tree].get(&0).ok_or_else(|| {
+                ONNX.invalid(
+                    attrs.path("nodes_nodeids"),
+                    format!("tree {tree} has no node 0 (its root)"),
+                )
+            })?;
+            let root = match modes[p] {
+                Mode::Leaf => Ref::Leaf(weights.get(&(tree, 0)).copied().unwrap_or(0.0)),
+                _ => Ref::Branch(p),
+            };
+            ensemble.tree(root, &format!("tree {tree}"), &mut used_width)
+        })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((trees, base, used_width))
 }
 
-/// The attribute arrays of a tree ensemble, indexed by node position.
-struct Source<'a> {
-    nodeids: &'a [i64],
-    featureids: &'a [i64],
-    values: &'a [f32],
-    trueids: &'a [i64],
-    falseids: &'a [i64],
-    modes: &'a [Mode],
-    tracks: &'a [i64],
-    weights: &'a HashMap<(i64, i64), f64>,
+const TREE_ENSEMBLE_ATTRIBUTES: &[&str] = &[
+    "aggregate_function",
+    "leaf_targetids",
+    "leaf_weights",
+    "membership_values",
+    "n_targets",
+    "nodes_falseleafs",
+    "nodes_falsenodeids",
+    "nodes_featureids",
+    "nodes_hitrates",
+    "nodes_missing_value_tracks_true",
+    "nodes_modes",
+    "nodes_splits",
+    "nodes_trueleafs",
+    "nodes_truenodeids",
+    "post_transform",
+    "tree_roots",
+];
+
+/// Converts an opset-5 `TreeEnsemble` node (integer enums, tensors for splits, modes and leaf
+/// weights, leaves in their own arrays): its trees, its base value (none: 0), and the input width
+/// its feature ids need.
+fn tree_ensemble(
+    node: &NodeProto,
+    at: &str,
+    declared_width: Option<usize>,
+) -> Result<(Vec<Tree>, f64, usize), ImportError> {
+    let attrs = Attributes {
+        map: check_attributes(node, at, TREE_ENSEMBLE_ATTRIBUTES)?,
+        at,
+    };
+    let n_targets = attrs.int("n_targets", 1)?;
+    if n_targets != 1 {
+        return Err(ONNX.unsupported(
+            attrs.path("n_targets"),
+            format!("{n_targets} targets; a ranker has one output, so only 1 is supported"),
+        ));
+    }
+    let aggregate = attrs.int("aggregate_function", 1)?;
+    if aggregate != 1 {
+        return Err(ONNX.unsupported(
+            attrs.path("aggregate_function"),
+            format!("{aggregate}; supported: 1 (SUM: the ranker adds its trees)"),
+        ));
+    }
+    let post = attrs.int("post_transform", 0)?;
+    if post != 0 {
+        return Err(ONNX.unsupported(
+            attrs.path("post_transform"),
+            format!(
+                "{post}; supported: 0 (NONE: a transform of the sum is not a sum of trees; \
+                 export the raw score)"
+            ),
+        ));
+    }
+    if attrs
+        .tensor("membership_values")?
+        .is_some_and(|t| !t.1.is_empty())
+    {
+        return Err(ONNX.unsupported(
+            attrs.path("membership_values"),
+            "set membership (BRANCH_MEMBER) is not supported",
+        ));
+    }
+    let roots = attrs.ints("tree_roots")?;
+    let featureids = attrs.ints("nodes_featureids")?;
+    let n = featureids.len();
+    let (_, splits) = attrs.tensor("nodes_splits")?.unwrap_or_default();
+    let modes = attrs.tensor_bytes("nodes_modes")?;
+    let trueids = attrs.ints("nodes_truenodeids")?;
+    let trueleafs = attrs.ints("nodes_trueleafs")?;
+    let falseids = attrs.ints("nodes_falsenodeids")?;
+    let falseleafs = attrs.ints("nodes_falseleafs")?;
+    let tracks = attrs.ints("nodes_missing_value_tracks_true")?;
+    for (name, len) in [
+        ("nodes_splits", splits.len()),
+        ("nodes_modes", modes.len()),
+        ("nodes_truenodeids", trueids.len()),
+        ("nodes_trueleafs", trueleafs.len()),
+        ("nodes_falsenodeids", falseids.len()),
+        ("nodes_falseleafs", falseleafs.len()),
+    ] {
+        if len != n {
+            return Err(ONNX.invalid(
+                attrs.path(name),
+                format!("expected {n} entries (as nodes_featureids), got {len}"),
+            ));
+        }
+    }
+    if !tracks.is_empty() && tracks.len() != n {
+        return Err(ONNX.invalid(
+            attrs.path("nodes_missing_value_tracks_true"),
+            format!("expected 0 or {n} entries, got {}", tracks.len()),
+        ));
+    }
+    let targets = attrs.ints("leaf_targetids")?;
+    let (_, leaf_weights) = attrs.tensor("leaf_weights")?.unwrap_or_default();
+    if targets.len() != leaf_weights.len() {
+        return Err(ONNX.invalid(
+            attrs.path("leaf_targetids"),
+            format!(
+                "expected {} entries (as leaf_weights), got {}",
+                leaf_weights.len(),
+                targets.len()
+            ),
+        ));
+    }
+    if let Some(k) = targets.iter().position(|&t| t != 0) {
+        return Err(ONNX.unsupported(
+            format!("{}[{k}]", attrs.path("leaf_targetids")),
+            format!("target {}; supported: 0 (one target)", targets[k]),
+        ));
+    }
+    let child = |ids: &[i64], leafs: &[i64], k: usize, name: &str| -> Result<Ref, ImportError> {
+        let (id, leaf) = (ids[k], leafs[k] != 0);
+        let limit = if leaf { leaf_weights.len() } else { n };
+        let index = usize::try_from(id)
+            .ok()
+            .filter(|&i| i < limit)
+            .ok_or_else(|| {
+                ONNX.invalid(
+                    format!("{}[{k}]", attrs.path(name)),
+                    format!(
+                        "expected a {} index in 0..{limit}, got {id}",
+                        if leaf { "leaf" } else { "node" }
+                    ),
+                )
+            })?;
+        Ok(if leaf {
+            Ref::Leaf(f64::from(leaf_weights[index]))
+        } else {
+            Ref::Branch(index)
+        })
+    };
+    let branches = (0..n)
+        .map(|k| {
+            let mode = match modes[k] {
+                0 => Mode::Leq,
+                1 => Mode::Lt,
+                2 => Mode::Gte,
+                3 => Mode::Gt,
+                4 => Mode::Eq,
+                5 => Mode::Neq,
+                other => {
+                    return Err(ONNX.unsupported(
+                        format!("{}[{k}]", attrs.path("nodes_modes")),
+                        format!(
+                            "{other}; supported: 0 (BRANCH_LEQ), 1 (LT), 2 (GTE), 3 (GT), 4 (EQ), \
+                             5 (NEQ); 6 (BRANCH_MEMBER) is not"
+                        ),
+                    ))
+                }
+            };
+            Ok(Some(Branch {
+                feature: featureids[k],
+                threshold: splits[k],
+                mode,
+                tracks_true: tracks.get(k).is_some_and(|&v| v == 1),
+                on_true: child(trueids, trueleafs, k, "nodes_truenodeids")?,
+                on_false: child(falseids, falseleafs, k, "nodes_falsenodeids")?,
+            }))
+        })
+        .collect::<Result<Vec<_>, ImportError>>()?;
+    let ensemble = Ensemble {
+        branches: &branches,
+        attrs: &attrs,
+        names: ["nodes_featureids", "nodes_splits", "nodes_modes"],
+        declared_width,
+    };
+    let mut used_width = 0usize;
+    let trees = roots
+        .iter()
+        .enumerate()
+        .map(|(t, &root)| {
+            let root = usize::try_from(root)
+                .ok()
+                .filter(|&r| r < n)
+                .ok_or_else(|| {
+                    ONNX.invalid(
+                        format!("{}[{t}]", attrs.path("tree_roots")),
+                        format!("expected a node index in 0..{n}, got {root}"),
+                    )
+                })?;
+            ensemble.tree(Ref::Branch(root), &format!("tree {t}"), &mut used_width)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((trees, 0.0, used_width))
+}
+
+/// A child (or a root): a branch's position in the node arrays, or a leaf's value.
+#[derive(Clone, Copy)]
+enum Ref {
+    Branch(usize),
+    Leaf(f64),
+}
+
+/// A branch node of either op, its children resolved.
+struct Branch {
+    feature: i64,
+    threshold: f32,
+    mode: Mode,
+    tracks_true: bool,
+    on_true: Ref,
+    on_false: Ref,
+}
+
+/// The branches of one ensemble (by node position; `None` for leaf positions) and where errors
+/// point: the attributes holding feature ids, thresholds and modes.
+struct Ensemble<'a> {
+    branches: &'a [Option<Branch>],
     attrs: &'a Attributes<'a>,
+    names: [&'static str; 3],
     declared_width: Option<usize>,
 }
 
@@ -754,95 +1042,89 @@ enum Slot {
     Right(usize),
 }
 
-impl Source<'_> {
-    /// Builds tree `tree_id` from its node 0 in pre-order, copying the subtrees that `EQ` /
-    /// `NEQ` need twice; unreachable nodes are dropped, as onnxruntime never visits them.
-    fn tree(
-        &self,
-        tree_id: i64,
-        ids: &HashMap<i64, usize>,
-        used_width: &mut usize,
-    ) -> Result<Tree, ImportError> {
-        let root = *ids.get(&0).ok_or_else(|| {
-            ONNX.invalid(
-                self.attrs.path("nodes_nodeids"),
-                format!("tree {tree_id} has no node 0 (its root)"),
-            )
-        })?;
-        let budget = ids.len().saturating_mul(COPY_GROWTH).max(64);
-        let mut nodes: Vec<Node> = Vec::new();
-        // (ONNX node position, where it goes, depth)
-        let mut stack = vec![(root, Slot::Root, 0usize)];
-        while let Some((k, slot, depth)) = stack.pop() {
-            if depth > ids.len() {
-                return Err(ONNX.invalid(
-                    self.attrs.path("nodes_truenodeids"),
-                    format!("tree {tree_id} has a cycle through node position {k}"),
-                ));
-            }
-            let id = nodes.len();
-            link(&mut nodes, slot, id);
-            let child = |ids_of: &[i64], name: &str| {
-                ids.get(&ids_of[k]).copied().ok_or_else(|| {
-                    ONNX.invalid(
-                        format!("{}[{k}]", self.attrs.path(name)),
-                        format!("tree {tree_id} has no node {}", ids_of[k]),
-                    )
-                })
-            };
-            let mode = self.modes[k];
-            if mode == Mode::Leaf {
-                let leaf = self
-                    .weights
-                    .get(&(tree_id, self.nodeids[k]))
-                    .copied()
-                    .unwrap_or(0.0);
-                nodes.push(Node::Leaf(leaf));
+impl Ensemble<'_> {
+    /// The branch positions reachable from `root`, each once.
+    fn reachable(&self, root: Ref) -> usize {
+        let mut seen = vec![false; self.branches.len()];
+        let mut stack = vec![root];
+        let mut count = 0;
+        while let Some(r) = stack.pop() {
+            let Ref::Branch(k) = r else { continue };
+            if std::mem::replace(&mut seen[k], true) {
                 continue;
             }
-            let (t, f) = (
-                child(self.trueids, "nodes_truenodeids")?,
-                child(self.falseids, "nodes_falsenodeids")?,
-            );
-            let feature = self.featureids[k];
+            count += 1;
+            if let Some(b) = &self.branches[k] {
+                stack.extend([b.on_true, b.on_false]);
+            }
+        }
+        count
+    }
+
+    /// Builds one tree from `root` in pre-order, copying the subtrees that `EQ` / `NEQ` need
+    /// twice (and any reached from two parents); unreachable nodes are dropped, as onnxruntime
+    /// never visits them.
+    fn tree(&self, root: Ref, label: &str, used_width: &mut usize) -> Result<Tree, ImportError> {
+        let [feature_name, threshold_name, mode_name] = self.names;
+        let at = |name: &str, k: usize| format!("{}[{k}]", self.attrs.path(name));
+        let reachable = self.reachable(root);
+        let budget = (2 * reachable + 1).saturating_mul(COPY_GROWTH).max(64);
+        let mut nodes: Vec<Node> = Vec::new();
+        let mut stack = vec![(root, Slot::Root, 0usize)];
+        while let Some((r, slot, depth)) = stack.pop() {
+            let id = nodes.len();
+            link(&mut nodes, slot, id);
+            let k = match r {
+                Ref::Leaf(v) => {
+                    nodes.push(Node::Leaf(v));
+                    continue;
+                }
+                Ref::Branch(k) => k,
+            };
+            if depth > reachable {
+                return Err(ONNX.invalid(
+                    at(mode_name, k),
+                    format!("{label} has a cycle through node position {k}"),
+                ));
+            }
+            let Some(b) = &self.branches[k] else {
+                unreachable!("a leaf position resolves to Ref::Leaf")
+            };
             let limit = self.declared_width.unwrap_or(MAX_FEATURES);
-            if !(0..limit as i64).contains(&feature) {
+            if !(0..limit as i64).contains(&b.feature) {
                 return Err(ONNX.invalid(
-                    format!("{}[{k}]", self.attrs.path("nodes_featureids")),
-                    format!("expected a feature index in 0..{limit}, got {feature}"),
+                    at(feature_name, k),
+                    format!("expected a feature index in 0..{limit}, got {}", b.feature),
                 ));
             }
-            *used_width = (*used_width).max(feature as usize + 1);
-            let threshold = self.values[k];
-            if !threshold.is_finite() {
+            *used_width = (*used_width).max(b.feature as usize + 1);
+            if !b.threshold.is_finite() {
                 return Err(ONNX.invalid(
-                    format!("{}[{k}]", self.attrs.path("nodes_values")),
-                    format!("expected a finite threshold, got {threshold}"),
+                    at(threshold_name, k),
+                    format!("expected a finite threshold, got {}", b.threshold),
                 ));
             }
-            let tracks_true = self.tracks.get(k).is_some_and(|&v| v == 1);
             let split = |decision, default_left| Split {
-                feature: feature as u32,
+                feature: b.feature as u32,
                 decision,
                 missing: Missing::Nan,
                 default_left,
                 left: 0,
                 right: 0,
             };
-            // (decision, NaN goes left, left child, right child) of the first split; for EQ and
-            // NEQ a second split on `<= t` sits at the first one's right.
-            let lt = Decision::LtF32(threshold);
-            let le = super::le_f32(threshold);
-            match mode {
+            let lt = Decision::LtF32(b.threshold);
+            let le = super::le_f32(b.threshold);
+            let (t, f) = (b.on_true, b.on_false);
+            match b.mode {
                 Mode::Leq | Mode::Lt | Mode::Gte | Mode::Gt => {
-                    let (decision, true_left) = match mode {
+                    let (decision, true_left) = match b.mode {
                         Mode::Leq => (le, true),
                         Mode::Lt => (lt, true),
                         Mode::Gte => (lt, false),
                         _ => (le, false),
                     };
                     // NaN compares false, so it goes the true way only when tracked.
-                    let nan_left = tracks_true == true_left;
+                    let nan_left = b.tracks_true == true_left;
                     nodes.push(Node::Split(split(decision, nan_left)));
                     let (left, right) = if true_left { (t, f) } else { (f, t) };
                     stack.push((right, Slot::Right(id), depth + 1));
@@ -851,9 +1133,9 @@ impl Source<'_> {
                 Mode::Eq | Mode::Neq => {
                     // EQ: x < t → false; x <= t → true; else false. NEQ the other way round.
                     // A NaN is "true" for NEQ (NaN != t) and for a tracked EQ.
-                    let (inside, outside) = if mode == Mode::Eq { (t, f) } else { (f, t) };
-                    let nan_true = mode == Mode::Neq || tracks_true;
-                    let nan_inside = nan_true == (mode == Mode::Eq);
+                    let (inside, outside) = if b.mode == Mode::Eq { (t, f) } else { (f, t) };
+                    let nan_true = b.mode == Mode::Neq || b.tracks_true;
+                    let nan_inside = nan_true == (b.mode == Mode::Eq);
                     nodes.push(Node::Split(split(lt, !nan_inside)));
                     let second = nodes.len();
                     link(&mut nodes, Slot::Right(id), second);
@@ -862,17 +1144,17 @@ impl Source<'_> {
                     stack.push((inside, Slot::Left(second), depth + 1));
                     stack.push((outside, Slot::Left(id), depth + 1));
                 }
-                Mode::Leaf => unreachable!("handled above"),
+                Mode::Leaf => unreachable!("leaves are not branches"),
             }
             if nodes.len() > budget {
                 return Err(ONNX.unsupported(
-                    format!("{}[{k}]", self.attrs.path("nodes_modes")),
+                    at(mode_name, k),
                     format!(
-                        "tree {tree_id}: copied subtrees (each BRANCH_EQ / BRANCH_NEQ copies \
-                         one, as a ranker's splits compare with < and <=; a node reached from \
-                         two parents is copied too) would grow the tree past {budget} nodes \
+                        "{label}: copied subtrees (each BRANCH_EQ / BRANCH_NEQ copies one, as a \
+                         ranker's splits compare with < and <=; a node reached from two \
+                         parents is copied too) would grow the tree past {budget} nodes \
                          ({COPY_GROWTH}x its {} nodes)",
-                        ids.len()
+                        2 * reachable + 1
                     ),
                 ));
             }

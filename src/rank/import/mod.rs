@@ -247,4 +247,54 @@ mod tests {
         assert_eq!(ranker.features, ["a"]);
         assert_eq!(ranker.ensemble.unwrap().base_score, 0.25);
     }
+
+    /// Whether the ranker's split built by [`le_f32`] sends `x` left.
+    fn le_f32_left(t: f32, x: f64) -> bool {
+        let split = crate::rank::model::Split {
+            feature: 0,
+            decision: le_f32(t),
+            missing: crate::rank::model::Missing::None,
+            default_left: false,
+            left: 1,
+            right: 2,
+        };
+        crate::rank::cpu::goes_left(&split, x)
+    }
+
+    #[test]
+    fn le_f32_is_f32_less_or_equal_at_the_edges() {
+        let m = f64::from(f32::MAX);
+        let half_ulp = 2f64.powi(103);
+        for (t, x) in [
+            (0.5f32, 0.5f64),
+            (0.5, 0.5 + 1e-12),
+            (0.5, f64::from(f32::from_bits(0.5f32.to_bits() + 1))),
+            (0.0, -0.0),
+            (-0.0, 0.0),
+            (0.0, 1e-46),
+            (0.0, f64::from(f32::from_bits(1))),
+            (-1.5, -1.5),
+            (-1.5, -1.4999999),
+            (f32::MAX, m),
+            (f32::MAX, m + half_ulp),
+            (f32::MAX, m + half_ulp - 2f64.powi(75)),
+            (f32::MAX, f64::INFINITY),
+            (f32::MIN, f64::NEG_INFINITY),
+            (f32::MIN, -1e300),
+        ] {
+            assert_eq!(le_f32_left(t, x), (x as f32) <= t, "t = {t:e}, x = {x:e}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn le_f32_is_f32_less_or_equal(t in proptest::prelude::any::<f32>(), dx in -1e-6f64..1e-6, x in proptest::prelude::any::<f64>()) {
+            proptest::prop_assume!(t.is_finite());
+            for x in [f64::from(t), f64::from(t) * (1.0 + dx), x] {
+                if !x.is_nan() {
+                    proptest::prop_assert_eq!(le_f32_left(t, x), (x as f32) <= t, "t = {:e}, x = {:e}", t, x);
+                }
+            }
+        }
+    }
 }

@@ -529,17 +529,15 @@ impl<'a> Attributes<'a> {
             .map_or(&[], |a| a.strings.as_slice()))
     }
 
-    /// A float tensor attribute's dims and values.
-    fn tensor(&self, name: &str) -> Result<Option<(Vec<usize>, Vec<f32>)>, ImportError> {
-        match self.get(name, proto::TENSOR)? {
-            None => Ok(None),
-            Some(a) => {
-                let t = a.t.as_ref().ok_or_else(|| {
-                    ONNX.invalid(self.path(name), "a tensor attribute without its tensor")
-                })?;
-                tensor_floats(t, &self.path(name)).map(Some)
-            }
-        }
+    /// A float tensor attribute's values (absent: empty).
+    fn tensor(&self, name: &str) -> Result<Vec<f32>, ImportError> {
+        let Some(a) = self.get(name, proto::TENSOR)? else {
+            return Ok(Vec::new());
+        };
+        let t = a.t.as_ref().ok_or_else(|| {
+            ONNX.invalid(self.path(name), "a tensor attribute without its tensor")
+        })?;
+        Ok(tensor_floats(t, &self.path(name))?.1)
     }
 
     /// A uint8 tensor attribute's values (absent: empty).
@@ -874,10 +872,7 @@ fn tree_ensemble(
             ),
         ));
     }
-    if attrs
-        .tensor("membership_values")?
-        .is_some_and(|t| !t.1.is_empty())
-    {
+    if !attrs.tensor("membership_values")?.is_empty() {
         return Err(ONNX.unsupported(
             attrs.path("membership_values"),
             "set membership (BRANCH_MEMBER) is not supported",
@@ -886,7 +881,7 @@ fn tree_ensemble(
     let roots = attrs.ints("tree_roots")?;
     let featureids = attrs.ints("nodes_featureids")?;
     let n = featureids.len();
-    let (_, splits) = attrs.tensor("nodes_splits")?.unwrap_or_default();
+    let splits = attrs.tensor("nodes_splits")?;
     let modes = attrs.tensor_bytes("nodes_modes")?;
     let trueids = attrs.ints("nodes_truenodeids")?;
     let trueleafs = attrs.ints("nodes_trueleafs")?;
@@ -915,7 +910,7 @@ fn tree_ensemble(
         ));
     }
     let targets = attrs.ints("leaf_targetids")?;
-    let (_, leaf_weights) = attrs.tensor("leaf_weights")?.unwrap_or_default();
+    let leaf_weights = attrs.tensor("leaf_weights")?;
     if targets.len() != leaf_weights.len() {
         return Err(ONNX.invalid(
             attrs.path("leaf_targetids"),

@@ -1,13 +1,15 @@
-//! Imports of tree ensembles trained elsewhere: LightGBM `dump_model()` JSON
-//! ([`import_lightgbm`]) and XGBoost `save_model()` JSON ([`import_xgboost`]), each into a
-//! [`Ranker`] whose [`Ranker::ensemble`] holds the trees (no inputs, no layers), reproducing the
-//! library's own decision rules exactly (see each module's docs). [`load_any`] tells the native
-//! format and the two imports apart by the JSON's shape.
+//! Imports of models trained elsewhere: LightGBM `dump_model()` JSON ([`import_lightgbm`]),
+//! XGBoost `save_model()` JSON ([`import_xgboost`]) and CatBoost JSON ([`import_catboost`]), each
+//! into a [`Ranker`] whose [`Ranker::ensemble`] holds the trees (no inputs, no layers), and ONNX
+//! tree ensembles or small MLPs ([`import_onnx`]; MLPs into NN layers), reproducing the library's
+//! own decision rules exactly (see each module's docs). [`load_any`] tells the native format and
+//! the imports apart by the JSON's shape (ONNX: bytes that are not JSON and decode as a model).
 //!
 //! Models a ranker cannot represent exactly are refused, never approximated: multi-class and
 //! multi-target models (a ranker has one output), LightGBM linear trees and averaged (random
 //! forest) outputs, XGBoost categorical splits, DART and linear boosters, objectives whose link
-//! function is not known here.
+//! function is not known here, CatBoost categorical, text and embedding features, ONNX graphs
+//! beyond one chain of the supported ops.
 
 pub mod catboost;
 pub mod lightgbm;
@@ -23,7 +25,7 @@ use crate::rank::format::parse_native;
 use crate::rank::model::{Decision, Ranker};
 use crate::rank::RankerError;
 
-/// Why a LightGBM or XGBoost model file was not imported.
+/// Why a LightGBM, XGBoost, CatBoost or ONNX model file was not imported.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ImportError {
     /// The bytes are not JSON, or a field has the wrong JSON type or is absent.

@@ -1,8 +1,8 @@
 //! ONNX (`.onnx`: a protobuf `ModelProto`) → [`Ranker`]: tree ensembles (`ai.onnx.ml`
 //! `TreeEnsembleRegressor`, as onnxmltools writes LightGBM / XGBoost models and skl2onnx writes
-//! scikit-learn gradient boosting, and the opset-5 `TreeEnsemble`) into the ranker's ensemble, and small MLPs (`Gemm`, or `MatMul`
-//! then `Add`, each optionally followed by `Relu`, `Sigmoid` or `Tanh`, as PyTorch exports
-//! `nn.Linear` stacks) into its NN layers.
+//! scikit-learn gradient boosting, and the opset-5 `TreeEnsemble`) into the ranker's ensemble,
+//! and small MLPs (`Gemm`, or `MatMul` then `Add`, each optionally followed by `Relu`, `Sigmoid`
+//! or `Tanh`, as PyTorch exports `nn.Linear` stacks) into its NN layers.
 //!
 //! The graph must be one chain: one float tensor input `[N, F]`, each node consuming the previous
 //! node's output (and initializers), one output. `Identity` nodes are passed through. Anything
@@ -16,11 +16,12 @@
 //! the branches swapped; `EQ` and `NEQ` become two splits (`< t`, then `<= t`) with the other
 //! branch's subtree copied. A NaN goes to the true branch when `nodes_missing_value_tracks_true`
 //! is 1 (and always for `NEQ`, since NaN != t), else to the false branch, as onnxruntime's
-//! `val CMP t || (tracks_true && isnan(val))`. Leaf weights are f32 and summed here in f64 (exactly);
+//! `val CMP t || (tracks_true && isnan(val))`. Leaf weights are f32 and summed here in f64;
 //! onnxruntime sums in f32, so the two differ by a few f32 roundings of the sum.
 //!
-//! The protobuf messages are a subset of `onnx/onnx.proto` (ONNX 1.17; the field numbers have
-//! not changed since IR version 3), declared by hand with prost's derive, so no protoc is needed.
+//! The protobuf messages are the subset of `onnx/onnx.proto` (ONNX 1.17) read here, declared by
+//! hand with prost's derive and the file's field numbers (protobuf never reuses them), so no
+//! protoc is needed.
 
 use std::collections::HashMap;
 

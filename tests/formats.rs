@@ -1,18 +1,21 @@
-//! Parity of imported LightGBM, XGBoost and RankLib models with the libraries' own predictions.
+//! Parity of imported LightGBM, XGBoost, CatBoost, ONNX and RankLib models with the libraries'
+//! own predictions.
 //!
 //! The fixtures in `fixtures/trees/` were written by `scripts/make_tree_fixtures.py` (JSON
-//! models) and `scripts/make_import_fixtures.py` (LightGBM text, XGBoost UBJSON, RankLib XML):
-//! each model file, scoring rows (no header, an empty field is missing) and the library's raw
-//! predictions (`raw_score=True` / `output_margin=True`; for RankLib, the script's evaluator
-//! written from RankLib's source). Every row must score within 1e-6·max(1, |theirs|).
+//! models), `scripts/make_import_fixtures.py` (LightGBM text, XGBoost UBJSON, RankLib XML) and
+//! `scripts/make_catboost_onnx_fixtures.py` (CatBoost, ONNX): each model file, scoring rows (no
+//! header, an empty field is missing) and the library's raw predictions (`raw_score=True` /
+//! `output_margin=True` / `RawFormulaVal` / onnxruntime on the rows as float32; for RankLib, the
+//! script's evaluator written from RankLib's source). Every row must score within
+//! 1e-6·max(1, |theirs|) of the library.
 
 use std::path::PathBuf;
 
 use rankserve::rank::cpu::{score_batch, score_doc_reference};
 use rankserve::rank::format::{parse_native, to_native_json};
 use rankserve::rank::import::{
-    import_lightgbm, import_lightgbm_text, import_ranklib, import_xgboost, import_xgboost_ubj,
-    load_any,
+    import_catboost, import_lightgbm, import_lightgbm_text, import_onnx, import_ranklib,
+    import_xgboost, import_xgboost_ubj, load_any,
 };
 use rankserve::rank::model::Ranker;
 use rankserve::rank::RankerError;
@@ -367,6 +370,85 @@ fn cli_import_of_a_bad_model_exits_2_naming_the_field_and_writes_nothing() {
 }
 
 #[test]
+fn catboost_models_match_catboost() {
+    for name in [
+        "cb_yetirank.model.json",
+        "cb_pairlogit.model.json",
+        "cb_queryrmse_lossguide.model.json",
+        "cb_rmse_nanmax.model.json",
+        "cb_rmse_depthwise.model.json",
+    ] {
+        check_parity(name, import_catboost);
+    }
+}
+
+#[test]
+fn onnx_tree_ensembles_match_onnxruntime() {
+    for name in [
+        "onnx_lightgbm.model.onnx",
+        "onnx_xgboost.model.onnx",
+        "onnx_sklearn_gbr.model.onnx",
+        "onnx_modes.model.onnx",
+        "onnx5_lightgbm.model.onnx",
+        "onnx5_modes.model.onnx",
+    ] {
+        check_parity(name, import_onnx);
+    }
+}
+
+#[test]
+fn onnx_mlps_match_onnxruntime() {
+    for name in ["onnx_mlp_gemm.model.onnx", "onnx_mlp_matmul.model.onnx"] {
+        check_parity(name, import_onnx);
+    }
+}
+
+#[test]
+fn catboost_and_onnx_native_round_trip_and_detection() {
+    for (name, import) in [
+        ("cb_yetirank.model.json", import_catboost as fn(&[u8]) -> _),
+        ("cb_rmse_depthwise.model.json", import_catboost),
+        ("onnx_lightgbm.model.onnx", import_onnx),
+        ("onnx_mlp_gemm.model.onnx", import_onnx),
+    ] {
+        let bytes = read(name);
+        let ranker = import(&bytes).unwrap();
+        assert_eq!(load_any(&bytes).unwrap(), ranker, "{name}: detected");
+        let back = parse_native(to_native_json(&ranker).as_bytes()).unwrap();
+        assert_eq!(back, ranker, "{name}: ranker after the native round trip");
+    }
+}
+
+#[test]
+fn refuses_catboost_multiclass_and_categorical_models() {
+    let err = import_catboost(&read("cb_multiclass.model.json"))
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        "CatBoost model, scale_and_bias[1]: 3 biases (one per dimension): a ranker has one output"
+    );
+    let err = load_any(&read("cb_categorical.model.json"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("CatBoost model, features_info.categorical_features: 1 present"),
+        "{err}"
+    );
+}
+
+#[test]
+fn refuses_an_onnx_classifier_naming_the_op() {
+    let err = load_any(&read("onnx_classifier.model.onnx"))
+        .unwrap_err()
+        .to_string();
+    assert!(
+        err.starts_with("ONNX model, graph.node[0]") && err.contains("TreeEnsembleClassifier"),
+        "{err}"
+    );
+}
+
+#[test]
 fn cli_import_detects_the_format_or_takes_it_named() {
     let dir = tempfile::tempdir().unwrap();
     for (format, file, import) in [
@@ -386,6 +468,8 @@ fn cli_import_detects_the_format_or_takes_it_named() {
             import_ranklib,
         ),
         (Some("auto"), "ranklib_lambdamart.model.xml", import_ranklib),
+        (Some("catboost"), "cb_yetirank.model.json", import_catboost),
+        (None, "onnx_mlp_gemm.model.onnx", import_onnx),
     ] {
         let out = dir.path().join("out.json");
         let model = fixture(file);
@@ -421,4 +505,16 @@ fn cli_import_detects_the_format_or_takes_it_named() {
     assert_eq!(run.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&run.stderr);
     assert!(stderr.contains("learner.gradient_booster.name"), "{stderr}");
+    let run = rankserve(&[
+        "ranker",
+        "import",
+        "--format",
+        "onnx",
+        "--in",
+        fixture("onnx_classifier.model.onnx").to_str().unwrap(),
+        "--out",
+        dir.path().join("c.json").to_str().unwrap(),
+    ]);
+    assert_eq!(run.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&run.stderr).contains("TreeEnsembleClassifier"));
 }

@@ -1453,3 +1453,31 @@ async fn huge_names_in_a_request_are_quoted_cut() {
     )
     .await;
 }
+
+#[tokio::test]
+async fn onnx_and_catboost_uploads_are_recognised_and_an_unsupported_op_is_400() {
+    let s = server();
+    let trees = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/trees");
+    for (name, file, features) in [
+        ("mlp", "onnx_mlp_gemm.model.onnx", 6),
+        ("cb", "cb_yetirank.model.json", 5),
+    ] {
+        let put = Request::put(format!("/v1/rankers/{name}"))
+            .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+            .body(Body::from(std::fs::read(trees.join(file)).unwrap()))
+            .unwrap();
+        let (status, _, body) = send(&s.app, put).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let description: RankerDescription = serde_json::from_slice(&body).unwrap();
+        assert_eq!(description.features.len(), features, "{name}");
+    }
+    upload_is_refused_and_changes_nothing(
+        &s,
+        std::fs::read(trees.join("onnx_classifier.model.onnx")).unwrap(),
+        "ONNX model, graph.node[0] (name \"TreeEnsembleClassifier\", op \
+         ai.onnx.ml::TreeEnsembleClassifier): op ai.onnx.ml::TreeEnsembleClassifier is not \
+         supported; supported: ai.onnx.ml TreeEnsembleRegressor or TreeEnsemble (alone), or Gemm, \
+         MatMul, Add (the bias of a MatMul), Relu, Sigmoid, Tanh; Identity anywhere",
+    )
+    .await;
+}

@@ -251,7 +251,8 @@ fn imported_models_gpu_match_cpu() {
         .unwrap()
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| {
-            // The models the import tests score (the others are rejection fixtures).
+            // The models the import tests score (the others are rejection fixtures): every
+            // imported format, ONNX MLPs included.
             let name = p.to_string_lossy();
             name.find(".model.")
                 .is_some_and(|at| Path::new(&format!("{}.expected.txt", &name[..at])).exists())

@@ -11,9 +11,9 @@ use super::{BadInputExt, CmdResult};
 
 #[derive(clap::Subcommand)]
 pub enum Command {
-    /// Import a LightGBM (dump_model JSON or text model), XGBoost (JSON or UBJSON) or RankLib
-    /// (LambdaMART/MART XML) model as a ranker file whose ensemble holds the trees, reproducing
-    /// the library's raw scores.
+    /// Import a LightGBM (dump_model JSON or text model), XGBoost (JSON or UBJSON), CatBoost
+    /// (JSON), ONNX (tree ensemble or small MLP) or RankLib (LambdaMART/MART XML) model as a
+    /// ranker file, reproducing the library's raw scores.
     #[command(after_help = "Examples:\n  rankserve ranker import --format lightgbm \
                             --in fixtures/trees/lgb_lambdarank.model.json --out rankers/lgb.json\n  \
                             rankserve ranker import --in fixtures/trees/xgbu_ndcg.model.ubj \
@@ -72,7 +72,8 @@ pub struct ImportArgs {
     format: ImportFormat,
     /// The model file. lightgbm: `json.dump(booster.dump_model())`; lightgbm-text:
     /// `booster.save_model("model.txt")`; xgboost: `booster.save_model("model.json")`;
-    /// xgboost-ubj: `booster.save_model("model.ubj")`; ranklib: RankLib's `-save` file.
+    /// xgboost-ubj: `booster.save_model("model.ubj")`; ranklib: RankLib's `-save` file;
+    /// catboost: `model.save_model(path, format="json")`; onnx: the `.onnx` protobuf.
     #[arg(long = "in", value_name = "MODEL")]
     input: PathBuf,
     /// The ranker file to write (written whole or not at all).
@@ -88,6 +89,8 @@ enum ImportFormat {
     Xgboost,
     XgboostUbj,
     Ranklib,
+    Catboost,
+    Onnx,
 }
 
 impl ImportFormat {
@@ -100,6 +103,8 @@ impl ImportFormat {
             ImportFormat::Xgboost => Some(ModelKind::XgBoost),
             ImportFormat::XgboostUbj => Some(ModelKind::XgBoostUbj),
             ImportFormat::Ranklib => Some(ModelKind::RankLib),
+            ImportFormat::Catboost => Some(ModelKind::CatBoost),
+            ImportFormat::Onnx => Some(ModelKind::Onnx),
         }
     }
 }

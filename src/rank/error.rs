@@ -37,8 +37,8 @@ pub enum RankerError {
     FreeForm { path: String, error: FreeFormError },
 
     // --- Imports (owned by the `import` branch) ---
-    /// A model file (LightGBM, XGBoost, RankLib) was not imported (the error names the library,
-    /// the field path in its file and why).
+    /// A model file (LightGBM, XGBoost, CatBoost, ONNX, RankLib) was not imported (the error
+    /// names the library, the field path in its file and why).
     #[error(transparent)]
     Import(#[from] crate::rank::import::ImportError),
 }

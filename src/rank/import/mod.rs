@@ -1,28 +1,35 @@
-//! Imports of tree ensembles trained elsewhere: LightGBM `dump_model()` JSON
-//! ([`import_lightgbm`]) and text model ([`import_lightgbm_text`]), XGBoost `save_model()` JSON
-//! ([`import_xgboost`]) and UBJSON ([`import_xgboost_ubj`]), RankLib LambdaMART/MART XML
-//! ([`import_ranklib`]), each into a [`Ranker`] whose [`Ranker::ensemble`] holds the trees (no
-//! inputs, no layers), reproducing the library's own decision rules (see each module's docs).
-//! [`detect`] tells the formats apart by their bytes, and [`load_any`] loads whichever it is.
+//! Imports of models trained elsewhere: LightGBM `dump_model()` JSON ([`import_lightgbm`]) and
+//! text model ([`import_lightgbm_text`]), XGBoost `save_model()` JSON ([`import_xgboost`]) and
+//! UBJSON ([`import_xgboost_ubj`]), CatBoost JSON ([`import_catboost`]) and RankLib
+//! LambdaMART/MART XML ([`import_ranklib`]), each into a [`Ranker`] whose [`Ranker::ensemble`]
+//! holds the trees (no inputs, no layers), and ONNX tree ensembles or small MLPs
+//! ([`import_onnx`]; MLPs into NN layers), reproducing the library's own decision rules (see each
+//! module's docs). [`detect`] tells the formats apart by their bytes, and [`load_any`] loads
+//! whichever it is.
 //!
 //! Models a ranker cannot represent exactly are refused, never approximated: multi-class and
 //! multi-target models (a ranker has one output), LightGBM linear trees and averaged (random
 //! forest) outputs, XGBoost categorical splits, DART and linear boosters, objectives whose link
-//! function is not known here.
+//! function is not known here, CatBoost categorical, text and embedding features, ONNX graphs
+//! beyond one chain of the supported ops.
 
+pub mod catboost;
 pub mod lightgbm;
 pub mod lightgbm_text;
+pub mod onnx;
 pub mod ranklib;
 mod ubjson;
 pub mod xgboost;
 
+pub use catboost::import_catboost;
 pub use lightgbm::import_lightgbm;
 pub use lightgbm_text::import_lightgbm_text;
+pub use onnx::import_onnx;
 pub use ranklib::import_ranklib;
 pub use xgboost::{import_xgboost, import_xgboost_ubj};
 
 use crate::rank::format::parse_native;
-use crate::rank::model::Ranker;
+use crate::rank::model::{Decision, Ranker};
 use crate::rank::RankerError;
 
 /// Why a model file was not imported.
@@ -120,6 +127,26 @@ pub(crate) fn check_unique_names(
     Ok(())
 }
 
+/// The decision "left when `f32(x) <= t`" (CatBoost's false branch, ONNX's `BRANCH_LEQ`) for a
+/// finite f32 `t`: `f32(x) < next_up(t)`, the ranker's `lt_f32`, exactly. For `t = f32::MAX`,
+/// which has no finite successor, it is the f64 comparison with the largest double that does
+/// not round to +inf as an f32 (below the midpoint 2^128 − 2^103, which rounds to even: +inf).
+pub(crate) fn le_f32(t: f32) -> Decision {
+    if t == f32::MAX {
+        let midpoint = 2f64.powi(128) - 2f64.powi(103);
+        return Decision::LeF64(f64::from_bits(midpoint.to_bits() - 1));
+    }
+    // The next f32 up: for ±0 the least subnormal, else one step of the bit pattern toward +inf.
+    let up = if t == 0.0 {
+        f32::from_bits(1)
+    } else if t > 0.0 {
+        f32::from_bits(t.to_bits() + 1)
+    } else {
+        f32::from_bits(t.to_bits() - 1)
+    };
+    Decision::LtF32(up)
+}
+
 /// A model file's kind, told from its bytes by [`detect`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ModelKind {
@@ -135,17 +162,23 @@ pub enum ModelKind {
     XgBoostUbj,
     /// A RankLib LambdaMART/MART ensemble (`##` lines, then `<ensemble>`).
     RankLib,
+    /// CatBoost `save_model(format="json")` (`features_info` beside `oblivious_trees` or `trees`).
+    CatBoost,
+    /// An ONNX `ModelProto` (protobuf with `ir_version` and a graph).
+    Onnx,
 }
 
 impl ModelKind {
     /// Each kind and the name it goes by on the CLI (`--format`) and over HTTP (`?format=`).
-    pub const NAMES: [(&'static str, ModelKind); 6] = [
+    pub const NAMES: [(&'static str, ModelKind); 8] = [
         ("native", ModelKind::Native),
         ("lightgbm", ModelKind::LightGbm),
         ("lightgbm-text", ModelKind::LightGbmText),
         ("xgboost", ModelKind::XgBoost),
         ("xgboost-ubj", ModelKind::XgBoostUbj),
         ("ranklib", ModelKind::RankLib),
+        ("catboost", ModelKind::CatBoost),
+        ("onnx", ModelKind::Onnx),
     ];
 
     /// The kind named `name` (one of [`ModelKind::NAMES`]).
@@ -168,11 +201,12 @@ impl ModelKind {
 
 /// What [`detect`] tells apart, for its error.
 const KNOWN_FORMATS: &str = "JSON (a rankserve ranker, LightGBM dump_model, XGBoost \
-    save_model), XGBoost UBJSON, a LightGBM text model (first line \"tree\") or a RankLib \
-    ensemble (\"##\" lines, then <ensemble>)";
+    save_model, CatBoost), XGBoost UBJSON, a LightGBM text model (first line \"tree\"), a \
+    RankLib ensemble (\"##\" lines, then <ensemble>) or an ONNX model (protobuf)";
 
 /// Tells a model file's kind from its bytes without building anything: the binary and text
-/// formats by how they start, the JSON ones by their top-level fields.
+/// formats by how they start (ONNX, which has no magic number, by a decode), the JSON ones by
+/// their top-level fields.
 ///
 /// # Errors
 /// [`ImportError`] when the bytes start as none of the formats, or are JSON of no known shape.
@@ -195,8 +229,12 @@ pub fn detect(bytes: &[u8]) -> Result<ModelKind, ImportError> {
     {
         return Ok(ModelKind::RankLib);
     }
-    let any = Format("rankserve/LightGBM/XGBoost");
+    let any = Format("rankserve/LightGBM/XGBoost/CatBoost");
     if !matches!(bytes.trim_ascii_start().first(), Some(b'{' | b'[')) {
+        // A protobuf has no magic number: ONNX is what decodes as a model with a graph.
+        if onnx::is_onnx(bytes) {
+            return Ok(ModelKind::Onnx);
+        }
         return Err(any.invalid(
             "(start of file)",
             format!("not a model file rankserve reads: expected {KNOWN_FORMATS}"),
@@ -206,14 +244,21 @@ pub fn detect(bytes: &[u8]) -> Result<ModelKind, ImportError> {
     let top: std::collections::HashMap<String, serde::de::IgnoredAny> =
         serde_json::from_slice(bytes).map_err(|e| any.json(&e))?;
     let has = |key: &str| top.contains_key(key);
-    match (has("format"), has("tree_info"), has("learner")) {
-        (true, false, false) => Ok(ModelKind::Native),
-        (false, true, false) => Ok(ModelKind::LightGbm),
-        (false, false, true) => Ok(ModelKind::XgBoost),
+    match (
+        has("format"),
+        has("tree_info"),
+        has("learner"),
+        has("features_info"),
+    ) {
+        (true, false, false, false) => Ok(ModelKind::Native),
+        (false, true, false, false) => Ok(ModelKind::LightGbm),
+        (false, false, true, false) => Ok(ModelKind::XgBoost),
+        (false, false, false, true) => Ok(ModelKind::CatBoost),
         _ => Err(any.invalid(
             "(top level)",
             "expected exactly one of \"format\" (rankserve ranker), \"tree_info\" (LightGBM \
-             dump_model JSON) or \"learner\" (XGBoost save_model JSON)",
+             dump_model JSON), \"learner\" (XGBoost save_model JSON) or \"features_info\" \
+             (CatBoost JSON); an ONNX model is a protobuf, not JSON",
         )),
     }
 }
@@ -235,6 +280,8 @@ pub fn load_as(kind: ModelKind, bytes: &[u8]) -> Result<Ranker, RankerError> {
         ModelKind::Native => parse_native(bytes),
         ModelKind::LightGbm => import_lightgbm(bytes),
         ModelKind::XgBoost => import_xgboost(bytes),
+        ModelKind::CatBoost => import_catboost(bytes),
+        ModelKind::Onnx => import_onnx(bytes),
         ModelKind::LightGbmText => import_lightgbm_text(bytes),
         ModelKind::XgBoostUbj => import_xgboost_ubj(bytes),
         ModelKind::RankLib => import_ranklib(bytes),
@@ -352,7 +399,8 @@ mod tests {
             assert_eq!(ModelKind::from_name(name), Some(kind));
             assert_eq!(kind.name(), name);
         }
-        assert_eq!(ModelKind::from_name("onnx"), None);
+        assert_eq!(ModelKind::from_name("onnx"), Some(ModelKind::Onnx));
+        assert_eq!(ModelKind::from_name("tensorflow"), None);
     }
 
     #[test]
@@ -362,5 +410,55 @@ mod tests {
         let ranker = load_any(text.as_bytes()).unwrap();
         assert_eq!(ranker.features, ["a"]);
         assert_eq!(ranker.ensemble.unwrap().base_score, 0.25);
+    }
+
+    /// Whether the ranker's split built by [`le_f32`] sends `x` left.
+    fn le_f32_left(t: f32, x: f64) -> bool {
+        let split = crate::rank::model::Split {
+            feature: 0,
+            decision: le_f32(t),
+            missing: crate::rank::model::Missing::None,
+            default_left: false,
+            left: 1,
+            right: 2,
+        };
+        crate::rank::cpu::goes_left(&split, x)
+    }
+
+    #[test]
+    fn le_f32_is_f32_less_or_equal_at_the_edges() {
+        let m = f64::from(f32::MAX);
+        let half_ulp = 2f64.powi(103);
+        for (t, x) in [
+            (0.5f32, 0.5f64),
+            (0.5, 0.5 + 1e-12),
+            (0.5, f64::from(f32::from_bits(0.5f32.to_bits() + 1))),
+            (0.0, -0.0),
+            (-0.0, 0.0),
+            (0.0, 1e-46),
+            (0.0, f64::from(f32::from_bits(1))),
+            (-1.5, -1.5),
+            (-1.5, -1.4999999),
+            (f32::MAX, m),
+            (f32::MAX, m + half_ulp),
+            (f32::MAX, m + half_ulp - 2f64.powi(75)),
+            (f32::MAX, f64::INFINITY),
+            (f32::MIN, f64::NEG_INFINITY),
+            (f32::MIN, -1e300),
+        ] {
+            assert_eq!(le_f32_left(t, x), (x as f32) <= t, "t = {t:e}, x = {x:e}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn le_f32_is_f32_less_or_equal(t in proptest::prelude::any::<f32>(), dx in -1e-6f64..1e-6, x in proptest::prelude::any::<f64>()) {
+            proptest::prop_assume!(t.is_finite());
+            for x in [f64::from(t), f64::from(t) * (1.0 + dx), x] {
+                if !x.is_nan() {
+                    proptest::prop_assert_eq!(le_f32_left(t, x), (x as f32) <= t, "t = {:e}, x = {:e}", t, x);
+                }
+            }
+        }
     }
 }

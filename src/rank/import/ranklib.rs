@@ -21,7 +21,7 @@
 //! - Feature values are floats; a missing one (NaN) is read as `0`. Feature id `i` is the
 //!   ranker's feature named `"i"`; ids start at 1 (RankLib's id 0 is never a feature).
 //! - At a split, left when `value <= threshold` in f32 (thresholds are read by
-//!   `Float.parseFloat`), which is the ranker's `lt_f32` at the next float up.
+//!   `Float.parseFloat`; a threshold must be finite), `le_f32` as for CatBoost and ONNX.
 //! - A split's children are its third and fourth elements, whatever `pos` says (here `pos`, when
 //!   present, must agree); a leaf's value is its `<output>`, read as a float.
 //! - The score is the sum over trees of `output × weight` (the product of two floats, exact in
@@ -33,7 +33,7 @@
 
 use quick_xml::events::Event;
 
-use super::{ranker_from_trees, Format, ImportError};
+use super::{le_f32, ranker_from_trees, Format, ImportError};
 use crate::rank::format::{validate, MAX_FEATURES};
 use crate::rank::model::{Decision, FeatureIdx, Missing, Node, Ranker, Split, Tree};
 use crate::rank::RankerError;
@@ -318,9 +318,13 @@ fn convert(
             *max_id = (*max_id).max(fid);
             let threshold_path = format!("{path}.threshold");
             let t = float(&threshold.text, &threshold_path)?;
-            let decision = split_rule(t).ok_or_else(|| {
-                RANKLIB.invalid(threshold_path, "a NaN threshold sends every value right")
-            })?;
+            if !t.is_finite() {
+                return Err(RANKLIB.invalid(
+                    threshold_path,
+                    format!("expected a finite threshold, got {t}"),
+                ));
+            }
+            let decision = le_f32(t);
             for (child, pos) in [(left, "left"), (right, "right")] {
                 if child.attr("pos").is_some_and(|p| p != pos) {
                     return Err(RANKLIB.invalid(
@@ -356,30 +360,6 @@ fn convert(
                 format!("{SPLIT_HOLDS} in that order, got <{}>", names.join("> <")),
             )),
         },
-    }
-}
-
-/// RankLib's `f32(x) <= t` as a ranker decision: `f32(x) < next_up(t)`, and for `t = +inf`
-/// (everything goes left) `x <= inf`. `None` for a NaN `t`.
-fn split_rule(t: f32) -> Option<Decision> {
-    if t.is_nan() {
-        None
-    } else if t == f32::INFINITY {
-        Some(Decision::LeF64(f64::INFINITY))
-    } else {
-        Some(Decision::LtF32(next_up(t)))
-    }
-}
-
-/// The least f32 above `t` (`t` not NaN or +inf): `f32::next_up`, which is newer than the
-/// crate's minimum Rust.
-fn next_up(t: f32) -> f32 {
-    if t == 0.0 {
-        f32::from_bits(1) // the least positive subnormal, above both zeros
-    } else if t > 0.0 {
-        f32::from_bits(t.to_bits() + 1)
-    } else {
-        f32::from_bits(t.to_bits() - 1) // a negative's magnitude shrinks
     }
 }
 
@@ -427,7 +407,7 @@ mod tests {
         let split = |feature, t: f32, left, right| {
             Node::Split(Split {
                 feature,
-                decision: Decision::LtF32(next_up(t)),
+                decision: le_f32(t),
                 missing: Missing::None,
                 default_left: false,
                 left,
@@ -449,25 +429,10 @@ mod tests {
     }
 
     #[test]
-    fn next_up_is_the_next_float() {
-        for (t, up) in [
-            (0.0f32, f32::from_bits(1)),
-            (-0.0, f32::from_bits(1)),
-            (1.0, 1.0 + f32::EPSILON),
-            (-1.0, -1.0 + f32::EPSILON / 2.0),
-            (f32::NEG_INFINITY, -f32::MAX),
-            (f32::MAX, f32::INFINITY),
-            (-f32::from_bits(1), -0.0),
-        ] {
-            assert_eq!(next_up(t).to_bits(), up.to_bits(), "{t:e}");
-        }
-    }
-
-    #[test]
     fn the_rule_is_less_or_equal_in_f32_with_missing_as_zero() {
         let at = |t: f32| Split {
             feature: 0,
-            decision: split_rule(t).unwrap(),
+            decision: le_f32(t),
             missing: Missing::None,
             default_left: false,
             left: 1,
@@ -481,14 +446,9 @@ mod tests {
             1e-30,
             f32::MAX,
             -f32::MAX,
-            f32::INFINITY,
-            f32::NEG_INFINITY,
         ] {
-            let next_down = -next_up(-t);
             for x in [
                 f64::from(t),
-                f64::from(next_up(t)),
-                f64::from(next_down),
                 f64::from(t) + 1e-12,
                 f64::NAN,
                 0.0,

@@ -35,7 +35,7 @@ use quick_xml::events::Event;
 
 use super::{le_f32, ranker_from_trees, Format, ImportError};
 use crate::rank::format::{validate, MAX_FEATURES};
-use crate::rank::model::{Decision, FeatureIdx, Missing, Node, Ranker, Split, Tree};
+use crate::rank::model::{FeatureIdx, Missing, Node, Ranker, Split, Tree};
 use crate::rank::RankerError;
 
 const RANKLIB: Format = Format("RankLib");
@@ -504,7 +504,7 @@ mod tests {
             (
                 "<threshold> 0.5 </threshold>",
                 "<threshold> NaN </threshold>",
-                "tree[0].split.threshold: a NaN threshold",
+                "tree[0].split.threshold: expected a finite threshold, got NaN",
             ),
             (
                 "weight=\"0.1\"",

@@ -3,6 +3,7 @@ mod cli;
 mod client_example;
 mod formats;
 mod http;
+mod openapi;
 mod parity;
 mod search;
 mod selection;

@@ -12,11 +12,13 @@
 //!   engine) and `/v1/index/reload`.
 //! - [`state`]: what handlers share, admission, the request sampler, the GPU probe's wiring.
 //! - [`metrics`]: Prometheus names and recording.
+//! - [`openapi`]: the OpenAPI document, generated from the handlers and wire types.
 
 pub mod auth;
 pub mod codec;
 pub mod error;
 pub mod metrics;
+pub mod openapi;
 pub mod router;
 pub mod routes;
 pub mod search;

@@ -5,7 +5,6 @@ use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::Router;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -13,37 +12,45 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
+use utoipa::OpenApi;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use super::codec::negotiate_errors;
 use super::error::ApiError;
-use super::routes::{
-    delete_ranker, describe_ranker, healthz, list_rankers, load_ranker, metrics, put_ranker, rank,
-    readyz,
-};
-use super::search::{reload_index, search};
+use super::openapi::{self, ApiDoc};
 use super::state::AppState;
+use super::{routes as handlers, search};
 
 /// How long a client may take to send its body.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Every route, each registered from its handler's `#[utoipa::path]` attribute, which also
+/// puts it in the OpenAPI document ([`openapi::document`]).
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(handlers::rank))
+        .routes(routes!(search::search))
+        .routes(routes!(handlers::list_rankers))
+        .routes(routes!(
+            handlers::describe_ranker,
+            handlers::put_ranker,
+            handlers::delete_ranker
+        ))
+        .routes(routes!(handlers::load_ranker))
+        .routes(routes!(search::reload_index))
+        .routes(routes!(handlers::healthz))
+        .routes(routes!(handlers::readyz))
+        .routes(routes!(handlers::metrics))
+        .routes(routes!(openapi::openapi_json))
+}
 
 /// The application: every route, with request ids, tracing, metrics, error negotiation and a
 /// panic backstop.
 pub fn router(state: AppState) -> Router {
     super::metrics::handle();
-    let admin = Router::new()
-        .route(
-            "/v1/rankers/{name}",
-            get(describe_ranker).put(put_ranker).delete(delete_ranker),
-        )
-        .route("/v1/rankers/{name}/load", post(load_ranker))
-        .route("/v1/index/reload", post(reload_index));
-    Router::new()
-        .route("/v1/rank", post(rank))
-        .route("/v1/search", post(search))
-        .route("/v1/rankers", get(list_rankers))
-        .merge(admin)
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+    let (routes, _document) = routes().split_for_parts();
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(

@@ -13,7 +13,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::auth::authorize;
 use super::codec::{micros, read_body, Coded, Negotiated, Reply};
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::state::AppState;
 use crate::api::RankBody;
 use crate::api::{
@@ -24,6 +24,15 @@ use crate::rank::cpu::model_inputs;
 use crate::rank::engine::{Documents, RankError, RankJob, Ranked};
 use crate::rank::model::{Activation, Input};
 use crate::rank::store::{LoadedRanker, StoreError};
+
+/// The `{name}` path parameter of the ranker routes.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[serde(transparent)]
+#[into_params(names("name"), parameter_in = Path)]
+pub(super) struct RankerName(
+    /// The ranker's store name: 1 to 64 characters of `A-Z a-z 0-9 _ -`.
+    String,
+);
 
 fn store_error(err: StoreError) -> ApiError {
     match err {
@@ -49,6 +58,19 @@ pub(super) async fn ranker(state: &AppState, name: &str) -> Result<Arc<LoadedRan
 }
 
 /// `POST /v1/rank`.
+#[utoipa::path(
+    post,
+    path = "/v1/rank",
+    tag = "rank",
+    request_body = crate::api::RankRequest,
+    responses(
+        (status = 200, description = "Scores in request order", body = RankResponse),
+        (status = 404, description = "`unknown_ranker`", body = ErrorBody),
+        (status = 503, description = "`overloaded` (the ranker's queue is full: retry after `Retry-After`) or `gpu_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "seconds, with `overloaded`"))),
+        (status = 504, description = "`deadline_exceeded`", body = ErrorBody),
+    )
+)]
 pub(super) async fn rank(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
@@ -221,6 +243,12 @@ pub(super) fn explain(loaded: &LoadedRanker, features: &[f64]) -> Vec<Explanatio
 }
 
 /// `GET /v1/rankers`.
+#[utoipa::path(
+    get,
+    path = "/v1/rankers",
+    tag = "rankers",
+    responses((status = 200, description = "The rankers in the store", body = RankerList))
+)]
 pub(super) async fn list_rankers(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
@@ -234,11 +262,21 @@ pub(super) async fn list_rankers(
     Ok(Reply(format, RankerList { rankers }))
 }
 
-/// `GET /v1/rankers/{name}`.
+/// `GET /v1/rankers/{name}`: describes a ranker, loading it if needed.
+#[utoipa::path(
+    get,
+    path = "/v1/rankers/{name}",
+    tag = "rankers",
+    params(RankerName),
+    responses(
+        (status = 200, description = "The ranker", body = RankerDescription),
+        (status = 404, description = "`unknown_ranker`", body = ErrorBody),
+    )
+)]
 pub(super) async fn describe_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(name): Path<String>,
+    Path(RankerName(name)): Path<RankerName>,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     let loaded = ranker(&state, &name).await?;
     Ok(Reply(format, describe(&state, &loaded)))
@@ -300,10 +338,26 @@ fn describe(state: &AppState, loaded: &LoadedRanker) -> RankerDescription {
 }
 
 /// `PUT /v1/rankers/{name}` (admin): the body is a native, LightGBM or XGBoost ranker file.
+#[utoipa::path(
+    put,
+    path = "/v1/rankers/{name}",
+    tag = "rankers",
+    params(RankerName),
+    request_body(
+        content = Vec<u8>,
+        content_type = "application/octet-stream",
+        description = "A ranker file (any body type: the content is recognised; formats in docs/ranker-format.md)"
+    ),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The ranker now served under that name", body = RankerDescription),
+        (status = 400, description = "`bad_ranker` (the old ranker keeps serving) or `bad_ranker_name`", body = ErrorBody),
+    )
+)]
 pub(super) async fn put_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(name): Path<String>,
+    Path(RankerName(name)): Path<RankerName>,
     req: Request,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     authorize(&state, req.headers())?;
@@ -329,9 +383,20 @@ pub(super) async fn put_ranker(
 }
 
 /// `DELETE /v1/rankers/{name}` (admin).
+#[utoipa::path(
+    delete,
+    path = "/v1/rankers/{name}",
+    tag = "rankers",
+    params(RankerName),
+    security(("admin_token" = [])),
+    responses(
+        (status = 204, description = "Deleted (requests in flight keep their copy)"),
+        (status = 404, description = "`unknown_ranker`", body = ErrorBody),
+    )
+)]
 pub(super) async fn delete_ranker(
     Shared(state): Shared<AppState>,
-    Path(name): Path<String>,
+    Path(RankerName(name)): Path<RankerName>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize(&state, &headers)?;
@@ -349,10 +414,21 @@ pub(super) async fn delete_ranker(
 
 /// `POST /v1/rankers/{name}/load` (admin): re-reads the file into the CPU cache, uploads it to
 /// the GPU cache and measures its crossover (when there is a GPU).
+#[utoipa::path(
+    post,
+    path = "/v1/rankers/{name}/load",
+    tag = "rankers",
+    params(RankerName),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The ranker, loaded", body = RankerDescription),
+        (status = 404, description = "`unknown_ranker`", body = ErrorBody),
+    )
+)]
 pub(super) async fn load_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(name): Path<String>,
+    Path(RankerName(name)): Path<RankerName>,
     headers: HeaderMap,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     authorize(&state, &headers)?;
@@ -380,6 +456,12 @@ fn readiness(state: &AppState) -> Readiness {
 }
 
 /// `GET /healthz`: the process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "The process answers", body = Readiness))
+)]
 pub(super) async fn healthz(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
@@ -388,6 +470,15 @@ pub(super) async fn healthz(
 }
 
 /// `GET /readyz`: 503 until the rankers are loaded and the GPU probe has finished.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = Readiness),
+        (status = 503, description = "Not ready yet (the same body)", body = Readiness),
+    )
+)]
 pub(super) async fn readyz(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
@@ -402,6 +493,12 @@ pub(super) async fn readyz(
 }
 
 /// `GET /metrics`: Prometheus text.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition (names in src/server/metrics.rs)", body = String, content_type = "text/plain; version=0.0.4"))
+)]
 pub(super) async fn metrics(Shared(state): Shared<AppState>) -> Response {
     let text = super::metrics::render(&state);
     (

@@ -1,6 +1,5 @@
 //! Integration tests: one binary, one module per area.
 mod cli;
-mod client_example;
 mod formats;
 mod http;
 mod openapi;

@@ -14,7 +14,8 @@ type Route = (String, String);
 /// The routes docs/api.md lists: each heading or table row that starts with a `METHOD /path`
 /// code span (`## \`POST /v1/search\``, `| \`GET /v1/rankers\` | ...`).
 fn documented_routes() -> BTreeSet<Route> {
-    let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/api.md")).unwrap();
+    let text =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/api.md")).unwrap();
     text.lines()
         .filter_map(|line| {
             let rest = line.trim_start_matches(['#', '|', ' ']);
@@ -49,7 +50,10 @@ fn the_openapi_document_has_exactly_the_routes_of_docs_api_md() {
     let document = serde_json::to_value(rankserve::server::openapi::document()).unwrap();
     assert_eq!(document["openapi"], "3.1.0");
     let documented = documented_routes();
-    assert!(documented.len() >= 12, "the parser found too few routes: {documented:?}");
+    assert!(
+        documented.len() >= 12,
+        "the parser found too few routes: {documented:?}"
+    );
     let generated = generated_routes(&document);
     assert_eq!(
         generated.difference(&documented).collect::<Vec<_>>(),
@@ -91,7 +95,9 @@ async fn the_router_serves_the_document_and_every_route_in_it() {
             .body(Body::empty())
             .unwrap();
         let (status, _, body) = send(&server.app, request).await;
-        let code = serde_json::from_slice::<ErrorBody>(&body).ok().map(|e| e.error.code);
+        let code = serde_json::from_slice::<ErrorBody>(&body)
+            .ok()
+            .map(|e| e.error.code);
         assert!(
             status != StatusCode::METHOD_NOT_ALLOWED && code.as_deref() != Some("not_found"),
             "{method} {uri}: {status} {code:?}"

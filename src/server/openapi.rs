@@ -1,9 +1,10 @@
-//! The OpenAPI 3.1 document of the HTTP API, served at `GET /openapi.json`.
+//! The route table and the OpenAPI 3.1 document of the HTTP API, served at `GET /openapi.json`.
 //!
 //! Generated, not written: each handler's `#[utoipa::path]` attribute gives its method, path,
 //! parameters and statuses, the wire types' `ToSchema` derives give the bodies' schemas, and
-//! [`super::router`] registers the routes from those same attributes (utoipa-axum's
-//! `OpenApiRouter`), so a route cannot be served without being in the document. What holds for
+//! [`routes`] registers the routes from those same attributes (utoipa-axum's `OpenApiRouter`;
+//! [`super::router`] adds the layers), so a route cannot be served without being in the
+//! document. What holds for
 //! every route is added here once rather than on each attribute: every JSON body is also
 //! MessagePack (the codec negotiates both), every route may answer the common error body, and
 //! the admin routes' bearer token.
@@ -15,8 +16,13 @@ use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{Content, OpenApi as Document, RefOr, ResponseBuilder};
 use utoipa::{OpenApi, ToSchema};
 
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
 use super::codec::{Negotiated, Reply};
 use super::error::ErrorBody;
+use super::state::AppState;
+use super::{routes as handlers, search};
 use crate::api::Format;
 
 /// Where the generated parts are gathered: the document's head, and the schemas no route
@@ -37,14 +43,34 @@ use crate::api::Format;
         (name = "operations", description = "Health, readiness, metrics, this document"),
     )
 )]
-pub(super) struct ApiDoc;
+struct ApiDoc;
+
+/// Every route, each registered from its handler's `#[utoipa::path]` attribute, which also
+/// puts it in the OpenAPI document ([`document`]).
+pub(super) fn routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::with_openapi(ApiDoc::openapi())
+        .routes(routes!(handlers::rank))
+        .routes(routes!(search::search))
+        .routes(routes!(handlers::list_rankers))
+        .routes(routes!(
+            handlers::describe_ranker,
+            handlers::put_ranker,
+            handlers::delete_ranker
+        ))
+        .routes(routes!(handlers::load_ranker))
+        .routes(routes!(search::reload_index))
+        .routes(routes!(handlers::healthz))
+        .routes(routes!(handlers::readyz))
+        .routes(routes!(handlers::metrics))
+        .routes(routes!(openapi_json))
+}
 
 /// The name of the admin routes' security scheme (`security(("admin_token" = []))`).
 const ADMIN_TOKEN: &str = "admin_token";
 
-/// The document: the routes of [`super::router::routes`], completed as the module docs say.
+/// The document: the routes of [`routes`], completed as the module docs say.
 pub fn document() -> Document {
-    let mut doc = super::router::routes().into_openapi();
+    let mut doc = routes().into_openapi();
     for operation in doc.paths.paths.values_mut().flat_map(|item| {
         [
             &mut item.get,
@@ -69,8 +95,14 @@ pub fn document() -> Document {
                     .description(
                         "An error: `{\"error\": {\"code\", \"message\"}}` (codes in docs/api.md)",
                     )
-                    .content(Format::Json.content_type(), Content::new(Some(error_schema())))
-                    .content(Format::Msgpack.content_type(), Content::new(Some(error_schema())))
+                    .content(
+                        Format::Json.content_type(),
+                        Content::new(Some(error_schema())),
+                    )
+                    .content(
+                        Format::Msgpack.content_type(),
+                        Content::new(Some(error_schema())),
+                    )
                     .into()
             });
     }

@@ -1,5 +1,5 @@
-//! The application: every route and the layers around them (request ids, tracing, metrics,
-//! error negotiation, a panic backstop, the body timeout).
+//! The application: the routes ([`super::openapi::routes`]) and the layers around them (request
+//! ids, tracing, metrics, error negotiation, a panic backstop, the body timeout).
 
 use std::time::Duration;
 
@@ -12,44 +12,19 @@ use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetReques
 use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
-use utoipa::OpenApi;
-use utoipa_axum::router::OpenApiRouter;
-use utoipa_axum::routes;
-
 use super::codec::negotiate_errors;
 use super::error::ApiError;
-use super::openapi::{self, ApiDoc};
+use super::openapi;
 use super::state::AppState;
-use super::{routes as handlers, search};
 
 /// How long a client may take to send its body.
 const BODY_TIMEOUT: Duration = Duration::from_secs(30);
-
-/// Every route, each registered from its handler's `#[utoipa::path]` attribute, which also
-/// puts it in the OpenAPI document ([`openapi::document`]).
-pub(super) fn routes() -> OpenApiRouter<AppState> {
-    OpenApiRouter::with_openapi(ApiDoc::openapi())
-        .routes(routes!(handlers::rank))
-        .routes(routes!(search::search))
-        .routes(routes!(handlers::list_rankers))
-        .routes(routes!(
-            handlers::describe_ranker,
-            handlers::put_ranker,
-            handlers::delete_ranker
-        ))
-        .routes(routes!(handlers::load_ranker))
-        .routes(routes!(search::reload_index))
-        .routes(routes!(handlers::healthz))
-        .routes(routes!(handlers::readyz))
-        .routes(routes!(handlers::metrics))
-        .routes(routes!(openapi::openapi_json))
-}
 
 /// The application: every route, with request ids, tracing, metrics, error negotiation and a
 /// panic backstop.
 pub fn router(state: AppState) -> Router {
     super::metrics::handle();
-    let (routes, _document) = routes().split_for_parts();
+    let (routes, _document) = openapi::routes().split_for_parts();
     routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)

@@ -462,7 +462,7 @@ pub(super) async fn search(
     post,
     path = "/v1/index/reload",
     tag = "search",
-    request_body(content = ReloadRequest, description = "Or an empty body: the directory being served, else the configured one"),
+    request_body(content = Option<ReloadRequest>, description = "Or an empty body: the directory being served, else the configured one"),
     security(("admin_token" = [])),
     responses(
         (status = 200, description = "The index now served", body = IndexDescription),

@@ -135,6 +135,11 @@ def _ranker_path(name: str, suffix: str = "") -> str:
     return f"/v1/rankers/{quote(name, safe='')}{suffix}"
 
 
+def _int(value: int | None) -> int | None:
+    """`value` as a Python int (a numpy integer is neither JSON nor packable as is)."""
+    return None if value is None else int(value)
+
+
 def _given(**fields: Any) -> dict[str, Any]:
     """The fields that were given (`None` and `False` are the server's defaults)."""
     return {k: v for k, v in fields.items() if v is not None and v is not False}
@@ -183,10 +188,10 @@ class _Routes:
             ranker=ranker,
             query=query,
             stats=stats,
-            k=k,
+            k=_int(k),
             backend=backend,
             explain=explain,
-            timeout_ms=timeout_ms,
+            timeout_ms=_int(timeout_ms),
         )
         matrix = None if features is None else feature_matrix(features)
         body = rank_body(self.format, fields, features=matrix, documents=documents)
@@ -210,13 +215,13 @@ class _Routes:
             _given(
                 query=query,
                 terms=None if terms is None else list(terms),
-                k=k,
-                candidates=candidates,
+                k=_int(k),
+                candidates=_int(candidates),
                 mode=mode,
                 ranker=ranker,
                 backend=backend,
                 explain=explain,
-                timeout_ms=timeout_ms,
+                timeout_ms=_int(timeout_ms),
             )
         )
         return _Call("POST", "/v1/search", _decoded(SearchResult.from_wire), body, content_type)

@@ -4,18 +4,16 @@
 //! parameters and statuses, the wire types' `ToSchema` derives give the bodies' schemas, and
 //! [`routes`] registers the routes from those same attributes (utoipa-axum's `OpenApiRouter`;
 //! [`super::router`] adds the layers), so a route cannot be served without being in the
-//! document. What holds for
-//! every route is added here once rather than on each attribute: every JSON body is also
-//! MessagePack (the codec negotiates both), every route may answer the common error body, and
-//! the admin routes' bearer token.
+//! document. What holds for every route is added here once rather than on each attribute: every
+//! route may answer the common error body, every JSON body is also MessagePack (the codec
+//! negotiates both), and the admin routes' bearer token.
 
 use std::sync::OnceLock;
 
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
-use utoipa::openapi::{Content, OpenApi as Document, RefOr, ResponseBuilder};
+use utoipa::openapi::{Content, OpenApi as Document, Ref, RefOr, ResponseBuilder};
 use utoipa::{OpenApi, ToSchema};
-
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
@@ -85,7 +83,6 @@ pub fn document() -> Document {
         .into_iter()
         .flatten()
     }) {
-        also_messagepack(operation);
         operation
             .responses
             .responses
@@ -97,14 +94,11 @@ pub fn document() -> Document {
                     )
                     .content(
                         Format::Json.content_type(),
-                        Content::new(Some(error_schema())),
-                    )
-                    .content(
-                        Format::Msgpack.content_type(),
-                        Content::new(Some(error_schema())),
+                        Content::new(Some(RefOr::Ref(Ref::from_schema_name(ErrorBody::name())))),
                     )
                     .into()
             });
+        also_messagepack(operation);
     }
     doc.components
         .get_or_insert_with(Default::default)
@@ -120,10 +114,6 @@ pub fn document() -> Document {
             ),
         );
     doc
-}
-
-fn error_schema() -> RefOr<utoipa::openapi::schema::Schema> {
-    RefOr::Ref(utoipa::openapi::Ref::from_schema_name(ErrorBody::name()))
 }
 
 /// Beside each JSON body of `operation` (request and replies), the same as MessagePack.

@@ -21,7 +21,8 @@ from rankserve_client import Client, Document, RankserveError
 
 
 def hit_document(doc_id: str, title_hits: list[list[int]], body_hits: list[list[int]]) -> Document:
-    """A hit document (docs/api.md, HIT_DOC): per stream its length and phrases of [term, position]."""
+    """A hit document (docs/api.md, HIT_DOC): per stream its length and phrases of
+    [term, position]."""
     return {
         "id": doc_id,
         "hits": {
@@ -64,7 +65,8 @@ def main() -> int:
             features = np.random.default_rng(7).uniform(0.0, 1.0, (100, len(ranker.features)))
             features[::10, 0] = np.nan
             scored = client.rank(args.ranker, features, k=3)
-            print(json.dumps({"best": scored.order.tolist(), "scores": scored.scores[scored.order].tolist()}))
+            best = scored.order
+            print(json.dumps({"best": best.tolist(), "scores": scored.scores[best].tolist()}))
             if args.search:
                 found = client.search(args.search, mode="or", k=5, ranker=args.ranker)
                 print(json.dumps([{"id": h.id, "score": h.score} for h in found.hits]))

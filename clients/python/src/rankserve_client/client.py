@@ -13,7 +13,7 @@ import asyncio
 import email.utils
 import os
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from types import TracebackType

@@ -213,8 +213,8 @@ class RankerDescription:
             features=[str(f) for f in wire["features"]],
             inputs={str(k): int(v) for k, v in wire["inputs"].items()},
             layers=[
-                LayerShape(int(l["inputs"]), int(l["outputs"]), str(l["activation"]))
-                for l in wire["layers"]
+                LayerShape(int(layer["inputs"]), int(layer["outputs"]), str(layer["activation"]))
+                for layer in wire["layers"]
             ],
             trees=int(wire["trees"]),
             bytes=int(wire["bytes"]),

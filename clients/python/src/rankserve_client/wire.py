@@ -84,7 +84,9 @@ def rank_body(
     """A `/v1/rank` body: `fields` (every field but `documents`) and the documents, from a
     feature matrix or given as maps."""
     if (features is None) == (documents is None):
-        raise ValueError("give the documents as a feature matrix or as document maps, one of the two")
+        raise ValueError(
+            "give the documents as a feature matrix or as document maps, one of the two"
+        )
     if documents is not None:
         return fmt.encode({**fields, "documents": list(documents)})
     assert features is not None

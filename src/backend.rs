@@ -12,7 +12,9 @@ use serde::{Deserialize, Serialize};
 use crate::gpu::GpuError;
 
 /// The backend a request or the configuration asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize, clap::ValueEnum, utoipa::ToSchema,
+)]
 #[serde(rename_all = "lowercase")]
 pub enum Backend {
     /// Per batch (ranking) or per query (selection): the GPU where its measured costs say it

@@ -1,8 +1,8 @@
 //! Integration tests: one binary, one module per area.
 mod cli;
-mod client_example;
 mod formats;
 mod http;
+mod openapi;
 mod parity;
 mod search;
 mod selection;

@@ -14,13 +14,14 @@ pub use rank_body::{feature_matrix, Framing, RankBody};
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
 
 use crate::backend::Backend;
 use crate::rank::fe::{CorpusStats, HitDocument, QueryInfo};
 use crate::rank::gpu::crossover::Crossover;
 
 /// `POST /v1/rank` request.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RankRequest {
     /// The ranker's store name.
@@ -45,7 +46,7 @@ pub struct RankRequest {
 }
 
 /// One document of a rank request: its feature vector, or its hits for feature extraction.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RankDocument {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -58,7 +59,7 @@ pub struct RankDocument {
 
 /// A feature vector: in the ranker's order, or by name (absent names are missing). `null` is a
 /// missing value (NaN).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(untagged)]
 pub enum FeatureValues {
     Vector(Vec<Option<f64>>),
@@ -66,7 +67,7 @@ pub enum FeatureValues {
 }
 
 /// `POST /v1/rank` reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RankResponse {
     /// One per document, in request order (`null` in JSON for a NaN).
     pub scores: Vec<Option<f64>>,
@@ -81,7 +82,7 @@ pub struct RankResponse {
 }
 
 /// Where the time of a rank request went, in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct Timings {
     /// Receiving the request body, from the headers' arrival to its last byte.
     #[serde(default)]
@@ -110,7 +111,7 @@ pub struct Timings {
 }
 
 /// Per-document detail of an `explain` reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Explanation {
     /// `V`, in the ranker's feature order (`null` for a missing value in JSON).
     pub features: Vec<Option<f64>>,
@@ -119,7 +120,7 @@ pub struct Explanation {
 }
 
 /// `GET /v1/rankers/{name}` reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RankerDescription {
     pub name: String,
     /// The feature vector's names, in order.
@@ -141,7 +142,7 @@ pub struct RankerDescription {
 }
 
 /// The shape of one NN layer.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct LayerShape {
     pub inputs: usize,
     pub outputs: usize,
@@ -149,13 +150,13 @@ pub struct LayerShape {
 }
 
 /// `GET /v1/rankers` reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct RankerList {
     pub rankers: Vec<crate::rank::store::StoredRanker>,
 }
 
 /// `GET /readyz` and `GET /healthz` reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct Readiness {
     pub ready: bool,
     /// Rankers in the CPU cache.
@@ -165,7 +166,7 @@ pub struct Readiness {
 }
 
 /// `POST /v1/search` request (DESIGN §5; semantics of every field in `docs/api.md`).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchRequest {
     /// Free text, tokenized like the documents. Give `query` or `terms`, not both.
@@ -204,7 +205,7 @@ fn default_candidates() -> usize {
 }
 
 /// `POST /v1/search` reply.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SearchResponse {
     /// Best first; ties by smaller `doc`.
     pub hits: Vec<SearchHit>,
@@ -213,9 +214,10 @@ pub struct SearchResponse {
 }
 
 /// One hit of a search.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct SearchHit {
     /// The document's number in the index (0..N, corpus order).
+    #[schema(value_type = u32)]
     pub doc: crate::index::DocId,
     /// The document's external id.
     pub id: String,
@@ -228,7 +230,7 @@ pub struct SearchHit {
 }
 
 /// Where the time of a search went, in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SearchTimings {
     /// Candidate selection (the document stage).
     pub select_us: u64,
@@ -246,7 +248,7 @@ pub struct SearchTimings {
 }
 
 /// Which backend ran each stage.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, ToSchema)]
 pub struct SearchBackends {
     /// `cpu` or `gpu`: the processor that selected the candidates.
     pub select: String,
@@ -255,18 +257,20 @@ pub struct SearchBackends {
 }
 
 /// `POST /v1/index/reload` request; an empty body is `{}`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReloadRequest {
     /// The index directory to open; the one being served (else the configured one) when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
     pub dir: Option<std::path::PathBuf>,
 }
 
 /// `POST /v1/index/reload` reply: the index now served.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
 pub struct IndexDescription {
     /// The directory it was opened from.
+    #[schema(value_type = String)]
     pub dir: std::path::PathBuf,
     pub docs: u64,
     pub terms: u64,

@@ -60,7 +60,7 @@ pub enum StoreError {
 }
 
 /// One entry of [`RankerStore::list`].
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize, utoipa::ToSchema)]
 pub struct StoredRanker {
     pub name: String,
     pub file_bytes: u64,

@@ -31,7 +31,18 @@ use crate::index::{DocId, Index, PostingList, TermId};
 pub use bm25::Bm25Params;
 
 /// How query terms combine.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Default,
+    Serialize,
+    Deserialize,
+    clap::ValueEnum,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum Mode {
     /// Every term must occur.

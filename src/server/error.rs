@@ -134,15 +134,17 @@ impl ApiError {
 }
 
 /// The error body, `{"error": {"code", "message"}}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 /// The inside of [`ErrorBody`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct ErrorDetail {
+    /// Stable, snake_case (the table of codes in `docs/api.md`).
     pub code: String,
+    /// For people: what was wrong and where (4xx), `internal error` (5xx).
     pub message: String,
 }
 

@@ -3,7 +3,7 @@
 //! fallback belongs to the stages' engines ([`crate::rank::engine`], [`crate::select::engine`]);
 //! the wire types and the decoding of bodies into the stages' inputs to [`crate::api`].
 //!
-//! - [`router`]: [`router()`], every route and the layers around them.
+//! - [`router`]: [`router()`], the routes and the layers around them.
 //! - [`codec`]: body extractor and replies in the negotiated format.
 //! - [`auth`]: the admin routes' bearer token.
 //! - [`error`]: `ApiError`, its statuses and stable codes.
@@ -12,11 +12,14 @@
 //!   engine) and `/v1/index/reload`.
 //! - [`state`]: what handlers share, admission, the request sampler, the GPU probe's wiring.
 //! - [`metrics`]: Prometheus names and recording.
+//! - [`openapi`]: the route table and the OpenAPI document generated from the handlers and
+//!   wire types.
 
 pub mod auth;
 pub mod codec;
 pub mod error;
 pub mod metrics;
+pub mod openapi;
 pub mod router;
 pub mod routes;
 pub mod search;

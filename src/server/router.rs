@@ -1,11 +1,10 @@
-//! The application: every route and the layers around them (request ids, tracing, metrics,
-//! error negotiation, a panic backstop, the body timeout).
+//! The application: the routes ([`super::openapi::routes`]) and the layers around them (request
+//! ids, tracing, metrics, error negotiation, a panic backstop, the body timeout).
 
 use std::time::Duration;
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
 use axum::Router;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -15,11 +14,7 @@ use tower_http::trace::TraceLayer;
 
 use super::codec::negotiate_errors;
 use super::error::ApiError;
-use super::routes::{
-    delete_ranker, describe_ranker, healthz, list_rankers, load_ranker, metrics, put_ranker, rank,
-    readyz,
-};
-use super::search::{reload_index, search};
+use super::openapi;
 use super::state::AppState;
 
 /// How long a client may take to send its body.
@@ -29,21 +24,8 @@ const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 /// panic backstop.
 pub fn router(state: AppState) -> Router {
     super::metrics::handle();
-    let admin = Router::new()
-        .route(
-            "/v1/rankers/{name}",
-            get(describe_ranker).put(put_ranker).delete(delete_ranker),
-        )
-        .route("/v1/rankers/{name}/load", post(load_ranker))
-        .route("/v1/index/reload", post(reload_index));
-    Router::new()
-        .route("/v1/rank", post(rank))
-        .route("/v1/search", post(search))
-        .route("/v1/rankers", get(list_rankers))
-        .merge(admin)
-        .route("/healthz", get(healthz))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
+    let (routes, _document) = openapi::routes().split_for_parts();
+    routes
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(

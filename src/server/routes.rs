@@ -14,7 +14,7 @@ use tokio::sync::OwnedSemaphorePermit;
 
 use super::auth::authorize;
 use super::codec::{micros, read_body, Coded, Negotiated, Reply};
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::state::AppState;
 use crate::api::RankBody;
 use crate::api::{
@@ -27,6 +27,15 @@ use crate::rank::engine::{Documents, RankError, RankJob, Ranked};
 use crate::rank::import::ModelKind;
 use crate::rank::model::{Activation, Input};
 use crate::rank::store::{LoadedRanker, StoreError};
+
+/// The `{name}` path parameter of the ranker routes.
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[serde(transparent)]
+#[into_params(names("name"), parameter_in = Path)]
+pub(super) struct RankerName(
+    /// The ranker's store name: 1 to 64 characters of `A-Z a-z 0-9 _ -`.
+    String,
+);
 
 fn store_error(err: StoreError) -> ApiError {
     match err {
@@ -52,6 +61,19 @@ pub(super) async fn ranker(state: &AppState, name: &str) -> Result<Arc<LoadedRan
 }
 
 /// `POST /v1/rank`.
+#[utoipa::path(
+    post,
+    path = "/v1/rank",
+    tag = "rank",
+    request_body = crate::api::RankRequest,
+    responses(
+        (status = 200, description = "Scores in request order", body = RankResponse),
+        (status = 404, description = "`unknown_ranker`", body = ErrorBody),
+        (status = 503, description = "`overloaded` (the ranker's queue is full: retry after `Retry-After`) or `gpu_unavailable`", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "seconds, with `overloaded`"))),
+        (status = 504, description = "`deadline_exceeded`", body = ErrorBody),
+    )
+)]
 pub(super) async fn rank(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
@@ -224,6 +246,12 @@ pub(super) fn explain(loaded: &LoadedRanker, features: &[f64]) -> Vec<Explanatio
 }
 
 /// `GET /v1/rankers`.
+#[utoipa::path(
+    get,
+    path = "/v1/rankers",
+    tag = "rankers",
+    responses((status = 200, description = "The rankers in the store", body = RankerList))
+)]
 pub(super) async fn list_rankers(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
@@ -237,11 +265,21 @@ pub(super) async fn list_rankers(
     Ok(Reply(format, RankerList { rankers }))
 }
 
-/// `GET /v1/rankers/{name}`.
+/// `GET /v1/rankers/{name}`: describes a ranker, loading it if needed.
+#[utoipa::path(
+    get,
+    path = "/v1/rankers/{name}",
+    tag = "rankers",
+    params(RankerName),
+    responses(
+        (status = 200, description = "The ranker", body = RankerDescription),
+        (status = 404, description = "`unknown_ranker`", body = ErrorBody),
+    )
+)]
 pub(super) async fn describe_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(name): Path<String>,
+    Path(RankerName(name)): Path<RankerName>,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     let loaded = ranker(&state, &name).await?;
     Ok(Reply(format, describe(&state, &loaded)))
@@ -303,19 +341,38 @@ fn describe(state: &AppState, loaded: &LoadedRanker) -> RankerDescription {
 }
 
 /// The query of `PUT /v1/rankers/{name}`.
-#[derive(serde::Deserialize)]
+#[derive(serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PutRankerQuery {
-    /// A name of [`ModelKind::NAMES`], or `auto` (the default): detected from the bytes.
+    /// The file's format: `auto` (the default: detected from the bytes) or one of `native`,
+    /// `lightgbm`, `lightgbm-text`, `xgboost`, `xgboost-ubj`, `ranklib`, `catboost`, `onnx`.
     format: Option<String>,
 }
 
 /// `PUT /v1/rankers/{name}[?format=F]` (admin): the body is a model file of any format
-/// `rank::import` reads (JSON, UBJSON, text or XML; any content type), detected or named.
+/// `rank::import` reads (JSON, UBJSON, text, XML or protobuf; any content type), detected or
+/// named.
+#[utoipa::path(
+    put,
+    path = "/v1/rankers/{name}",
+    tag = "rankers",
+    params(RankerName, PutRankerQuery),
+    request_body(
+        content = Vec<u8>,
+        content_type = "application/octet-stream",
+        description = "A model file: a rankserve ranker, LightGBM (JSON dump or text model), XGBoost (JSON or UBJSON), CatBoost JSON, ONNX or RankLib XML (any body type; the format is detected or named by `format`; docs/ranker-format.md)"
+    ),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The ranker now served under that name", body = RankerDescription),
+        (status = 400, description = "`bad_ranker` (the old ranker keeps serving), `bad_ranker_name` or `invalid_request` (an unknown format)", body = ErrorBody),
+    )
+)]
 pub(super) async fn put_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(name): Path<String>,
+    Path(RankerName(name)): Path<RankerName>,
     query: Result<Query<PutRankerQuery>, QueryRejection>,
     req: Request,
 ) -> Result<Reply<RankerDescription>, ApiError> {
@@ -354,9 +411,20 @@ pub(super) async fn put_ranker(
 }
 
 /// `DELETE /v1/rankers/{name}` (admin).
+#[utoipa::path(
+    delete,
+    path = "/v1/rankers/{name}",
+    tag = "rankers",
+    params(RankerName),
+    security(("admin_token" = [])),
+    responses(
+        (status = 204, description = "Deleted (requests in flight keep their copy)"),
+        (status = 404, description = "`unknown_ranker`", body = ErrorBody),
+    )
+)]
 pub(super) async fn delete_ranker(
     Shared(state): Shared<AppState>,
-    Path(name): Path<String>,
+    Path(RankerName(name)): Path<RankerName>,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize(&state, &headers)?;
@@ -374,10 +442,21 @@ pub(super) async fn delete_ranker(
 
 /// `POST /v1/rankers/{name}/load` (admin): re-reads the file into the CPU cache, uploads it to
 /// the GPU cache and measures its crossover (when there is a GPU).
+#[utoipa::path(
+    post,
+    path = "/v1/rankers/{name}/load",
+    tag = "rankers",
+    params(RankerName),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The ranker, loaded", body = RankerDescription),
+        (status = 404, description = "`unknown_ranker`", body = ErrorBody),
+    )
+)]
 pub(super) async fn load_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(name): Path<String>,
+    Path(RankerName(name)): Path<RankerName>,
     headers: HeaderMap,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     authorize(&state, &headers)?;
@@ -405,6 +484,12 @@ fn readiness(state: &AppState) -> Readiness {
 }
 
 /// `GET /healthz`: the process answers.
+#[utoipa::path(
+    get,
+    path = "/healthz",
+    tag = "operations",
+    responses((status = 200, description = "The process answers", body = Readiness))
+)]
 pub(super) async fn healthz(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
@@ -413,6 +498,15 @@ pub(super) async fn healthz(
 }
 
 /// `GET /readyz`: 503 until the rankers are loaded and the GPU probe has finished.
+#[utoipa::path(
+    get,
+    path = "/readyz",
+    tag = "operations",
+    responses(
+        (status = 200, description = "Ready", body = Readiness),
+        (status = 503, description = "Not ready yet (the same body)", body = Readiness),
+    )
+)]
 pub(super) async fn readyz(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
@@ -427,6 +521,12 @@ pub(super) async fn readyz(
 }
 
 /// `GET /metrics`: Prometheus text.
+#[utoipa::path(
+    get,
+    path = "/metrics",
+    tag = "operations",
+    responses((status = 200, description = "Prometheus text exposition (names in src/server/metrics.rs)", body = String, content_type = "text/plain; version=0.0.4"))
+)]
 pub(super) async fn metrics(Shared(state): Shared<AppState>) -> Response {
     let text = super::metrics::render(&state);
     (

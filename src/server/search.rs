@@ -30,7 +30,7 @@ use std::convert::Infallible;
 
 use super::auth::authorize;
 use super::codec::{format_of_body, micros, read_body, Coded, Negotiated, Reply};
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
 use super::routes::{explain, rank_error, ranker, top_k};
 use super::state::AppState;
 use crate::api::{
@@ -333,6 +333,19 @@ fn unrankable(loaded: &LoadedRanker, err: &dyn std::fmt::Display) -> ApiError {
 }
 
 /// `POST /v1/search`.
+#[utoipa::path(
+    post,
+    path = "/v1/search",
+    tag = "search",
+    request_body = SearchRequest,
+    responses(
+        (status = 200, description = "The top k hits, best first", body = SearchResponse),
+        (status = 404, description = "`unknown_ranker`", body = ErrorBody),
+        (status = 503, description = "`no_index`, `gpu_unavailable`, or `overloaded` (retry after `Retry-After`)", body = ErrorBody,
+            headers(("Retry-After" = u32, description = "seconds, with `overloaded`"))),
+        (status = 504, description = "`deadline_exceeded`", body = ErrorBody),
+    )
+)]
 pub(super) async fn search(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
@@ -445,6 +458,17 @@ pub(super) async fn search(
 /// `POST /v1/index/reload` (admin): opens `dir` (default: the directory being served, else the
 /// configured one) with every check [`Index::open`] makes, then swaps it in. A failure leaves
 /// the index being served untouched.
+#[utoipa::path(
+    post,
+    path = "/v1/index/reload",
+    tag = "search",
+    request_body(content = Option<ReloadRequest>, description = "Or an empty body: the directory being served, else the configured one"),
+    security(("admin_token" = [])),
+    responses(
+        (status = 200, description = "The index now served", body = IndexDescription),
+        (status = 422, description = "`bad_index`: the directory did not open; the old index keeps serving", body = ErrorBody),
+    )
+)]
 pub(super) async fn reload_index(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,

@@ -23,7 +23,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use super::catalogue::{stream_slot, STREAMS};
 
 /// One document seen by one query: its streams' hits and its static features.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HitDocument {
     /// The caller's document id, echoed in errors.
@@ -31,6 +31,7 @@ pub struct HitDocument {
     pub id: Option<String>,
     /// Streams by name (`title`, `body`, `anchor`, `url`, or any other).
     #[serde(default)]
+    #[schema(value_type = BTreeMap<String, HitStream>)]
     pub streams: Streams,
     /// Static features by name without the `static.` prefix (`static_rank` feeds
     /// `static.static_rank`).
@@ -228,13 +229,14 @@ impl Visitor<'_> for StreamNameVisitor {
 }
 
 /// One stream of a document: its length in tokens and the query-term hits, phrase by phrase.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct HitStream {
     /// Number of tokens in the stream (hit positions are offsets in `0..length`).
     pub length: u32,
     /// Per phrase, its hits as `[term index, position]` in position order.
     #[serde(default)]
+    #[schema(value_type = Vec<Vec<[u32; 2]>>)]
     pub phrases: Phrases,
 }
 
@@ -390,7 +392,7 @@ impl<'de> Visitor<'de> for PhraseSeed<'_> {
 }
 
 /// The query side of a hit request.
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueryInfo {
     /// Number of query terms Q; hits name terms `0..Q`.
@@ -400,7 +402,7 @@ pub struct QueryInfo {
 }
 
 /// Corpus statistics for length normalisation (BM25, BM25F).
-#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CorpusStats {
     /// Average length of each stream over the corpus, by stream name.

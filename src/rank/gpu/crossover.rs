@@ -17,7 +17,7 @@ pub const BATCH_SIZES: &[usize] = &[1, 8, 32, 128, 512, 2048, 8192];
 const REPS: usize = 5;
 
 /// One measured batch size.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct CrossoverPoint {
     pub docs: usize,
     /// Median wall time of one batch, in microseconds.
@@ -26,7 +26,7 @@ pub struct CrossoverPoint {
 }
 
 /// What the measurement found.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Crossover {
     /// The smallest measured batch size from which the GPU is faster at that size and every
     /// larger one measured; `None` when the GPU never was.

@@ -60,12 +60,19 @@ pub fn micros(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }
 
-/// Reads a whole body of at most `limit` bytes.
+/// Reads a whole body of at most `limit` bytes, arrived within `deadline` of the call (one
+/// deadline for the whole body: a client trickling bytes does not restart it).
 ///
 /// # Errors
 /// [`ApiError::PayloadTooLarge`] when `Content-Length` announces more (nothing is read) or the
-/// body turns out longer; [`ApiError::BadBody`] when the connection fails mid-body.
-pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// body turns out longer; [`ApiError::BodyTimeout`] past the deadline; [`ApiError::BadBody`]
+/// when the connection fails mid-body.
+pub async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Bytes, ApiError> {
     if let Some(announced) = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -77,7 +84,12 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
             });
         }
     }
-    match Limited::new(body, limit).collect().await {
+    let collected = tokio::time::timeout(deadline, Limited::new(body, limit).collect())
+        .await
+        .map_err(|_| ApiError::BodyTimeout {
+            timeout_ms: micros(deadline) / 1000,
+        })?;
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => {
             Err(ApiError::PayloadTooLarge {
@@ -133,7 +145,7 @@ impl<T: RequestBody> FromRequest<AppState> for Coded<T> {
         let format = format_of_body(req.headers())?;
         let started = Instant::now();
         let (parts, body) = req.into_parts();
-        let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
+        let bytes = read_body(&parts.headers, body, state.body_limit(), state.body_deadline()).await?;
         let decoding = Instant::now();
         let value = T::decode_body(format, bytes)?;
         Ok(Coded {
@@ -216,6 +228,8 @@ pub async fn negotiate_errors(req: Request, next: Next) -> Response {
 mod tests {
     use super::*;
 
+    const MINUTE: Duration = Duration::from_secs(60);
+
     /// A body of these chunks, in order.
     fn chunked(chunks: &[Bytes]) -> Body {
         struct Chunks(Vec<Bytes>);
@@ -244,30 +258,30 @@ mod tests {
         let mut announced = HeaderMap::new();
         announced.insert(header::CONTENT_LENGTH, HeaderValue::from(whole.len()));
         for headers in [HeaderMap::new(), announced] {
-            let read = read_body(&headers, chunked(&chunks), 1 << 20)
+            let read = read_body(&headers, chunked(&chunks), 1 << 20, MINUTE)
                 .await
                 .unwrap();
             assert_eq!(read, whole);
             // A body exactly at the limit is read.
             assert_eq!(
-                read_body(&headers, chunked(&chunks), whole.len())
+                read_body(&headers, chunked(&chunks), whole.len(), MINUTE)
                     .await
                     .unwrap(),
                 whole
             );
         }
         // One byte over it, not announced: refused while reading.
-        let over = read_body(&HeaderMap::new(), chunked(&chunks), whole.len() - 1).await;
+        let over = read_body(&HeaderMap::new(), chunked(&chunks), whole.len() - 1, MINUTE).await;
         assert!(
             matches!(&over, Err(ApiError::PayloadTooLarge { got, .. }) if got == "more than 4000"),
             "{over:?}"
         );
         // One chunk is kept, not copied.
-        let one = read_body(&HeaderMap::new(), chunked(&chunks[3..]), 1 << 20)
+        let one = read_body(&HeaderMap::new(), chunked(&chunks[3..]), 1 << 20, MINUTE)
             .await
             .unwrap();
         assert_eq!(one.as_ptr(), chunks[3].as_ptr());
-        assert!(read_body(&HeaderMap::new(), chunked(&[]), 10)
+        assert!(read_body(&HeaderMap::new(), chunked(&[]), 10, MINUTE)
             .await
             .unwrap()
             .is_empty());
@@ -277,7 +291,7 @@ mod tests {
             header::CONTENT_LENGTH,
             HeaderValue::from_static("1000000000"),
         );
-        let refused = read_body(&huge, chunked(&chunks), 1 << 20).await;
+        let refused = read_body(&huge, chunked(&chunks), 1 << 20, MINUTE).await;
         assert!(
             matches!(&refused, Err(ApiError::PayloadTooLarge { got, .. }) if got == "1000000000"),
             "{refused:?}"

@@ -19,6 +19,8 @@ pub enum ApiError {
     UnsupportedMediaType { got: String },
     #[error("request body of {got} bytes is over the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize, got: String },
+    #[error("request body not received whole within {timeout_ms} ms (body_timeout_ms)")]
+    BodyTimeout { timeout_ms: u64 },
     #[error("{format} body does not parse: {reason}")]
     BadBody {
         format: &'static str,
@@ -83,6 +85,7 @@ impl ApiError {
         match self {
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
             ApiError::BadBody { .. }
             | ApiError::InvalidRequest(_)
             | ApiError::BadRankerName { .. }
@@ -106,6 +109,7 @@ impl ApiError {
         match self {
             ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::BodyTimeout { .. } => "body_timeout",
             ApiError::BadBody { .. } => "bad_body",
             ApiError::InvalidRequest(_) => "invalid_request",
             ApiError::BadRankerName { .. } => "bad_ranker_name",
@@ -181,6 +185,12 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        }
+        if let ApiError::BodyTimeout { .. } = self {
+            // The rest of the body may still be on its way: the connection is not reused.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response.extensions_mut().insert(ErrorLog { body, detail });
         response

@@ -1,7 +1,5 @@
 //! The application: every route and the layers around them (request ids, tracing, metrics,
-//! error negotiation, a panic backstop, the body timeout).
-
-use std::time::Duration;
+//! error negotiation, a panic backstop).
 
 use axum::extract::Request;
 use axum::response::{IntoResponse, Response};
@@ -10,7 +8,6 @@ use axum::Router;
 use tower::ServiceBuilder;
 use tower_http::catch_panic::CatchPanicLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
-use tower_http::timeout::RequestBodyTimeoutLayer;
 use tower_http::trace::TraceLayer;
 
 use super::codec::negotiate_errors;
@@ -21,9 +18,6 @@ use super::routes::{
 };
 use super::search::{reload_index, search};
 use super::state::AppState;
-
-/// How long a client may take to send its body.
-const BODY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// The application: every route, with request ids, tracing, metrics, error negotiation and a
 /// panic backstop.
@@ -56,8 +50,7 @@ pub fn router(state: AppState) -> Router {
                 .layer(PropagateRequestIdLayer::x_request_id())
                 .layer(axum::middleware::from_fn(super::metrics::track))
                 .layer(axum::middleware::from_fn(negotiate_errors))
-                .layer(CatchPanicLayer::custom(panic_response))
-                .layer(RequestBodyTimeoutLayer::new(BODY_TIMEOUT)),
+                .layer(CatchPanicLayer::custom(panic_response)),
         )
         .with_state(state)
 }

@@ -169,3 +169,23 @@ async fn shutdown_with_a_trickling_client_ends_after_the_grace_period() {
         "{took:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_head_hyper_refuses_is_answered_and_counted() {
+    let live = live(|_| {}).await;
+    let counted = r#"rankserve_http_connections_closed_total{reason="bad_head"}"#;
+    let before = metric(counted);
+    let mut stream = TcpStream::connect(live.addr).await.unwrap();
+    stream
+        .write_all(b"POST /v1/rank HTTP/1.1\r\nHost: test\r\nContent-Length: 12abc\r\n\r\n")
+        .await
+        .unwrap();
+    let (status, _) = read_response(&mut stream).await;
+    assert_eq!(status, 400);
+    let mut rest = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), stream.read_to_end(&mut rest)).await;
+    // The connection task records it as it ends.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    assert!(metric(counted) > before, "not counted");
+    let _ = live.shutdown.send(());
+}

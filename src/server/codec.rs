@@ -32,7 +32,7 @@ pub fn format_of_body(headers: &HeaderMap) -> Result<Format, ApiError> {
     content_type
         .and_then(Format::from_media_type)
         .ok_or_else(|| ApiError::UnsupportedMediaType {
-            got: content_type.unwrap_or("(none)").to_string(),
+            got: crate::rank::cut_input(content_type.unwrap_or("(none)")).into_owned(),
         })
 }
 
@@ -80,14 +80,14 @@ pub async fn read_body(
         if announced.parse::<u64>().map_or(true, |n| n > limit as u64) {
             return Err(ApiError::PayloadTooLarge {
                 limit,
-                got: announced.to_string(),
+                got: crate::rank::cut_input(announced).into_owned(),
             });
         }
     }
     let collected = tokio::time::timeout(deadline, Limited::new(body, limit).collect())
         .await
         .map_err(|_| ApiError::BodyTimeout {
-            timeout_ms: micros(deadline) / 1000,
+            timeout_ms: deadline.as_millis().min(u64::MAX as u128) as u64,
         })?;
     match collected {
         Ok(collected) => Ok(collected.to_bytes()),
@@ -170,6 +170,27 @@ impl<S: Send + Sync> FromRequestParts<S> for Negotiated {
     }
 }
 
+/// The `{name}` of a ranker route, percent-decoded. A segment that does not decode (`%FF` is
+/// not UTF-8) is 400 `bad_ranker_name` in the API's format, not axum's plain-text rejection.
+pub struct RankerName(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for RankerName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<String>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(name)) => Ok(RankerName(name)),
+            Err(_) => {
+                // The ranker routes' name is the segment after `/v1/rankers/`.
+                let raw = parts.uri.path().split('/').nth(3).unwrap_or("");
+                Err(ApiError::BadRankerName {
+                    name: crate::rank::cut_input(raw).into_owned(),
+                })
+            }
+        }
+    }
+}
+
 /// A 200 reply encoded in the negotiated format.
 pub struct Reply<T>(pub Format, pub T);
 
@@ -192,7 +213,9 @@ impl<T: Serialize> IntoResponse for Reply<T> {
     }
 }
 
-/// Middleware: error bodies in the negotiated format, 5xx details and 4xx reasons logged.
+/// Middleware: error bodies in the negotiated format; 5xx details logged at ERROR, each;
+/// refusals (4xx, 503) logged at most once a second per code ([`RefusalLog`]), `overloaded`
+/// at WARN and the rest at INFO, so that a flood of refused requests cannot flood the log.
 pub async fn negotiate_errors(req: Request, next: Next) -> Response {
     let format = negotiate(req.headers());
     let mut response = next.run(req).await;
@@ -200,12 +223,20 @@ pub async fn negotiate_errors(req: Request, next: Next) -> Response {
         return response;
     };
     let status = response.status();
+    let code = &log.body.error.code;
     match &log.detail {
         Some(detail) => {
-            tracing::error!(status = status.as_u16(), code = %log.body.error.code, detail = %detail, "request failed")
+            tracing::error!(status = status.as_u16(), code = %code, detail = %detail, "request failed")
         }
         None => {
-            tracing::info!(status = status.as_u16(), code = %log.body.error.code, message = %log.body.error.message, "request refused")
+            if let Some(suppressed) = RefusalLog::global().admit(code, Instant::now()) {
+                let message = &log.body.error.message;
+                if code == "overloaded" {
+                    tracing::warn!(status = status.as_u16(), code = %code, message = %message, suppressed, "request refused (at most one line a second per code; suppressed: refusals of this code since the last line)")
+                } else {
+                    tracing::info!(status = status.as_u16(), code = %code, message = %message, suppressed, "request refused")
+                }
+            }
         }
     }
     metrics::counter!("rankserve_http_errors_total", "code" => log.body.error.code.clone())
@@ -222,6 +253,46 @@ pub async fn negotiate_errors(req: Request, next: Next) -> Response {
         }
     }
     response
+}
+
+/// The log lines of refused requests: at most one per [`RefusalLog::EVERY`] per error code,
+/// the refusals in between counted and the count written with the next line (the metrics
+/// count every one).
+#[derive(Default)]
+pub struct RefusalLog {
+    /// Per code: when its last line was written and the refusals since.
+    codes: parking_lot::Mutex<std::collections::HashMap<String, (Instant, u64)>>,
+}
+
+impl RefusalLog {
+    /// The least time between two lines of one code.
+    pub const EVERY: Duration = Duration::from_secs(1);
+
+    /// The process's (codes are few and fixed: the map stays small).
+    pub fn global() -> &'static RefusalLog {
+        static LOG: std::sync::OnceLock<RefusalLog> = std::sync::OnceLock::new();
+        LOG.get_or_init(RefusalLog::default)
+    }
+
+    /// Whether a refusal with `code` at `now` gets a line: `Some(refusals suppressed since the
+    /// last line)`, or `None` (counted for the next line).
+    pub fn admit(&self, code: &str, now: Instant) -> Option<u64> {
+        let mut codes = self.codes.lock();
+        match codes.get_mut(code) {
+            Some((last, suppressed)) if now.duration_since(*last) < Self::EVERY => {
+                *suppressed += 1;
+                None
+            }
+            Some((last, suppressed)) => {
+                *last = now;
+                Some(std::mem::take(suppressed))
+            }
+            None => {
+                codes.insert(code.to_string(), (now, 0));
+                Some(0)
+            }
+        }
+    }
 }
 
 #[cfg(test)]
@@ -299,6 +370,20 @@ mod tests {
     }
 
     #[test]
+    fn refusals_are_logged_once_a_second_per_code_with_the_count_between() {
+        let log = RefusalLog::default();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(log.admit("overloaded", at(0)), Some(0));
+        assert_eq!(log.admit("overloaded", at(10)), None);
+        assert_eq!(log.admit("bad_body", at(20)), Some(0), "codes apart");
+        assert_eq!(log.admit("overloaded", at(999)), None);
+        assert_eq!(log.admit("overloaded", at(1000)), Some(2));
+        assert_eq!(log.admit("overloaded", at(1001)), None);
+        assert_eq!(log.admit("overloaded", at(5000)), Some(1));
+    }
+
+    #[test]
     fn media_types() {
         assert_eq!(
             Format::from_media_type("application/json; charset=utf-8"),
@@ -338,7 +423,7 @@ mod tests {
         let err = Format::Json.decode::<Vec<u32>>(b"[1,\n x]").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "JSON body does not parse: expected value at line 2 column 2"
+            "JSON body does not parse: [1]: expected value at line 2 column 2"
         );
         let mut bytes = rmp_serde::to_vec(&vec![1u32, 2]).unwrap();
         bytes.push(0xc0);

@@ -38,6 +38,8 @@ pub enum ApiError {
     NoIndex,
     #[error("index {dir} was not loaded, the index being served is unchanged: {reason}")]
     BadIndex { dir: String, reason: String },
+    #[error("request target of {length} bytes is over the limit of {limit} bytes")]
+    UriTooLong { length: usize, limit: usize },
     #[error("no route for {method} {path}")]
     NotFound { method: String, path: String },
     #[error("method {method} is not allowed on {path}")]
@@ -86,6 +88,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ApiError::BadBody { .. }
             | ApiError::InvalidRequest(_)
             | ApiError::BadRankerName { .. }
@@ -117,6 +120,7 @@ impl ApiError {
             ApiError::UnknownRanker { .. } => "unknown_ranker",
             ApiError::NoIndex => "no_index",
             ApiError::BadIndex { .. } => "bad_index",
+            ApiError::UriTooLong { .. } => "uri_too_long",
             ApiError::NotFound { .. } => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Unauthorized => "unauthorized",

@@ -6,13 +6,13 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Path, Request, State as Shared};
+use axum::extract::{Request, State as Shared};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::auth::authorize;
-use super::codec::{micros, read_body, Coded, Negotiated, Reply};
+use super::codec::{micros, read_body, Coded, Negotiated, RankerName, Reply};
 use super::error::ApiError;
 use super::state::AppState;
 use crate::api::RankBody;
@@ -238,7 +238,7 @@ pub(super) async fn list_rankers(
 pub(super) async fn describe_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(name): Path<String>,
+    RankerName(name): RankerName,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     let loaded = ranker(&state, &name).await?;
     Ok(Reply(format, describe(&state, &loaded)))
@@ -303,7 +303,7 @@ fn describe(state: &AppState, loaded: &LoadedRanker) -> RankerDescription {
 pub(super) async fn put_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(name): Path<String>,
+    RankerName(name): RankerName,
     req: Request,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     authorize(&state, req.headers())?;
@@ -331,7 +331,7 @@ pub(super) async fn put_ranker(
 /// `DELETE /v1/rankers/{name}` (admin).
 pub(super) async fn delete_ranker(
     Shared(state): Shared<AppState>,
-    Path(name): Path<String>,
+    RankerName(name): RankerName,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize(&state, &headers)?;
@@ -352,7 +352,7 @@ pub(super) async fn delete_ranker(
 pub(super) async fn load_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(name): Path<String>,
+    RankerName(name): RankerName,
     headers: HeaderMap,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     authorize(&state, &headers)?;

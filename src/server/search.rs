@@ -475,7 +475,7 @@ pub(super) async fn reload_index(
             .map_err(ApiError::internal)?
     };
     let index = Arc::new(opened.map_err(|err| ApiError::BadIndex {
-        dir: dir.display().to_string(),
+        dir: crate::rank::cut_input(&dir.display().to_string()).into_owned(),
         reason: err.to_string(),
     })?);
     let description = describe(&index);

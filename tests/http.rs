@@ -1140,14 +1140,13 @@ fn overload_refusals_are_logged_at_warn_at_most_once_a_second_not_at_error_each(
 #[tokio::test]
 async fn bad_bodies_name_the_field_and_what_was_expected() {
     let s = server();
-    let bad_body = |message: &str| message.to_string();
     let features_string = br#"{"ranker": "small", "documents": [{"features": [1, 2, 3, 4]}, {"features": "x"}]}"#;
     expect_error(
         &s.app,
         post("/v1/rank", "application/json", features_string.to_vec()),
         StatusCode::BAD_REQUEST,
         "bad_body",
-        &bad_body("JSON body does not parse: documents[1].features: invalid type: string \"x\", expected an array of numbers or nulls (in the ranker's feature order) or a map of feature name to number or null at line 1 column 78"),
+        "JSON body does not parse: documents[1].features: invalid type: string \"x\", expected an array of numbers or nulls (in the ranker's feature order) or a map of feature name to number or null at line 1 column 78",
     )
     .await;
     let element = br#"{"ranker": "small", "documents": [{"features": [1, "a", 3, 4]}]}"#;

@@ -101,7 +101,7 @@ async fn a_body_trickled_at_a_byte_per_100_ms_is_cut_off_whole_at_the_deadline_w
     // The connection is not reused: the server closes it.
     let mut rest = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(2), reader.read_to_end(&mut rest)).await;
-    assert!(matches!(closed, Ok(Ok(_)) | Ok(Err(_))), "still open");
+    assert!(closed.is_ok(), "still open");
     assert!(metric(counted) > before, "408 not counted");
     let _ = live.shutdown.send(());
 }

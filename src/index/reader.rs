@@ -945,28 +945,6 @@ mod tests {
         assert_eq!(Index::open(&out).unwrap().num_docs(), 300);
     }
 
-    #[test]
-    #[ignore]
-    fn tmp_measure_open() {
-        let dir = tempfile::tempdir().unwrap();
-        let n: u64 = std::env::var("TMP_DOCS").unwrap().parse().unwrap();
-        let out = synth_index(dir.path(), n, Codec::Ef, "body");
-        let index = Index::open(&out).unwrap();
-        println!("streams {:?}", index.manifest.streams);
-        for _ in 0..5 {
-            let t = std::time::Instant::now();
-            let index = Index::open(&out).unwrap();
-            let open = t.elapsed();
-            let t = std::time::Instant::now();
-            index.check_streams().unwrap();
-            let streams = t.elapsed();
-            let t = std::time::Instant::now();
-            Manifest::read(&out).unwrap();
-            let manifest = t.elapsed();
-            println!("docs {n} open {open:?} check_streams {streams:?} manifest read+checksum {manifest:?}");
-        }
-    }
-
     /// The index agrees with a naive inversion of the corpus through the tokenizer.
     #[test]
     fn built_index_matches_naive_inversion() {

@@ -424,8 +424,13 @@ impl Resolver {
             })?;
         }
         if let Some(v) = layer.shutdown_grace_ms {
-            c.shutdown_grace_ms =
-                parse("shutdown_grace_ms", &v, "milliseconds ≥ 0", source, |_| true)?;
+            c.shutdown_grace_ms = parse(
+                "shutdown_grace_ms",
+                &v,
+                "milliseconds ≥ 0",
+                source,
+                |_| true,
+            )?;
         }
         if let Some(v) = layer.log_format {
             c.log_format = parse("log_format", &v, "one of human, json", source, |_| true)

@@ -416,7 +416,9 @@ async fn msgpack_bodies_get_the_errors_json_bodies_get() {
         );
         let message = body["error"]["message"].as_str().unwrap();
         assert!(
-            message.starts_with("MessagePack body does not parse: documents[0].zzz: unknown field `zzz`"),
+            message.starts_with(
+                "MessagePack body does not parse: documents[0].zzz: unknown field `zzz`"
+            ),
             "{message}"
         );
     }
@@ -1120,7 +1122,11 @@ fn overload_refusals_are_logged_at_warn_at_most_once_a_second_not_at_error_each(
         for i in 0..48u64 {
             let app = s.app.clone();
             let body = json(&rank_request("small", &random_features(2000, 4, i), 4));
-            requests.spawn(async move { send(&app, post("/v1/rank", "application/json", body)).await.0 });
+            requests.spawn(async move {
+                send(&app, post("/v1/rank", "application/json", body))
+                    .await
+                    .0
+            });
         }
         let mut refused = 0;
         while let Some(status) = requests.join_next().await {
@@ -1134,13 +1140,19 @@ fn overload_refusals_are_logged_at_warn_at_most_once_a_second_not_at_error_each(
     // Other tests of this binary may have logged `overloaded` within the second: 0 or 1 line.
     let lines = log.lines().filter(|l| l.contains("overloaded")).count();
     assert!(lines <= 1, "{lines} lines for {refused} refusals:\n{log}");
-    assert!(log.lines().filter(|l| l.contains("overloaded")).all(|l| l.contains("WARN")), "{log}");
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("overloaded"))
+            .all(|l| l.contains("WARN")),
+        "{log}"
+    );
 }
 
 #[tokio::test]
 async fn bad_bodies_name_the_field_and_what_was_expected() {
     let s = server();
-    let features_string = br#"{"ranker": "small", "documents": [{"features": [1, 2, 3, 4]}, {"features": "x"}]}"#;
+    let features_string =
+        br#"{"ranker": "small", "documents": [{"features": [1, 2, 3, 4]}, {"features": "x"}]}"#;
     expect_error(
         &s.app,
         post("/v1/rank", "application/json", features_string.to_vec()),
@@ -1150,10 +1162,16 @@ async fn bad_bodies_name_the_field_and_what_was_expected() {
     )
     .await;
     let element = br#"{"ranker": "small", "documents": [{"features": [1, "a", 3, 4]}]}"#;
-    let (_, _, body) = send(&s.app, post("/v1/rank", "application/json", element.to_vec())).await;
+    let (_, _, body) = send(
+        &s.app,
+        post("/v1/rank", "application/json", element.to_vec()),
+    )
+    .await;
     let body: ErrorBody = serde_json::from_slice(&body).unwrap();
     assert!(
-        body.error.message.starts_with("JSON body does not parse: documents[0].features[1]: invalid type: string \"a\""),
+        body.error.message.starts_with(
+            "JSON body does not parse: documents[0].features[1]: invalid type: string \"a\""
+        ),
         "{}",
         body.error.message
     );
@@ -1171,23 +1189,52 @@ async fn bad_bodies_name_the_field_and_what_was_expected() {
         body.error.message
     );
     for (content_type, expected) in [
-        ("application/msgpack", "MessagePack body does not parse: the body is empty: expected a MessagePack map"),
-        ("application/json", "JSON body does not parse: the body is empty: expected a JSON object"),
+        (
+            "application/msgpack",
+            "MessagePack body does not parse: the body is empty: expected a MessagePack map",
+        ),
+        (
+            "application/json",
+            "JSON body does not parse: the body is empty: expected a JSON object",
+        ),
     ] {
         let mut empty = post("/v1/rank", content_type, Vec::new());
-        empty.headers_mut().insert(header::ACCEPT, "application/json".parse().unwrap());
+        empty
+            .headers_mut()
+            .insert(header::ACCEPT, "application/json".parse().unwrap());
         expect_error(&s.app, empty, StatusCode::BAD_REQUEST, "bad_body", expected).await;
     }
-    let mut truncated = rmp_serde::to_vec_named(&rank_request("small", &random_features(3, 4, 1), 4)).unwrap();
+    let mut truncated =
+        rmp_serde::to_vec_named(&rank_request("small", &random_features(3, 4, 1), 4)).unwrap();
     truncated.truncate(truncated.len() - 3);
     let (_, _, body) = send(&s.app, post("/v1/rank", "application/msgpack", truncated)).await;
-    let message = rmp_serde::from_slice::<ErrorBody>(&body).unwrap().error.message;
-    assert!(message.contains("the body ends inside a value (truncated)"), "{message}");
+    let message = rmp_serde::from_slice::<ErrorBody>(&body)
+        .unwrap()
+        .error
+        .message;
+    assert!(
+        message.contains("the body ends inside a value (truncated)"),
+        "{message}"
+    );
     // A wrongly typed string of 100 000 characters is quoted cut.
-    let long = format!(r#"{{"ranker": "small", "documents": [], "k": "{}"}}"#, "x".repeat(100_000));
-    let (_, _, body) = send(&s.app, post("/v1/rank", "application/json", long.into_bytes())).await;
-    let message = serde_json::from_slice::<ErrorBody>(&body).unwrap().error.message;
-    assert!(message.len() < 512 && message.starts_with("JSON body does not parse: k: invalid type: string"), "{message}");
+    let long = format!(
+        r#"{{"ranker": "small", "documents": [], "k": "{}"}}"#,
+        "x".repeat(100_000)
+    );
+    let (_, _, body) = send(
+        &s.app,
+        post("/v1/rank", "application/json", long.into_bytes()),
+    )
+    .await;
+    let message = serde_json::from_slice::<ErrorBody>(&body)
+        .unwrap()
+        .error
+        .message;
+    assert!(
+        message.len() < 512
+            && message.starts_with("JSON body does not parse: k: invalid type: string"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
@@ -1220,8 +1267,17 @@ async fn undecodable_paths_and_long_targets_answer_in_the_error_format_and_are_c
     )
     .await;
     // An unknown path is quoted cut.
-    let (status, _, body) = send(&s.app, Request::get(format!("/{}", "p".repeat(5000))).body(Body::empty()).unwrap()).await;
-    let message = serde_json::from_slice::<ErrorBody>(&body).unwrap().error.message;
+    let (status, _, body) = send(
+        &s.app,
+        Request::get(format!("/{}", "p".repeat(5000)))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    let message = serde_json::from_slice::<ErrorBody>(&body)
+        .unwrap()
+        .error
+        .message;
     assert_eq!(status, StatusCode::NOT_FOUND);
     assert!(message.ends_with("… (5001 bytes)"), "{message}");
     assert!(counted("bad_ranker_name") > bad_name && counted("uri_too_long") > too_long);

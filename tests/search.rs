@@ -1073,10 +1073,15 @@ fn index_build_refuses_duplicate_and_empty_ids_naming_the_lines() {
             out.to_str().unwrap(),
         ]);
         assert!(!out.exists());
-        (output.status.code(), String::from_utf8_lossy(&output.stderr).to_string(), corpus)
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+            corpus,
+        )
     };
     let doc = |id: &str| format!("{{\"id\": \"{id}\", \"streams\": {{\"body\": \"a b c\"}}}}\n");
-    let (code, stderr, corpus) = build(&[doc("a"), doc("b"), "\n".into(), doc("c"), doc("b")].concat());
+    let (code, stderr, corpus) =
+        build(&[doc("a"), doc("b"), "\n".into(), doc("c"), doc("b")].concat());
     assert_eq!(code, Some(2), "{stderr}");
     assert_eq!(
         stderr.trim(),

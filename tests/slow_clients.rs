@@ -139,7 +139,11 @@ async fn idle_connections_are_closed_after_the_idle_timeout() {
         assert!(closed.is_ok(), "an idle connection still open after 3 s");
         assert!(rest.is_empty(), "{rest:?}");
     }
-    assert!(started.elapsed() >= Duration::from_millis(250), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_millis(250),
+        "{:?}",
+        started.elapsed()
+    );
     assert!(metric(counted) >= before + 2.0, "idle closes not counted");
     let _ = live.shutdown.send(());
 }

@@ -76,11 +76,17 @@ impl<'de> Deserialize<'de> for FeatureValues {
             fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
                 f.write_str("an array of numbers or nulls (in the ranker's feature order) or a map of feature name to number or null")
             }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, seq: A) -> Result<Self::Value, A::Error> {
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<Self::Value, A::Error> {
                 Deserialize::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
                     .map(FeatureValues::Vector)
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, map: A) -> Result<Self::Value, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
                 Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(map))
                     .map(FeatureValues::Named)
             }

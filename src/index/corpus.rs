@@ -142,8 +142,8 @@ pub fn parse_line(path: &Path, raw: &RawLine) -> Result<CorpusDoc, IndexError> {
         line: raw.line,
         message,
     };
-    let doc: CorpusDoc = serde_json::from_str(&raw.text)
-        .map_err(|e| bad(format!("column {}: {e}", e.column())))?;
+    let doc: CorpusDoc =
+        serde_json::from_str(&raw.text).map_err(|e| bad(format!("column {}: {e}", e.column())))?;
     if doc.id.is_empty() {
         return Err(bad(
             "`id` is empty: every document needs a non-empty id of its own".into(),

@@ -574,7 +574,9 @@ impl Index {
                 )));
             }
         }
-        if let Some(d) = (0..n).find(|&d| self.scoring_length(d) as u64 != scoring_lengths[d as usize]) {
+        if let Some(d) =
+            (0..n).find(|&d| self.scoring_length(d) as u64 != scoring_lengths[d as usize])
+        {
             return Err(self.docs.corrupt(format!(
                 "document {d}'s scoring length is {}, its {:?} length {}: {MANIFEST_FILE}'s \
                  streams or scoring do not describe this index",
@@ -925,9 +927,16 @@ mod tests {
         // With a checksum that matches: the files contradict it.
         reordered.write(&out).unwrap();
         refused("docs.bin is corrupt: stream 0 (");
-        edited(&|m| m.stream_total_lengths[1] += 1).write(&out).unwrap();
+        edited(&|m| m.stream_total_lengths[1] += 1)
+            .write(&out)
+            .unwrap();
         refused("docs.bin is corrupt: stream 1 (");
-        let other = manifest.streams.iter().find(|s| **s != manifest.scoring).unwrap().clone();
+        let other = manifest
+            .streams
+            .iter()
+            .find(|s| **s != manifest.scoring)
+            .unwrap()
+            .clone();
         edited(&|m| m.scoring = other.clone()).write(&out).unwrap();
         refused("'s scoring length is ");
         edited(&|m| m.scoring = "nope".into()).write(&out).unwrap();

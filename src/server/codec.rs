@@ -145,7 +145,13 @@ impl<T: RequestBody> FromRequest<AppState> for Coded<T> {
         let format = format_of_body(req.headers())?;
         let started = Instant::now();
         let (parts, body) = req.into_parts();
-        let bytes = read_body(&parts.headers, body, state.body_limit(), state.body_deadline()).await?;
+        let bytes = read_body(
+            &parts.headers,
+            body,
+            state.body_limit(),
+            state.body_deadline(),
+        )
+        .await?;
         let decoding = Instant::now();
         let value = T::decode_body(format, bytes)?;
         Ok(Coded {

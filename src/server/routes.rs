@@ -308,7 +308,13 @@ pub(super) async fn put_ranker(
 ) -> Result<Reply<RankerDescription>, ApiError> {
     authorize(&state, req.headers())?;
     let (parts, body) = req.into_parts();
-    let bytes = read_body(&parts.headers, body, state.body_limit(), state.body_deadline()).await?;
+    let bytes = read_body(
+        &parts.headers,
+        body,
+        state.body_limit(),
+        state.body_deadline(),
+    )
+    .await?;
     let shared = Arc::clone(&state);
     let loaded = tokio::task::spawn_blocking(move || {
         let loaded = shared.store().put(&name, &bytes)?;

@@ -452,7 +452,13 @@ pub(super) async fn reload_index(
 ) -> Result<Reply<IndexDescription>, ApiError> {
     authorize(&state, req.headers())?;
     let (parts, body) = req.into_parts();
-    let bytes = read_body(&parts.headers, body, state.body_limit(), state.body_deadline()).await?;
+    let bytes = read_body(
+        &parts.headers,
+        body,
+        state.body_limit(),
+        state.body_deadline(),
+    )
+    .await?;
     // An empty body (with or without a Content-Type) asks for the default directory.
     let request: ReloadRequest = if bytes.is_empty() {
         ReloadRequest::default()

@@ -25,6 +25,9 @@
 //! | `batching` | `RANKSERVE_BATCHING` | `true` (requests that arrive while their ranker's batch runs are merged into the next batch; an idle engine scores a request at once; `false`: every request at once) |
 //! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 1024 (most documents in one batch; a request of at least this many is scored alone. Measured on the H200 host: batches of up to 4 096 documents, four 1 000-document requests merged, lost 10–12 % of the throughput (9.7 % at 16 clients) against scoring each alone; at 1 024 they are not merged) |
 //! | `default_timeout_ms` | `RANKSERVE_DEFAULT_TIMEOUT_MS` | 10000 (0: none) |
+//! | `body_timeout_ms` | `RANKSERVE_BODY_TIMEOUT_MS` | 30000 (the longest a client may take to send a whole request body, from its headers on; then 408 `body_timeout`) |
+//! | `idle_timeout_ms` | `RANKSERVE_IDLE_TIMEOUT_MS` | 60000 (a connection closed when no complete request head arrives this long after it opened or its last reply was sent: idle keep-alive connections and slow headers) |
+//! | `shutdown_grace_ms` | `RANKSERVE_SHUTDOWN_GRACE_MS` | 10000 (after SIGTERM or Ctrl-C, how long requests in flight may take to finish before their connections are dropped and the process exits) |
 //! | `log_format` | `RANKSERVE_LOG_FORMAT` | `human` (`human`, `json`) |
 //! | `sample_log` | `RANKSERVE_SAMPLE_LOG` | none (a `.msgpack` or `.jsonl` request log) |
 //! | `sample_rate` | `RANKSERVE_SAMPLE_RATE` | 0.01 (fraction of `/v1/rank` requests recorded) |
@@ -141,6 +144,13 @@ pub struct Config {
     pub max_batch_docs: usize,
     /// `None`: no default deadline.
     pub default_timeout_ms: Option<u64>,
+    /// The longest a request body may take to arrive, whole (not an idle timer per chunk).
+    pub body_timeout_ms: u64,
+    /// The longest a connection waits for a complete request head, from its opening or the
+    /// end of its previous reply.
+    pub idle_timeout_ms: u64,
+    /// How long a shutdown waits for requests in flight before it drops their connections.
+    pub shutdown_grace_ms: u64,
     pub log_format: LogFormat,
     pub sampling: Option<Sampling>,
 }
@@ -167,6 +177,9 @@ impl Default for Config {
             batching: true,
             max_batch_docs: 1024,
             default_timeout_ms: Some(10_000),
+            body_timeout_ms: 30_000,
+            idle_timeout_ms: 60_000,
+            shutdown_grace_ms: 10_000,
             log_format: LogFormat::Human,
             sampling: None,
         }
@@ -197,6 +210,9 @@ pub struct Layer {
     pub batching: Option<String>,
     pub max_batch_docs: Option<String>,
     pub default_timeout_ms: Option<String>,
+    pub body_timeout_ms: Option<String>,
+    pub idle_timeout_ms: Option<String>,
+    pub shutdown_grace_ms: Option<String>,
     pub log_format: Option<String>,
     pub sample_log: Option<PathBuf>,
     pub sample_rate: Option<String>,
@@ -246,6 +262,9 @@ impl Layer {
             batching: lookup("RANKSERVE_BATCHING"),
             max_batch_docs: lookup("RANKSERVE_MAX_BATCH_DOCS"),
             default_timeout_ms: lookup("RANKSERVE_DEFAULT_TIMEOUT_MS"),
+            body_timeout_ms: lookup("RANKSERVE_BODY_TIMEOUT_MS"),
+            idle_timeout_ms: lookup("RANKSERVE_IDLE_TIMEOUT_MS"),
+            shutdown_grace_ms: lookup("RANKSERVE_SHUTDOWN_GRACE_MS"),
             log_format: lookup("RANKSERVE_LOG_FORMAT"),
             sample_log: lookup("RANKSERVE_SAMPLE_LOG").map(PathBuf::from),
             sample_rate: lookup("RANKSERVE_SAMPLE_RATE"),
@@ -394,6 +413,25 @@ impl Resolver {
             )?;
             c.default_timeout_ms = (ms > 0).then_some(ms);
         }
+        if let Some(v) = layer.body_timeout_ms {
+            c.body_timeout_ms = parse("body_timeout_ms", &v, "milliseconds ≥ 1", source, |n| {
+                *n >= 1
+            })?;
+        }
+        if let Some(v) = layer.idle_timeout_ms {
+            c.idle_timeout_ms = parse("idle_timeout_ms", &v, "milliseconds ≥ 1", source, |n| {
+                *n >= 1
+            })?;
+        }
+        if let Some(v) = layer.shutdown_grace_ms {
+            c.shutdown_grace_ms = parse(
+                "shutdown_grace_ms",
+                &v,
+                "milliseconds ≥ 0",
+                source,
+                |_| true,
+            )?;
+        }
         if let Some(v) = layer.log_format {
             c.log_format = parse("log_format", &v, "one of human, json", source, |_| true)
                 .map(|Named(format)| format)?;
@@ -485,6 +523,37 @@ mod tests {
         assert!(c.batching);
         assert_eq!(c.backend, Backend::Auto);
         assert!(c.admin_token.is_none() && c.sampling.is_none());
+        assert_eq!(
+            (c.body_timeout_ms, c.idle_timeout_ms, c.shutdown_grace_ms),
+            (30_000, 60_000, 10_000)
+        );
+    }
+
+    #[test]
+    fn timeouts_parse_and_zero_is_refused_where_it_would_mean_never() {
+        let c = Config::resolve(
+            None,
+            env(&[
+                ("RANKSERVE_BODY_TIMEOUT_MS", "250"),
+                ("RANKSERVE_IDLE_TIMEOUT_MS", "500"),
+                ("RANKSERVE_SHUTDOWN_GRACE_MS", "0"),
+            ]),
+            Layer::default(),
+        )
+        .unwrap();
+        assert_eq!(
+            (c.body_timeout_ms, c.idle_timeout_ms, c.shutdown_grace_ms),
+            (250, 500, 0)
+        );
+        let flags = Layer {
+            body_timeout_ms: Some("0".into()),
+            ..Layer::default()
+        };
+        let err = Config::resolve(None, Layer::default(), flags).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "body_timeout_ms (from command line): expected milliseconds ≥ 1, got \"0\""
+        );
     }
 
     #[test]

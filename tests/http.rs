@@ -416,7 +416,9 @@ async fn msgpack_bodies_get_the_errors_json_bodies_get() {
         );
         let message = body["error"]["message"].as_str().unwrap();
         assert!(
-            message.starts_with("MessagePack body does not parse: unknown field `zzz`"),
+            message.starts_with(
+                "MessagePack body does not parse: documents[0].zzz: unknown field `zzz`"
+            ),
             "{message}"
         );
     }
@@ -470,7 +472,7 @@ async fn every_client_error_status_with_its_body() {
         post("/v1/rank", "application/json", b"{\"ranker\": \"small\",\n \"documents\": [1,]}".to_vec()),
         StatusCode::BAD_REQUEST,
         "bad_body",
-        "JSON body does not parse: invalid type: integer `1`, expected struct RankDocument at line 2 column 16",
+        "JSON body does not parse: documents[0]: invalid type: integer `1`, expected struct RankDocument at line 2 column 16",
     )
     .await;
 
@@ -1222,6 +1224,202 @@ async fn full_queue_is_503_overloaded_with_retry_after() {
     }
     assert!(ok >= 1 && refused >= 1, "{ok} answered, {refused} refused");
     let _ = live.shutdown.send(());
+}
+
+/// A `tracing` writer into a shared buffer.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+#[test]
+fn overload_refusals_are_logged_at_warn_at_most_once_a_second_not_at_error_each() {
+    let captured = Captured::default();
+    let writer = captured.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_writer(move || writer.clone())
+        .with_max_level(tracing::Level::INFO)
+        .with_ansi(false)
+        .finish();
+    let _logging = tracing::subscriber::set_default(subscriber);
+    // One thread: every request's middleware logs on it, into `captured`.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let refused = runtime.block_on(async {
+        let s = server_with(|c| c.queue_capacity = 1);
+        let mut requests = tokio::task::JoinSet::new();
+        for i in 0..48u64 {
+            let app = s.app.clone();
+            let body = json(&rank_request("small", &random_features(2000, 4, i), 4));
+            requests.spawn(async move {
+                send(&app, post("/v1/rank", "application/json", body))
+                    .await
+                    .0
+            });
+        }
+        let mut refused = 0;
+        while let Some(status) = requests.join_next().await {
+            refused += usize::from(status.unwrap() == StatusCode::SERVICE_UNAVAILABLE);
+        }
+        refused
+    });
+    let log = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+    assert!(refused >= 3, "{refused} refused: not an overload");
+    assert!(!log.contains("ERROR"), "{log}");
+    // Other tests of this binary may have logged `overloaded` within the second: 0 or 1 line.
+    let lines = log.lines().filter(|l| l.contains("overloaded")).count();
+    assert!(lines <= 1, "{lines} lines for {refused} refusals:\n{log}");
+    assert!(
+        log.lines()
+            .filter(|l| l.contains("overloaded"))
+            .all(|l| l.contains("WARN")),
+        "{log}"
+    );
+}
+
+#[tokio::test]
+async fn bad_bodies_name_the_field_and_what_was_expected() {
+    let s = server();
+    let features_string =
+        br#"{"ranker": "small", "documents": [{"features": [1, 2, 3, 4]}, {"features": "x"}]}"#;
+    expect_error(
+        &s.app,
+        post("/v1/rank", "application/json", features_string.to_vec()),
+        StatusCode::BAD_REQUEST,
+        "bad_body",
+        "JSON body does not parse: documents[1].features: invalid type: string \"x\", expected an array of numbers or nulls (in the ranker's feature order) or a map of feature name to number or null at line 1 column 78",
+    )
+    .await;
+    let element = br#"{"ranker": "small", "documents": [{"features": [1, "a", 3, 4]}]}"#;
+    let (_, _, body) = send(
+        &s.app,
+        post("/v1/rank", "application/json", element.to_vec()),
+    )
+    .await;
+    let body: ErrorBody = serde_json::from_slice(&body).unwrap();
+    assert!(
+        body.error.message.starts_with(
+            "JSON body does not parse: documents[0].features[1]: invalid type: string \"a\""
+        ),
+        "{}",
+        body.error.message
+    );
+    // MessagePack `k: {}`: rmp-serde says only "wrong msgpack marker FixMap(0)".
+    let k_map = rmp_serde::to_vec_named(&serde_json::json!({
+        "ranker": "small", "documents": [{"features": [1, 2, 3, 4]}], "k": {}
+    }))
+    .unwrap();
+    let (status, _, body) = send(&s.app, post("/v1/rank", "application/msgpack", k_map)).await;
+    let body: ErrorBody = rmp_serde::from_slice(&body).unwrap();
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(
+        body.error.message.starts_with("MessagePack body does not parse: k: invalid type: map, expected usize (at or before byte "),
+        "{}",
+        body.error.message
+    );
+    for (content_type, expected) in [
+        (
+            "application/msgpack",
+            "MessagePack body does not parse: the body is empty: expected a MessagePack map",
+        ),
+        (
+            "application/json",
+            "JSON body does not parse: the body is empty: expected a JSON object",
+        ),
+    ] {
+        let mut empty = post("/v1/rank", content_type, Vec::new());
+        empty
+            .headers_mut()
+            .insert(header::ACCEPT, "application/json".parse().unwrap());
+        expect_error(&s.app, empty, StatusCode::BAD_REQUEST, "bad_body", expected).await;
+    }
+    let mut truncated =
+        rmp_serde::to_vec_named(&rank_request("small", &random_features(3, 4, 1), 4)).unwrap();
+    truncated.truncate(truncated.len() - 3);
+    let (_, _, body) = send(&s.app, post("/v1/rank", "application/msgpack", truncated)).await;
+    let message = rmp_serde::from_slice::<ErrorBody>(&body)
+        .unwrap()
+        .error
+        .message;
+    assert!(
+        message.contains("the body ends inside a value (truncated)"),
+        "{message}"
+    );
+    // A wrongly typed string of 100 000 characters is quoted cut.
+    let long = format!(
+        r#"{{"ranker": "small", "documents": [], "k": "{}"}}"#,
+        "x".repeat(100_000)
+    );
+    let (_, _, body) = send(
+        &s.app,
+        post("/v1/rank", "application/json", long.into_bytes()),
+    )
+    .await;
+    let message = serde_json::from_slice::<ErrorBody>(&body)
+        .unwrap()
+        .error
+        .message;
+    assert!(
+        message.len() < 512
+            && message.starts_with("JSON body does not parse: k: invalid type: string"),
+        "{message}"
+    );
+}
+
+#[tokio::test]
+async fn undecodable_paths_and_long_targets_answer_in_the_error_format_and_are_counted() {
+    let s = server();
+    let counted = |code: &str| {
+        let text = rankserve::server::metrics::handle().render();
+        let prefix = format!("rankserve_http_errors_total{{code=\"{code}\"}}");
+        text.lines()
+            .find(|l| l.starts_with(&prefix))
+            .and_then(|l| l.split_whitespace().last())
+            .map_or(0.0, |v| v.parse::<f64>().unwrap())
+    };
+    let (bad_name, too_long) = (counted("bad_ranker_name"), counted("uri_too_long"));
+    expect_error(
+        &s.app,
+        Request::get("/v1/rankers/%FF").body(Body::empty()).unwrap(),
+        StatusCode::BAD_REQUEST,
+        "bad_ranker_name",
+        "invalid ranker name \"%FF\": expected 1 to 64 characters of A-Z a-z 0-9 _ -",
+    )
+    .await;
+    let long = format!("/v1/rankers?{}", "q".repeat(9000));
+    expect_error(
+        &s.app,
+        Request::get(long).body(Body::empty()).unwrap(),
+        StatusCode::URI_TOO_LONG,
+        "uri_too_long",
+        "request target of 9012 bytes is over the limit of 8192 bytes",
+    )
+    .await;
+    // An unknown path is quoted cut.
+    let (status, _, body) = send(
+        &s.app,
+        Request::get(format!("/{}", "p".repeat(5000)))
+            .body(Body::empty())
+            .unwrap(),
+    )
+    .await;
+    let message = serde_json::from_slice::<ErrorBody>(&body)
+        .unwrap()
+        .error
+        .message;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(message.ends_with("… (5001 bytes)"), "{message}");
+    assert!(counted("bad_ranker_name") > bad_name && counted("uri_too_long") > too_long);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

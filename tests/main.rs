@@ -7,3 +7,4 @@ mod parity;
 mod search;
 mod selection;
 mod selection_gpu;
+mod slow_clients;

@@ -1056,3 +1056,47 @@ async fn a_gpu_query_past_its_queue_deadline_runs_on_the_cpu() {
     );
     holder.join().unwrap();
 }
+
+#[test]
+fn index_build_refuses_duplicate_and_empty_ids_naming_the_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let build = |lines: &str| {
+        let corpus = dir.path().join("c.jsonl");
+        std::fs::write(&corpus, lines).unwrap();
+        let out = dir.path().join("idx");
+        let output = rankserve(&[
+            "index",
+            "build",
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ]);
+        assert!(!out.exists());
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+            corpus,
+        )
+    };
+    let doc = |id: &str| format!("{{\"id\": \"{id}\", \"streams\": {{\"body\": \"a b c\"}}}}\n");
+    let (code, stderr, corpus) =
+        build(&[doc("a"), doc("b"), "\n".into(), doc("c"), doc("b")].concat());
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "rankserve: {}, line 5: document id \"b\" is already the id of line 2: ids must be unique",
+            corpus.display()
+        )
+    );
+    let (code, stderr, corpus) = build(&[doc("a"), doc("")].concat());
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim(),
+        format!(
+            "rankserve: {}, line 2: `id` is empty: every document needs a non-empty id of its own",
+            corpus.display()
+        )
+    );
+}

@@ -59,11 +59,41 @@ pub struct RankDocument {
 
 /// A feature vector: in the ranker's order, or by name (absent names are missing). `null` is a
 /// missing value (NaN).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, ToSchema)]
+#[derive(Debug, Clone, PartialEq, Serialize, ToSchema)]
 #[serde(untagged)]
 pub enum FeatureValues {
     Vector(Vec<Option<f64>>),
     Named(BTreeMap<String, Option<f64>>),
+}
+
+/// An array is a `Vector`, a map `Named`, as an untagged enum would decide, but anything else
+/// is refused saying what was expected (serde's untagged enums say only that no variant
+/// matched) and a bad value inside says where.
+impl<'de> Deserialize<'de> for FeatureValues {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Values;
+        impl<'de> serde::de::Visitor<'de> for Values {
+            type Value = FeatureValues;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an array of numbers or nulls (in the ranker's feature order) or a map of feature name to number or null")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                seq: A,
+            ) -> Result<Self::Value, A::Error> {
+                Deserialize::deserialize(serde::de::value::SeqAccessDeserializer::new(seq))
+                    .map(FeatureValues::Vector)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                map: A,
+            ) -> Result<Self::Value, A::Error> {
+                Deserialize::deserialize(serde::de::value::MapAccessDeserializer::new(map))
+                    .map(FeatureValues::Named)
+            }
+        }
+        deserializer.deserialize_any(Values)
+    }
 }
 
 /// `POST /v1/rank` reply.

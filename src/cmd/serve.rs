@@ -89,6 +89,18 @@ pub struct Args {
     /// Deadline of a request without timeout_ms; 0 for none [default: 10000].
     #[arg(long)]
     default_timeout_ms: Option<String>,
+    /// The longest a client may take to send a whole request body, in milliseconds; then 408
+    /// body_timeout [default: 30000].
+    #[arg(long)]
+    body_timeout_ms: Option<String>,
+    /// A connection is closed when no complete request head arrives this many milliseconds
+    /// after it opened or its last reply was sent [default: 60000].
+    #[arg(long)]
+    idle_timeout_ms: Option<String>,
+    /// On SIGTERM or Ctrl-C, how long requests in flight may take before their connections
+    /// are dropped and the process exits, in milliseconds [default: 10000].
+    #[arg(long)]
+    shutdown_grace_ms: Option<String>,
     /// Log format: human or json [default: human].
     #[arg(long)]
     log_format: Option<String>,
@@ -123,6 +135,9 @@ impl Args {
             batching: self.batching,
             max_batch_docs: self.max_batch_docs,
             default_timeout_ms: self.default_timeout_ms,
+            body_timeout_ms: self.body_timeout_ms,
+            idle_timeout_ms: self.idle_timeout_ms,
+            shutdown_grace_ms: self.shutdown_grace_ms,
             log_format: self.log_format,
             sample_log: self.sample_log,
             sample_rate: self.sample_rate,
@@ -159,7 +174,7 @@ pub fn run(args: Args) -> CmdResult {
         .enable_all()
         .build()
         .context("starting the async runtime")?;
-    runtime.block_on(async move {
+    let served = runtime.block_on(async move {
         let addr = config.addr;
         let state = server::State::new(config).context("opening the server state")?;
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
@@ -168,7 +183,10 @@ pub fn run(args: Args) -> CmdResult {
         server::serve(listener, state, server::shutdown_signal()).await.context("serving")?;
         tracing::info!("stopped");
         Ok(())
-    })
+    });
+    // The grace period is over: blocking work of dropped requests is not waited for.
+    runtime.shutdown_background();
+    served
 }
 
 /// The demo index `DATA_DIR/index`: reused when it opens, else built from [`DEMO_CORPUS`].

@@ -225,7 +225,7 @@ pub fn import_ciff(ciff: &Path, out: &Path, codec: Codec) -> Result<BuildReport,
     let total_length: u64 = scoring_len.iter().map(|&l| l as u64).sum();
     let manifest = Manifest {
         format: Manifest::FORMAT.into(),
-        version: super::format::FORMAT_VERSION,
+        version: super::reader::MANIFEST_VERSION,
         codec,
         scoring: "body".into(),
         streams: vec!["body".into()],
@@ -237,6 +237,7 @@ pub fn import_ciff(ciff: &Path, out: &Path, codec: Codec) -> Result<BuildReport,
         stream_total_lengths: vec![total_length],
         has_forward: false,
         source: format!("CIFF {} ({})", ciff.display(), header.description),
+        checksum: String::new(),
     };
     manifest.write(&tmp.path)?;
     tmp.commit(out)?;

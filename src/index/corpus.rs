@@ -3,8 +3,8 @@
 //!
 //! One document a line:
 //! `{"id": "d1", "streams": {"title": "...", "body": "...", "anchor": "...", "url": "..."},
-//!   "static": {"static_rank": 0.7}}`. `streams` and `static` may be absent (empty). Blank
-//! lines are skipped. A gzip file is recognised by its magic bytes, whatever its name.
+//!   "static": {"static_rank": 0.7}}`. `streams` and `static` may be absent (empty); `id` may
+//! not be empty, and `index build` refuses two documents with one id. Blank lines are skipped. A gzip file is recognised by its magic bytes, whatever its name.
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -137,11 +137,19 @@ fn read_up_to(r: &mut impl Read, buf: &mut [u8]) -> std::io::Result<usize> {
 /// # Errors
 /// [`IndexError::CorpusLine`] naming the file, line and column when the JSON is not a document.
 pub fn parse_line(path: &Path, raw: &RawLine) -> Result<CorpusDoc, IndexError> {
-    serde_json::from_str(&raw.text).map_err(|e| IndexError::CorpusLine {
+    let bad = |message: String| IndexError::CorpusLine {
         path: path.to_path_buf(),
         line: raw.line,
-        message: format!("column {}: {e}", e.column()),
-    })
+        message,
+    };
+    let doc: CorpusDoc =
+        serde_json::from_str(&raw.text).map_err(|e| bad(format!("column {}: {e}", e.column())))?;
+    if doc.id.is_empty() {
+        return Err(bad(
+            "`id` is empty: every document needs a non-empty id of its own".into(),
+        ));
+    }
+    Ok(doc)
 }
 
 /// Reads a whole corpus into memory (for tests and small fixtures).

@@ -13,7 +13,7 @@ use super::codecs::{
     block_len, bounds_of, read_u32, BlockBounds, Codec, SkipEntry, BLOCK_LEN, SKIP_ENTRY_BYTES,
 };
 use super::cursor::PostingCursor;
-use super::format::{MappedFile, FORMAT_VERSION};
+use super::format::MappedFile;
 use super::{DocId, IndexError, TermId};
 
 /// The manifest's file name.
@@ -39,12 +39,17 @@ pub const KIND_DOCS: [u8; 4] = *b"DOCS";
 /// Container kind of `forward.bin`.
 pub const KIND_FORWARD: [u8; 4] = *b"FWDX";
 
+/// The manifest's version: 2 since `index.json` carries its own checksum (the binary files'
+/// container is still [`FORMAT_VERSION`] 1).
+pub const MANIFEST_VERSION: u32 = 2;
+
 /// `index.json`: what the binary files hold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Manifest {
     /// Always `rankserve-index`.
     pub format: String,
-    /// The format version ([`FORMAT_VERSION`]).
+    /// The manifest version ([`MANIFEST_VERSION`]).
     pub version: u32,
     /// The docID codec.
     pub codec: Codec,
@@ -68,6 +73,10 @@ pub struct Manifest {
     pub has_forward: bool,
     /// Where the index came from (free text).
     pub source: String,
+    /// `crc32:` and the CRC-32 (8 hex digits) of the manifest written with this field empty
+    /// (compact JSON, fields in this order); set by [`Manifest::write`].
+    #[serde(default)]
+    pub checksum: String,
 }
 
 impl Manifest {
@@ -80,8 +89,22 @@ impl Manifest {
     /// [`IndexError::Io`].
     pub fn write(&self, dir: &Path) -> Result<(), IndexError> {
         let path = dir.join(MANIFEST_FILE);
-        let text = serde_json::to_string_pretty(self).expect("manifest serializes");
+        let manifest = Manifest {
+            checksum: self.checksum(),
+            ..self.clone()
+        };
+        let text = serde_json::to_string_pretty(&manifest).expect("manifest serializes");
         std::fs::write(&path, text).map_err(|e| IndexError::io(&path, e))
+    }
+
+    /// What [`Manifest::checksum`](field@Manifest::checksum) should hold for the other fields.
+    pub fn checksum(&self) -> String {
+        let unsummed = Manifest {
+            checksum: String::new(),
+            ..self.clone()
+        };
+        let bytes = serde_json::to_vec(&unsummed).expect("manifest serializes");
+        format!("crc32:{:08x}", crc32fast::hash(&bytes))
     }
 
     fn read(dir: &Path) -> Result<Self, IndexError> {
@@ -101,10 +124,26 @@ impl Manifest {
                 Self::FORMAT
             ));
         }
-        if m.version != FORMAT_VERSION {
+        if m.version != MANIFEST_VERSION {
             return bad(format!(
-                "format version {}, this build reads version {FORMAT_VERSION}",
+                "manifest version {}, this build reads version {MANIFEST_VERSION} (version 1 \
+                 manifests carry no checksum): rebuild the index with `rankserve index build`",
                 m.version
+            ));
+        }
+        let checksum = m.checksum();
+        if m.checksum != checksum {
+            return bad(format!(
+                "checksum {:?} does not match its content ({checksum}): the manifest was edited \
+                 or damaged; rebuild the index",
+                crate::rank::cut_input(&m.checksum)
+            ));
+        }
+        if m.scoring != "all" && !m.streams.contains(&m.scoring) {
+            return bad(format!(
+                "scoring stream {:?} is neither \"all\" nor one of the streams {:?}",
+                crate::rank::cut_input(&m.scoring),
+                m.streams
             ));
         }
         if m.num_docs >= u32::MAX as u64 {
@@ -506,6 +545,46 @@ impl Index {
                 self.manifest.total_scoring_length
             )));
         }
+        self.check_streams()
+    }
+
+    /// The manifest's streams against `docs.bin`: each stream's total is the sum of its
+    /// lengths, and each document's scoring length is its scoring stream's length (the sum of
+    /// its streams' for `all`). A reordered `streams` list or an edited total is refused here
+    /// even where the manifest's checksum was made to match.
+    fn check_streams(&self) -> Result<(), IndexError> {
+        let m = &self.manifest;
+        let n = m.num_docs as u32;
+        let scoring = m.streams.iter().position(|s| *s == m.scoring);
+        let mut scoring_lengths = vec![0u64; n as usize];
+        for (s, name) in m.streams.iter().enumerate() {
+            let mut total = 0u64;
+            for d in 0..n {
+                let length = self.stream_length(d, s) as u64;
+                total += length;
+                if scoring.is_none_or(|i| i == s) {
+                    scoring_lengths[d as usize] += length;
+                }
+            }
+            if total != m.stream_total_lengths[s] {
+                return Err(self.docs.corrupt(format!(
+                    "stream {s} ({name:?}) lengths sum to {total}, {MANIFEST_FILE}'s \
+                     stream_total_lengths[{s}] says {}",
+                    m.stream_total_lengths[s]
+                )));
+            }
+        }
+        if let Some(d) =
+            (0..n).find(|&d| self.scoring_length(d) as u64 != scoring_lengths[d as usize])
+        {
+            return Err(self.docs.corrupt(format!(
+                "document {d}'s scoring length is {}, its {:?} length {}: {MANIFEST_FILE}'s \
+                 streams or scoring do not describe this index",
+                self.scoring_length(d),
+                m.scoring,
+                scoring_lengths[d as usize]
+            )));
+        }
         Ok(())
     }
 
@@ -816,6 +895,65 @@ mod tests {
         out
     }
 
+    /// `index.json` edited by hand: refused at open, naming the file and the check, whether
+    /// the checksum was left alone or made to match.
+    #[test]
+    fn an_edited_manifest_is_refused_naming_the_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = synth_index(dir.path(), 300, Codec::Ef, "body");
+        let path = out.join(MANIFEST_FILE);
+        let good = std::fs::read_to_string(&path).unwrap();
+        let manifest: Manifest = serde_json::from_str(&good).unwrap();
+        assert!(manifest.streams.len() >= 2, "{:?}", manifest.streams);
+        let refused = |want: &str| {
+            let err = Index::open(&out).unwrap_err().to_string();
+            assert!(err.contains(want), "{err} lacks {want:?}");
+            std::fs::write(&path, &good).unwrap();
+        };
+        let edited = |edit: &dyn Fn(&mut Manifest)| {
+            let mut m = manifest.clone();
+            edit(&mut m);
+            m
+        };
+        let reordered = edited(&|m| {
+            m.streams.reverse();
+            m.stream_total_lengths.reverse();
+        });
+        // Left with its old checksum.
+        let mut stale = reordered.clone();
+        stale.checksum = manifest.checksum.clone();
+        std::fs::write(&path, serde_json::to_string_pretty(&stale).unwrap()).unwrap();
+        refused("index.json is corrupt: checksum \"crc32:");
+        // With a checksum that matches: the files contradict it.
+        reordered.write(&out).unwrap();
+        refused("docs.bin is corrupt: stream 0 (");
+        edited(&|m| m.stream_total_lengths[1] += 1)
+            .write(&out)
+            .unwrap();
+        refused("docs.bin is corrupt: stream 1 (");
+        let other = manifest
+            .streams
+            .iter()
+            .find(|s| **s != manifest.scoring)
+            .unwrap()
+            .clone();
+        edited(&|m| m.scoring = other.clone()).write(&out).unwrap();
+        refused("'s scoring length is ");
+        edited(&|m| m.scoring = "nope".into()).write(&out).unwrap();
+        refused("index.json is corrupt: scoring stream \"nope\" is neither \"all\" nor one of the streams");
+        // Written before manifests had checksums.
+        let mut old: serde_json::Value = serde_json::from_str(&good).unwrap();
+        old["version"] = 1.into();
+        old.as_object_mut().unwrap().remove("checksum");
+        std::fs::write(&path, old.to_string()).unwrap();
+        refused("manifest version 1, this build reads version 2 (version 1 manifests carry no checksum): rebuild the index");
+        let mut unknown: serde_json::Value = serde_json::from_str(&good).unwrap();
+        unknown["extra"] = 1.into();
+        std::fs::write(&path, unknown.to_string()).unwrap();
+        refused("unknown field `extra`");
+        assert_eq!(Index::open(&out).unwrap().num_docs(), 300);
+    }
+
     /// The index agrees with a naive inversion of the corpus through the tokenizer.
     #[test]
     fn built_index_matches_naive_inversion() {
@@ -962,7 +1100,7 @@ mod tests {
             &|b| {
                 *b = String::from_utf8(b.clone())
                     .unwrap()
-                    .replace("\"version\": 1", "\"version\": 7")
+                    .replace("\"version\": 2", "\"version\": 7")
                     .into_bytes()
             },
             "version 7",

@@ -12,9 +12,14 @@ pub const QUOTED_CHARS: usize = 64;
 /// `input` as an error quotes it: whole up to [`QUOTED_CHARS`] characters, else cut there with
 /// its length said, so that a name of megabytes never comes back whole in a reply or a log line.
 pub fn cut_input(input: &str) -> Cow<'_, str> {
-    match input.char_indices().nth(QUOTED_CHARS) {
-        None => Cow::Borrowed(input),
-        Some((cut, _)) => Cow::Owned(format!("{}… ({} bytes)", &input[..cut], input.len())),
+    cut_to(input, QUOTED_CHARS)
+}
+
+/// `text` whole up to `chars` characters, else cut there with its length in bytes said.
+pub fn cut_to(text: &str, chars: usize) -> Cow<'_, str> {
+    match text.char_indices().nth(chars) {
+        None => Cow::Borrowed(text),
+        Some((cut, _)) => Cow::Owned(format!("{}… ({} bytes)", &text[..cut], text.len())),
     }
 }
 

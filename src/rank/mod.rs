@@ -27,4 +27,4 @@ pub mod plan;
 pub mod store;
 pub mod synth;
 
-pub use error::{cut_input, RankerError};
+pub use error::{cut_input, cut_to, RankerError};

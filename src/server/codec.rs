@@ -32,7 +32,7 @@ pub fn format_of_body(headers: &HeaderMap) -> Result<Format, ApiError> {
     content_type
         .and_then(Format::from_media_type)
         .ok_or_else(|| ApiError::UnsupportedMediaType {
-            got: content_type.unwrap_or("(none)").to_string(),
+            got: crate::rank::cut_input(content_type.unwrap_or("(none)")).into_owned(),
         })
 }
 
@@ -60,12 +60,19 @@ pub fn micros(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }
 
-/// Reads a whole body of at most `limit` bytes.
+/// Reads a whole body of at most `limit` bytes, arrived within `deadline` of the call (one
+/// deadline for the whole body: a client trickling bytes does not restart it).
 ///
 /// # Errors
 /// [`ApiError::PayloadTooLarge`] when `Content-Length` announces more (nothing is read) or the
-/// body turns out longer; [`ApiError::BadBody`] when the connection fails mid-body.
-pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// body turns out longer; [`ApiError::BodyTimeout`] past the deadline; [`ApiError::BadBody`]
+/// when the connection fails mid-body.
+pub async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+    deadline: Duration,
+) -> Result<Bytes, ApiError> {
     if let Some(announced) = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -73,11 +80,16 @@ pub async fn read_body(headers: &HeaderMap, body: Body, limit: usize) -> Result<
         if announced.parse::<u64>().map_or(true, |n| n > limit as u64) {
             return Err(ApiError::PayloadTooLarge {
                 limit,
-                got: announced.to_string(),
+                got: crate::rank::cut_input(announced).into_owned(),
             });
         }
     }
-    match Limited::new(body, limit).collect().await {
+    let collected = tokio::time::timeout(deadline, Limited::new(body, limit).collect())
+        .await
+        .map_err(|_| ApiError::BodyTimeout {
+            timeout_ms: deadline.as_millis().min(u64::MAX as u128) as u64,
+        })?;
+    match collected {
         Ok(collected) => Ok(collected.to_bytes()),
         Err(err) if err.downcast_ref::<LengthLimitError>().is_some() => {
             Err(ApiError::PayloadTooLarge {
@@ -133,7 +145,13 @@ impl<T: RequestBody> FromRequest<AppState> for Coded<T> {
         let format = format_of_body(req.headers())?;
         let started = Instant::now();
         let (parts, body) = req.into_parts();
-        let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
+        let bytes = read_body(
+            &parts.headers,
+            body,
+            state.body_limit(),
+            state.body_deadline(),
+        )
+        .await?;
         let decoding = Instant::now();
         let value = T::decode_body(format, bytes)?;
         Ok(Coded {
@@ -155,6 +173,32 @@ impl<S: Send + Sync> FromRequestParts<S> for Negotiated {
 
     async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
         Ok(Negotiated(negotiate(&parts.headers)))
+    }
+}
+
+/// The `{name}` of a ranker route, percent-decoded. A segment that does not decode (`%FF` is
+/// not UTF-8) is 400 `bad_ranker_name` in the API's format, not axum's plain-text rejection.
+#[derive(utoipa::IntoParams)]
+#[into_params(names("name"), parameter_in = Path)]
+pub struct RankerName(
+    /// The ranker's store name: 1 to 64 characters of `A-Z a-z 0-9 _ -`.
+    pub String,
+);
+
+impl<S: Send + Sync> FromRequestParts<S> for RankerName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        match axum::extract::Path::<String>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(name)) => Ok(RankerName(name)),
+            Err(_) => {
+                // The ranker routes' name is the segment after `/v1/rankers/`.
+                let raw = parts.uri.path().split('/').nth(3).unwrap_or("");
+                Err(ApiError::BadRankerName {
+                    name: crate::rank::cut_input(raw).into_owned(),
+                })
+            }
+        }
     }
 }
 
@@ -180,7 +224,9 @@ impl<T: Serialize> IntoResponse for Reply<T> {
     }
 }
 
-/// Middleware: error bodies in the negotiated format, 5xx details and 4xx reasons logged.
+/// Middleware: error bodies in the negotiated format; 5xx details logged at ERROR, each;
+/// refusals (4xx, 503) logged at most once a second per code ([`RefusalLog`]), `overloaded`
+/// at WARN and the rest at INFO, so that a flood of refused requests cannot flood the log.
 pub async fn negotiate_errors(req: Request, next: Next) -> Response {
     let format = negotiate(req.headers());
     let mut response = next.run(req).await;
@@ -188,12 +234,20 @@ pub async fn negotiate_errors(req: Request, next: Next) -> Response {
         return response;
     };
     let status = response.status();
+    let code = &log.body.error.code;
     match &log.detail {
         Some(detail) => {
-            tracing::error!(status = status.as_u16(), code = %log.body.error.code, detail = %detail, "request failed")
+            tracing::error!(status = status.as_u16(), code = %code, detail = %detail, "request failed")
         }
         None => {
-            tracing::info!(status = status.as_u16(), code = %log.body.error.code, message = %log.body.error.message, "request refused")
+            if let Some(suppressed) = RefusalLog::global().admit(code, Instant::now()) {
+                let message = &log.body.error.message;
+                if code == "overloaded" {
+                    tracing::warn!(status = status.as_u16(), code = %code, message = %message, suppressed, "request refused (at most one line a second per code; suppressed: refusals of this code since the last line)")
+                } else {
+                    tracing::info!(status = status.as_u16(), code = %code, message = %message, suppressed, "request refused")
+                }
+            }
         }
     }
     metrics::counter!("rankserve_http_errors_total", "code" => log.body.error.code.clone())
@@ -212,9 +266,51 @@ pub async fn negotiate_errors(req: Request, next: Next) -> Response {
     response
 }
 
+/// The log lines of refused requests: at most one per [`RefusalLog::EVERY`] per error code,
+/// the refusals in between counted and the count written with the next line (the metrics
+/// count every one).
+#[derive(Default)]
+pub struct RefusalLog {
+    /// Per code: when its last line was written and the refusals since.
+    codes: parking_lot::Mutex<std::collections::HashMap<String, (Instant, u64)>>,
+}
+
+impl RefusalLog {
+    /// The least time between two lines of one code.
+    pub const EVERY: Duration = Duration::from_secs(1);
+
+    /// The process's (codes are few and fixed: the map stays small).
+    pub fn global() -> &'static RefusalLog {
+        static LOG: std::sync::OnceLock<RefusalLog> = std::sync::OnceLock::new();
+        LOG.get_or_init(RefusalLog::default)
+    }
+
+    /// Whether a refusal with `code` at `now` gets a line: `Some(refusals suppressed since the
+    /// last line)`, or `None` (counted for the next line).
+    pub fn admit(&self, code: &str, now: Instant) -> Option<u64> {
+        let mut codes = self.codes.lock();
+        match codes.get_mut(code) {
+            Some((last, suppressed)) if now.duration_since(*last) < Self::EVERY => {
+                *suppressed += 1;
+                None
+            }
+            Some((last, suppressed)) => {
+                *last = now;
+                Some(std::mem::take(suppressed))
+            }
+            None => {
+                codes.insert(code.to_string(), (now, 0));
+                Some(0)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const MINUTE: Duration = Duration::from_secs(60);
 
     /// A body of these chunks, in order.
     fn chunked(chunks: &[Bytes]) -> Body {
@@ -244,30 +340,30 @@ mod tests {
         let mut announced = HeaderMap::new();
         announced.insert(header::CONTENT_LENGTH, HeaderValue::from(whole.len()));
         for headers in [HeaderMap::new(), announced] {
-            let read = read_body(&headers, chunked(&chunks), 1 << 20)
+            let read = read_body(&headers, chunked(&chunks), 1 << 20, MINUTE)
                 .await
                 .unwrap();
             assert_eq!(read, whole);
             // A body exactly at the limit is read.
             assert_eq!(
-                read_body(&headers, chunked(&chunks), whole.len())
+                read_body(&headers, chunked(&chunks), whole.len(), MINUTE)
                     .await
                     .unwrap(),
                 whole
             );
         }
         // One byte over it, not announced: refused while reading.
-        let over = read_body(&HeaderMap::new(), chunked(&chunks), whole.len() - 1).await;
+        let over = read_body(&HeaderMap::new(), chunked(&chunks), whole.len() - 1, MINUTE).await;
         assert!(
             matches!(&over, Err(ApiError::PayloadTooLarge { got, .. }) if got == "more than 4000"),
             "{over:?}"
         );
         // One chunk is kept, not copied.
-        let one = read_body(&HeaderMap::new(), chunked(&chunks[3..]), 1 << 20)
+        let one = read_body(&HeaderMap::new(), chunked(&chunks[3..]), 1 << 20, MINUTE)
             .await
             .unwrap();
         assert_eq!(one.as_ptr(), chunks[3].as_ptr());
-        assert!(read_body(&HeaderMap::new(), chunked(&[]), 10)
+        assert!(read_body(&HeaderMap::new(), chunked(&[]), 10, MINUTE)
             .await
             .unwrap()
             .is_empty());
@@ -277,11 +373,25 @@ mod tests {
             header::CONTENT_LENGTH,
             HeaderValue::from_static("1000000000"),
         );
-        let refused = read_body(&huge, chunked(&chunks), 1 << 20).await;
+        let refused = read_body(&huge, chunked(&chunks), 1 << 20, MINUTE).await;
         assert!(
             matches!(&refused, Err(ApiError::PayloadTooLarge { got, .. }) if got == "1000000000"),
             "{refused:?}"
         );
+    }
+
+    #[test]
+    fn refusals_are_logged_once_a_second_per_code_with_the_count_between() {
+        let log = RefusalLog::default();
+        let t0 = Instant::now();
+        let at = |ms: u64| t0 + Duration::from_millis(ms);
+        assert_eq!(log.admit("overloaded", at(0)), Some(0));
+        assert_eq!(log.admit("overloaded", at(10)), None);
+        assert_eq!(log.admit("bad_body", at(20)), Some(0), "codes apart");
+        assert_eq!(log.admit("overloaded", at(999)), None);
+        assert_eq!(log.admit("overloaded", at(1000)), Some(2));
+        assert_eq!(log.admit("overloaded", at(1001)), None);
+        assert_eq!(log.admit("overloaded", at(5000)), Some(1));
     }
 
     #[test]
@@ -324,7 +434,7 @@ mod tests {
         let err = Format::Json.decode::<Vec<u32>>(b"[1,\n x]").unwrap_err();
         assert_eq!(
             err.to_string(),
-            "JSON body does not parse: expected value at line 2 column 2"
+            "JSON body does not parse: [1]: expected value at line 2 column 2"
         );
         let mut bytes = rmp_serde::to_vec(&vec![1u32, 2]).unwrap();
         bytes.push(0xc0);

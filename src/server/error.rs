@@ -19,6 +19,8 @@ pub enum ApiError {
     UnsupportedMediaType { got: String },
     #[error("request body of {got} bytes is over the limit of {limit} bytes")]
     PayloadTooLarge { limit: usize, got: String },
+    #[error("request body not received whole within {timeout_ms} ms (body_timeout_ms)")]
+    BodyTimeout { timeout_ms: u64 },
     #[error("{format} body does not parse: {reason}")]
     BadBody {
         format: &'static str,
@@ -36,6 +38,8 @@ pub enum ApiError {
     NoIndex,
     #[error("index {dir} was not loaded, the index being served is unchanged: {reason}")]
     BadIndex { dir: String, reason: String },
+    #[error("request target of {length} bytes is over the limit of {limit} bytes")]
+    UriTooLong { length: usize, limit: usize },
     #[error("no route for {method} {path}")]
     NotFound { method: String, path: String },
     #[error("method {method} is not allowed on {path}")]
@@ -83,6 +87,8 @@ impl ApiError {
         match self {
             ApiError::UnsupportedMediaType { .. } => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::PayloadTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::BodyTimeout { .. } => StatusCode::REQUEST_TIMEOUT,
+            ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ApiError::BadBody { .. }
             | ApiError::InvalidRequest(_)
             | ApiError::BadRankerName { .. }
@@ -106,6 +112,7 @@ impl ApiError {
         match self {
             ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
+            ApiError::BodyTimeout { .. } => "body_timeout",
             ApiError::BadBody { .. } => "bad_body",
             ApiError::InvalidRequest(_) => "invalid_request",
             ApiError::BadRankerName { .. } => "bad_ranker_name",
@@ -113,6 +120,7 @@ impl ApiError {
             ApiError::UnknownRanker { .. } => "unknown_ranker",
             ApiError::NoIndex => "no_index",
             ApiError::BadIndex { .. } => "bad_index",
+            ApiError::UriTooLong { .. } => "uri_too_long",
             ApiError::NotFound { .. } => "not_found",
             ApiError::MethodNotAllowed { .. } => "method_not_allowed",
             ApiError::Unauthorized => "unauthorized",
@@ -183,6 +191,12 @@ impl IntoResponse for ApiError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_s));
+        }
+        if let ApiError::BodyTimeout { .. } = self {
+            // The rest of the body may still be on its way: the connection is not reused.
+            response
+                .headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         response.extensions_mut().insert(ErrorLog { body, detail });
         response

@@ -5,6 +5,7 @@
 //! | `rankserve_http_requests_total` | counter | `route`, `status` |
 //! | `rankserve_http_errors_total` | counter | `code` |
 //! | `rankserve_http_request_duration_seconds` | histogram | `route` |
+//! | `rankserve_http_connections_closed_total` | counter | `reason`: `timeout` (no complete request head within `idle_timeout_ms`: idle keep-alive or slow headers), `bad_head` (a request head hyper refused itself, answering 400, 414 or 431 without a body), `io` (the client went away mid-exchange) |
 //! | `rankserve_rank_duration_seconds` | histogram | `ranker` |
 //! | `rankserve_documents_ranked_total` | counter | `ranker` |
 //! | `rankserve_backend_total` | counter | `backend` |
@@ -87,6 +88,20 @@ pub async fn track(req: Request, next: Next) -> Response {
     metrics::counter!("rankserve_http_requests_total", "route" => route, "status" => status)
         .increment(1);
     response
+}
+
+/// Counts a connection that ended in an error of hyper's (see the table above); logged at
+/// debug only, as clients cause these at will.
+pub fn record_connection_error(err: &hyper::Error) {
+    let reason = if err.is_timeout() {
+        "timeout"
+    } else if err.is_parse() || err.is_parse_too_large() {
+        "bad_head"
+    } else {
+        "io"
+    };
+    tracing::debug!(reason, error = %err, "connection closed");
+    metrics::counter!("rankserve_http_connections_closed_total", "reason" => reason).increment(1);
 }
 
 /// The Prometheus text, with the cache counters brought up to date.

@@ -29,30 +29,91 @@ pub use router::router;
 pub use state::{AppState, State};
 
 use std::future::Future;
+use std::time::Duration;
 
-/// Serves `state` on `listener` until `shutdown` resolves, then stops accepting and waits for
-/// the requests in flight to be answered.
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::service::TowerToHyperService;
+use tokio::task::JoinSet;
+
+/// Serves `state` on `listener` (HTTP/1.1) until `shutdown` resolves, then stops accepting,
+/// lets the requests in flight finish for the configured grace period (`shutdown_grace_ms`)
+/// and drops the connections still open after it.
+///
+/// A connection is closed when no complete request head arrives within `idle_timeout_ms` of
+/// its opening or of its previous reply (hyper's header read timeout, which restarts when a
+/// keep-alive connection goes idle): idle keep-alive connections and clients that trickle
+/// their headers. Bodies have their own whole-body deadline ([`codec::read_body`]).
 ///
 /// # Errors
-/// The listener fails.
+/// Never at present: accept errors (e.g. out of file descriptors) are logged and retried.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     state: AppState,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
     let warm = std::sync::Arc::clone(&state);
     tokio::task::spawn_blocking(move || warm.warm_up());
-    // Replies go out as soon as they are written, not held back by Nagle's algorithm until
-    // the client acknowledges the previous segment (axum leaves it on).
-    let listener = listener.tap_io(|stream| {
-        if let Err(err) = stream.set_nodelay(true) {
-            tracing::debug!(error = %err, "TCP_NODELAY not set on a connection");
+    let grace = Duration::from_millis(state.config.shutdown_grace_ms);
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_millis(state.config.idle_timeout_ms));
+    let app = router(state);
+    // Sent once, at shutdown: every connection stops taking requests after its current one.
+    let (closing, closing_rx) = tokio::sync::watch::channel(());
+    let mut connections = JoinSet::new();
+    let mut shutdown = std::pin::pin!(shutdown);
+    loop {
+        tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => {
+                let stream = match accepted {
+                    Ok((stream, _)) => stream,
+                    Err(err) => {
+                        // Out of descriptors and the like: wait rather than spin.
+                        tracing::warn!(error = %err, "accepting a connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                // Replies go out as soon as they are written, not held back by Nagle's
+                // algorithm until the client acknowledges the previous segment.
+                if let Err(err) = stream.set_nodelay(true) {
+                    tracing::debug!(error = %err, "TCP_NODELAY not set on a connection");
+                }
+                let conn = http.serve_connection(TokioIo::new(stream), TowerToHyperService::new(app.clone()));
+                let mut closing = closing_rx.clone();
+                connections.spawn(async move {
+                    let mut conn = std::pin::pin!(conn);
+                    let result = tokio::select! {
+                        result = conn.as_mut() => result,
+                        _ = closing.changed() => {
+                            conn.as_mut().graceful_shutdown();
+                            conn.await
+                        }
+                    };
+                    if let Err(err) = result {
+                        metrics::record_connection_error(&err);
+                    }
+                });
+            }
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
         }
-    });
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown)
-        .await
+    }
+    drop(listener);
+    let _ = closing.send(());
+    let drained = tokio::time::timeout(grace, async {
+        while connections.join_next().await.is_some() {}
+    })
+    .await;
+    if drained.is_err() {
+        tracing::warn!(
+            connections = connections.len(),
+            grace_ms = grace.as_millis() as u64,
+            "shutdown grace period over: dropping the connections still open"
+        );
+        connections.shutdown().await;
+    }
+    Ok(())
 }
 
 /// Resolves on SIGINT (Ctrl-C) or SIGTERM.

@@ -7,13 +7,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, Request, State as Shared};
+use axum::extract::{Query, Request, State as Shared};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use tokio::sync::OwnedSemaphorePermit;
 
 use super::auth::authorize;
-use super::codec::{micros, read_body, Coded, Negotiated, Reply};
+use super::codec::{micros, read_body, Coded, Negotiated, RankerName, Reply};
 use super::error::{ApiError, ErrorBody};
 use super::state::AppState;
 use crate::api::RankBody;
@@ -27,15 +27,6 @@ use crate::rank::engine::{Documents, RankError, RankJob, Ranked};
 use crate::rank::import::ModelKind;
 use crate::rank::model::{Activation, Input};
 use crate::rank::store::{LoadedRanker, StoreError};
-
-/// The `{name}` path parameter of the ranker routes.
-#[derive(serde::Deserialize, utoipa::IntoParams)]
-#[serde(transparent)]
-#[into_params(names("name"), parameter_in = Path)]
-pub(super) struct RankerName(
-    /// The ranker's store name: 1 to 64 characters of `A-Z a-z 0-9 _ -`.
-    String,
-);
 
 fn store_error(err: StoreError) -> ApiError {
     match err {
@@ -279,7 +270,7 @@ pub(super) async fn list_rankers(
 pub(super) async fn describe_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(RankerName(name)): Path<RankerName>,
+    RankerName(name): RankerName,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     let loaded = ranker(&state, &name).await?;
     Ok(Reply(format, describe(&state, &loaded)))
@@ -372,7 +363,7 @@ pub(super) struct PutRankerQuery {
 pub(super) async fn put_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(RankerName(name)): Path<RankerName>,
+    RankerName(name): RankerName,
     query: Result<Query<PutRankerQuery>, QueryRejection>,
     req: Request,
 ) -> Result<Reply<RankerDescription>, ApiError> {
@@ -390,7 +381,13 @@ pub(super) async fn put_ranker(
         })?),
     };
     let (parts, body) = req.into_parts();
-    let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
+    let bytes = read_body(
+        &parts.headers,
+        body,
+        state.body_limit(),
+        state.body_deadline(),
+    )
+    .await?;
     let shared = Arc::clone(&state);
     let loaded = tokio::task::spawn_blocking(move || {
         let loaded = shared.store().put(&name, &bytes, kind)?;
@@ -424,7 +421,7 @@ pub(super) async fn put_ranker(
 )]
 pub(super) async fn delete_ranker(
     Shared(state): Shared<AppState>,
-    Path(RankerName(name)): Path<RankerName>,
+    RankerName(name): RankerName,
     headers: HeaderMap,
 ) -> Result<StatusCode, ApiError> {
     authorize(&state, &headers)?;
@@ -456,7 +453,7 @@ pub(super) async fn delete_ranker(
 pub(super) async fn load_ranker(
     Shared(state): Shared<AppState>,
     Negotiated(format): Negotiated,
-    Path(RankerName(name)): Path<RankerName>,
+    RankerName(name): RankerName,
     headers: HeaderMap,
 ) -> Result<Reply<RankerDescription>, ApiError> {
     authorize(&state, &headers)?;

@@ -476,7 +476,13 @@ pub(super) async fn reload_index(
 ) -> Result<Reply<IndexDescription>, ApiError> {
     authorize(&state, req.headers())?;
     let (parts, body) = req.into_parts();
-    let bytes = read_body(&parts.headers, body, state.config.body_limit_bytes).await?;
+    let bytes = read_body(
+        &parts.headers,
+        body,
+        state.body_limit(),
+        state.body_deadline(),
+    )
+    .await?;
     // An empty body (with or without a Content-Type) asks for the default directory.
     let request: ReloadRequest = if bytes.is_empty() {
         ReloadRequest::default()
@@ -499,7 +505,7 @@ pub(super) async fn reload_index(
             .map_err(ApiError::internal)?
     };
     let index = Arc::new(opened.map_err(|err| ApiError::BadIndex {
-        dir: dir.display().to_string(),
+        dir: crate::rank::cut_input(&dir.display().to_string()).into_owned(),
         reason: err.to_string(),
     })?);
     let description = describe(&index);

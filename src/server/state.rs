@@ -159,6 +159,16 @@ impl State {
         }
     }
 
+    /// The most bytes a request body may have.
+    pub fn body_limit(&self) -> usize {
+        self.config.body_limit_bytes
+    }
+
+    /// How long a request body may take to arrive, whole.
+    pub fn body_deadline(&self) -> Duration {
+        Duration::from_millis(self.config.body_timeout_ms)
+    }
+
     /// The ranker store (the ranking engine's).
     pub fn store(&self) -> &RankerStore {
         self.rank.store()

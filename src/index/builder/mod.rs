@@ -216,6 +216,49 @@ pub fn open_or_build(
     build(corpus, out, opts, &|_| {}).map(Some)
 }
 
+/// Refuses a corpus where two documents share an id (search results name documents by id),
+/// naming the id and both lines. The ids are sorted by index (4 bytes a document), not hashed
+/// into a set of copies; the lines are found by reading the corpus again, on error only.
+///
+/// # Errors
+/// [`IndexError::CorpusLine`] at the later of the two lines; [`IndexError::Io`] re-reading.
+fn check_ids_unique(corpus: &Path, ids: &[u8], offsets: &[u64]) -> Result<(), IndexError> {
+    let id = |d: u32| &ids[offsets[d as usize] as usize..offsets[d as usize + 1] as usize];
+    let mut order: Vec<u32> = (0..offsets.len() as u32 - 1).collect();
+    order.par_sort_unstable_by(|&a, &b| id(a).cmp(id(b)).then(a.cmp(&b)));
+    let Some((first, second)) = order
+        .windows(2)
+        .filter(|w| id(w[0]) == id(w[1]))
+        .map(|w| (w[0], w[1]))
+        .min_by_key(|&(_, second)| second)
+    else {
+        return Ok(());
+    };
+    // Documents are the corpus's non-blank lines, in order.
+    let mut reader = CorpusReader::open(corpus)?;
+    let (mut lines, mut seen, mut found) = (Vec::new(), 0u64, [0u64; 2]);
+    while found[1] == 0 && reader.read_batch(1 << 16, &mut lines)? > 0 {
+        for raw in lines.drain(..) {
+            if seen == first as u64 {
+                found[0] = raw.line;
+            }
+            if seen == second as u64 {
+                found[1] = raw.line;
+            }
+            seen += 1;
+        }
+    }
+    Err(IndexError::CorpusLine {
+        path: corpus.to_path_buf(),
+        line: found[1],
+        message: format!(
+            "document id {:?} is already the id of line {}: ids must be unique",
+            crate::rank::cut_input(&String::from_utf8_lossy(id(second))),
+            found[0]
+        ),
+    })
+}
+
 /// The corpus's batches of `batch` lines, read by a thread of their own one batch ahead of the
 /// caller (reading was 12 s of a 79 s 10 M-document build when it waited its turn). The thread
 /// stops at the end, after a read error (sent as the last item), or when the receiver is dropped.
@@ -345,6 +388,15 @@ fn build_in_pool(
     let terms = &collected.vocab.terms;
     write_terms(&tmp.path, terms.len(), |id| terms.get(id), &infos)?;
     collected.id_offsets.push(collected.ids.len() as u64);
+    check_ids_unique(corpus, &collected.ids, &collected.id_offsets)?;
+    if opts.scoring != "all" && !collected.streams.contains(&opts.scoring) {
+        return Err(IndexError::InvalidOption(format!(
+            "scoring stream {:?} occurs in no document of {} (its streams: {:?})",
+            opts.scoring,
+            corpus.display(),
+            collected.streams
+        )));
+    }
     write_docs(
         &tmp.path,
         &collected.scoring_len,
@@ -355,7 +407,7 @@ fn build_in_pool(
     )?;
     let manifest = Manifest {
         format: Manifest::FORMAT.into(),
-        version: super::format::FORMAT_VERSION,
+        version: super::reader::MANIFEST_VERSION,
         codec: opts.codec,
         scoring: opts.scoring.clone(),
         streams: collected.streams.clone(),
@@ -371,6 +423,7 @@ fn build_in_pool(
             .collect(),
         has_forward: opts.forward,
         source: format!("corpus {}", corpus.display()),
+        checksum: String::new(),
     };
     manifest.write(&tmp.path)?;
     tmp.commit(out)?;

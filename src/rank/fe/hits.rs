@@ -426,7 +426,8 @@ impl fmt::Display for DocRef {
             write!(f, " {index}")?;
         }
         if let Some(id) = &self.id {
-            write!(f, " (id {id:?})")?;
+            // The client's id, cut: it is echoed in the reply and the log.
+            write!(f, " (id {:?})", crate::rank::cut_input(id))?;
         }
         Ok(())
     }
@@ -450,7 +451,10 @@ impl fmt::Display for HitRef {
         write!(
             f,
             "{}, streams.{}.phrases[{}][{}]",
-            self.doc, self.stream, self.phrase, self.hit
+            self.doc,
+            crate::rank::cut_input(&self.stream),
+            self.phrase,
+            self.hit
         )
     }
 }
@@ -576,7 +580,7 @@ pub fn validate_stats(stats: &CorpusStats) -> Result<(), HitError> {
         .find(|(_, v)| !(v.is_finite() && **v > 0.0))
     {
         Some((stream, value)) => Err(HitError::BadAvgLength {
-            stream: stream.clone(),
+            stream: crate::rank::cut_input(stream).into_owned(),
             value: *value,
         }),
         None => Ok(()),

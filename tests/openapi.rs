@@ -24,6 +24,8 @@ fn documented_routes() -> BTreeSet<Route> {
             }
             let span = rest.strip_prefix('`')?.split('`').next()?;
             let (method, path) = span.split_once(' ')?;
+            // An optional query written after the path (`/v1/rankers/{name}[?format=F]`).
+            let path = path.split('[').next()?;
             let known = ["GET", "POST", "PUT", "DELETE", "PATCH", "HEAD", "OPTIONS"];
             (known.contains(&method) && path.starts_with('/'))
                 .then(|| (method.to_string(), path.to_string()))

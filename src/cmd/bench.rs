@@ -55,7 +55,7 @@ pub struct RankingArgs {
         conflicts_with = "ranker"
     )]
     rankers: Vec<String>,
-    /// Ranker files instead (native, LightGBM or XGBoost JSON).
+    /// Ranker files instead (native or any imported format: docs/ranker-format.md).
     #[arg(long, value_name = "FILE", num_args = 1..)]
     ranker: Vec<PathBuf>,
     /// Feature rows (CSV, as `rankserve score` reads it) for every --ranker file instead of

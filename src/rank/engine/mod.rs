@@ -228,6 +228,11 @@ impl RankEngine {
             deadline,
             keep_rows,
         } = job;
+        // A deadline already passed gets its answer before any work (and the same answer
+        // whichever way the documents came: no race with a fast pool).
+        if deadline.is_some_and(|deadline| deadline <= Instant::now()) {
+            return Err(RankError::DeadlineExceeded);
+        }
         let n_docs = match &documents {
             Documents::Rows(rows) => rows.len() / ranker.ranker.features.len().max(1),
             Documents::Hits(batch) => batch.docs.len(),

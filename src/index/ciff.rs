@@ -451,9 +451,14 @@ mod tests {
             .encode_length_delimited_to_vec()
         };
         assert_eq!(
-            message(&header(0, i32::MAX - 1)).split_once(": ").unwrap().1,
+            message(&header(0, i32::MAX - 1))
+                .split_once(": ")
+                .unwrap()
+                .1,
             "header: num_doc_records 2147483646, but 0 bytes are left after the postings lists"
         );
-        assert!(message(&header(1 << 20, 0)).ends_with("postings list 0 of 1048576: file ends early"));
+        assert!(
+            message(&header(1 << 20, 0)).ends_with("postings list 0 of 1048576: file ends early")
+        );
     }
 }

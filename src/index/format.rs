@@ -318,6 +318,11 @@ mod tests {
         // used to wrap the end around and pass.
         let mut bad = good.clone();
         bad[40..48].copy_from_slice(&(u64::MAX - 7).to_le_bytes());
-        check(&bad, b"TEST", 3, "section 1 of 18446744073709551608 bytes runs past the end");
+        check(
+            &bad,
+            b"TEST",
+            3,
+            "section 1 of 18446744073709551608 bytes runs past the end",
+        );
     }
 }

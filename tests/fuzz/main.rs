@@ -10,6 +10,9 @@
 
 mod support;
 
+mod bodies;
+mod ciff;
+mod index_files;
 mod rankers;
 
 #[global_allocator]

@@ -127,19 +127,30 @@ fn ranker_files_refuse_with_a_place_and_bounded_heap() {
 
 /// A FreeForm expression: numbers, features (bare and quoted), operators, calls, parentheses.
 fn expression() -> impl Strategy<Value = String> {
-    let leaf = prop_oneof![
-        prop::sample::select(vec!["a", "b.c", "\"d-e\"", "ln", "0", "1.5", "2e3", ".5e-2", "3.4e38"])
-            .prop_map(str::to_string),
-    ];
+    let leaf = prop_oneof![prop::sample::select(vec![
+        "a", "b.c", "\"d-e\"", "ln", "0", "1.5", "2e3", ".5e-2", "3.4e38"
+    ])
+    .prop_map(str::to_string),];
     leaf.prop_recursive(6, 64, 3, |inner| {
         prop_oneof![
-            (inner.clone(), prop::sample::select(vec!["+", "-", "*", "/"]), inner.clone())
+            (
+                inner.clone(),
+                prop::sample::select(vec!["+", "-", "*", "/"]),
+                inner.clone()
+            )
                 .prop_map(|(a, op, b)| format!("{a} {op} {b}")),
             inner.clone().prop_map(|a| format!("-{a}")),
             inner.clone().prop_map(|a| format!("({a})")),
-            (prop::sample::select(vec!["ln", "exp", "sqrt"]), inner.clone())
+            (
+                prop::sample::select(vec!["ln", "exp", "sqrt"]),
+                inner.clone()
+            )
                 .prop_map(|(f, a)| format!("{f}({a})")),
-            (prop::sample::select(vec!["min", "max"]), inner.clone(), inner)
+            (
+                prop::sample::select(vec!["min", "max"]),
+                inner.clone(),
+                inner
+            )
                 .prop_map(|(f, a, b)| format!("{f}({a}, {b})")),
         ]
     })
@@ -151,8 +162,11 @@ fn mutated_expression() -> impl Strategy<Value = String> {
     let edit = prop_oneof![
         any::<prop::sample::Index>().prop_map(|i| (0u8, i, String::new())),
         (any::<prop::sample::Index>(), "[()+*/,.e\"a-]").prop_map(|(i, s)| (1u8, i, s)),
-        (any::<prop::sample::Index>(), prop::sample::select(vec!["(", "ln(", "-", "min(a,", "a+"]),
-            prop_oneof![1usize..200, 100usize..20_000])
+        (
+            any::<prop::sample::Index>(),
+            prop::sample::select(vec!["(", "ln(", "-", "min(a,", "a+"]),
+            prop_oneof![1usize..200, 100usize..20_000]
+        )
             .prop_map(|(i, s, n)| (2u8, i, s.repeat(n))),
     ];
     (expression(), prop::collection::vec(edit, 0..3)).prop_map(|(mut text, edits)| {

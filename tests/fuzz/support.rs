@@ -84,6 +84,11 @@ unsafe impl GlobalAlloc for Counting {
 /// counters are process-wide: a decode's rayon helpers count too).
 static MEASURING: Mutex<()> = Mutex::new(());
 
+/// Holds [`MEASURING`] for a test that measures outside [`run`].
+pub fn measuring() -> std::sync::MutexGuard<'static, ()> {
+    MEASURING.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Runs `f` and returns its result and the most heap it had live at once beyond what was live
 /// when it started. The caller holds [`MEASURING`] (through [`run`]).
 pub fn peak_of<R>(f: impl FnOnce() -> R) -> (R, usize) {
@@ -121,8 +126,11 @@ impl Bound {
 pub struct Tally {
     pub accepted: usize,
     pub refused: usize,
-    /// The largest peak/(input + 1 KiB) seen, with that case's figures.
-    pub worst: (f64, usize, usize),
+    /// The largest peak heap seen and its input's size.
+    pub largest: (usize, usize),
+    /// The largest peak per input byte among inputs of 4 KiB or more (where the bound's
+    /// constant no longer dominates), with that case's peak and input size.
+    pub worst_per_byte: (f64, usize, usize),
 }
 
 impl Tally {
@@ -131,9 +139,12 @@ impl Tally {
             true => self.accepted += 1,
             false => self.refused += 1,
         }
-        let ratio = peak as f64 / (input + 1024) as f64;
-        if ratio > self.worst.0 {
-            self.worst = (ratio, peak, input);
+        if peak > self.largest.0 {
+            self.largest = (peak, input);
+        }
+        let ratio = peak as f64 / input as f64;
+        if input >= 4096 && ratio > self.worst_per_byte.0 {
+            self.worst_per_byte = (ratio, peak, input);
         }
     }
 }
@@ -166,7 +177,7 @@ pub fn run<S: Strategy>(
 ) where
     S::Value: std::fmt::Debug,
 {
-    let _one_at_a_time = MEASURING.lock().unwrap_or_else(|e| e.into_inner());
+    let _one_at_a_time = measuring();
     let cases = cases(default_cases);
     let seed = seed();
     let mut key = [0u8; 32];
@@ -180,7 +191,8 @@ pub fn run<S: Strategy>(
         max_shrink_iters: 2000,
         ..Config::default()
     };
-    let mut runner = TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
+    let mut runner =
+        TestRunner::new_with_rng(config, TestRng::from_seed(RngAlgorithm::ChaCha, &key));
     // `run` takes an `Fn`; a case that panics releases the borrow as it unwinds.
     let tally = std::cell::RefCell::new(Tally::default());
     let test = std::cell::RefCell::new(&mut test);
@@ -189,13 +201,16 @@ pub fn run<S: Strategy>(
         (test.borrow_mut())(value, &mut tally.borrow_mut())
     });
     let tally = tally.into_inner();
-    let (ratio, peak, input) = tally.worst;
+    let (ratio, peak, input) = tally.worst_per_byte;
     eprintln!(
         "fuzz {target}: seed {seed}, {cases} cases in {:.1} s ({} accepted, {} refused, counting \
-         shrinking); the largest peak heap per (input + 1 KiB): {ratio:.1} ({peak} bytes for {input})",
+         shrinking); the largest peak heap {} bytes (input {} bytes); per input byte at most \
+         {ratio:.1} ({peak} bytes for {input}) over inputs of 4 KiB or more",
         started.elapsed().as_secs_f64(),
         tally.accepted,
-        tally.refused
+        tally.refused,
+        tally.largest.0,
+        tally.largest.1,
     );
     if let Err(err) = result {
         let text = format!("{err}");
@@ -218,6 +233,8 @@ pub enum Replacement {
     LongStr(usize),
     /// An array of this many zeros.
     Zeros(usize),
+    /// An array of this many empty objects (each a document or list entry of one or two bytes).
+    EmptyObjects(usize),
     EmptyArray,
     EmptyObject,
 }
@@ -233,6 +250,9 @@ impl Replacement {
             Replacement::Str(s) => Value::from(s.clone()),
             Replacement::LongStr(n) => Value::from("é".repeat(*n)),
             Replacement::Zeros(n) => Value::Array(vec![Value::from(0); *n]),
+            Replacement::EmptyObjects(n) => {
+                Value::Array(vec![Value::Object(Default::default()); *n])
+            }
             Replacement::EmptyArray => Value::Array(Vec::new()),
             Replacement::EmptyObject => Value::Object(Default::default()),
         }
@@ -243,15 +263,33 @@ fn replacement() -> impl Strategy<Value = Replacement> {
     prop_oneof![
         Just(Replacement::Null),
         any::<bool>().prop_map(Replacement::Bool),
-        prop::sample::select(vec![0i64, -1, 1, i64::MIN, i64::MAX, i32::MAX as i64 + 1, -(1 << 40)])
-            .prop_map(Replacement::Int),
+        prop::sample::select(vec![
+            0i64,
+            -1,
+            1,
+            i64::MIN,
+            i64::MAX,
+            i32::MAX as i64 + 1,
+            -(1 << 40)
+        ])
+        .prop_map(Replacement::Int),
         prop::sample::select(vec![u64::MAX, 1 << 32, 1 << 40, u32::MAX as u64])
             .prop_map(Replacement::Uint),
-        prop::sample::select(vec![1e308, -1e308, 5e-324, -0.0, 0.5, 3.4e38, 1e39, 4294967296.5])
-            .prop_map(Replacement::Float),
+        prop::sample::select(vec![
+            1e308,
+            -1e308,
+            5e-324,
+            -0.0,
+            0.5,
+            3.4e38,
+            1e39,
+            4294967296.5
+        ])
+        .prop_map(Replacement::Float),
         "[a-z_.\"()+*/ -]{0,12}".prop_map(Replacement::Str),
         (100usize..20_000).prop_map(Replacement::LongStr),
         (1usize..5_000).prop_map(Replacement::Zeros),
+        (1usize..20_000).prop_map(Replacement::EmptyObjects),
         Just(Replacement::EmptyArray),
         Just(Replacement::EmptyObject),
     ]
@@ -432,9 +470,28 @@ pub fn edit_bytes(mut bytes: Vec<u8>, edits: &[ByteEdit]) -> Vec<u8> {
 /// Byte strings worth splicing into JSON text.
 pub fn json_splices() -> Vec<Vec<u8>> {
     let mut s: Vec<Vec<u8>> = [
-        "1e400", "-1e400", "18446744073709551616", "-9223372036854775809", "0.0000001e-400",
-        "\"", "\\", "\\u0000", "\\ud800", "{", "}", "[", "]", ",", ":", "null", "true", "\"\":",
-        "NaN", "-", "1.", "\u{feff}",
+        "1e400",
+        "-1e400",
+        "18446744073709551616",
+        "-9223372036854775809",
+        "0.0000001e-400",
+        "\"",
+        "\\",
+        "\\u0000",
+        "\\ud800",
+        "{",
+        "}",
+        "[",
+        "]",
+        ",",
+        ":",
+        "null",
+        "true",
+        "\"\":",
+        "NaN",
+        "-",
+        "1.",
+        "\u{feff}",
     ]
     .iter()
     .map(|t| t.as_bytes().to_vec())

@@ -94,6 +94,17 @@ fn head(bytes: &[u8]) -> String {
     }
 }
 
+/// A `/v1/rank` body's feature rows, as the handler gets them: decoded (or framed), then its
+/// documents' rows; a framed body whose fields were misread is decoded in full and read again.
+fn rows_of(format: Format, bytes: &[u8], loaded: &LoadedRanker) -> Result<Vec<f64>, BodyError> {
+    let mut body = RankBody::decode(format, Bytes::copy_from_slice(bytes))?;
+    loop {
+        if let Some(rows) = body.rows(loaded, 1)? {
+            return Ok(rows);
+        }
+    }
+}
+
 /// Both formats, each with its own splices.
 fn bodies(seeds: usize) -> impl Strategy<Value = (bool, Mutated)> {
     prop_oneof![
@@ -118,15 +129,7 @@ fn rank_bodies_refuse_with_a_place_and_bounded_heap() {
                 Format::Json
             };
             let len = bytes.len();
-            let (rows, peak) = peak_of(|| {
-                let mut body = RankBody::decode(format, Bytes::from(bytes.clone()))?;
-                // A framed body whose fields were misread is decoded in full, then read again.
-                loop {
-                    if let Some(rows) = body.rows(&loaded, 1)? {
-                        return Ok::<_, BodyError>(rows);
-                    }
-                }
-            });
+            let (rows, peak) = peak_of(|| rows_of(format, &bytes, &loaded));
             tally.count(rows.is_ok(), len, peak);
             BODY_BOUND.check("rank body", len, peak)?;
             if let Err(err) = &rows {
@@ -212,14 +215,7 @@ fn bodies_of_the_smallest_documents_stay_in_the_bound() {
             } else {
                 Format::Json
             };
-            let (rows, peak) = peak_of(|| {
-                let mut body = RankBody::decode(format, Bytes::from(bytes.clone()))?;
-                loop {
-                    if let Some(rows) = body.rows(&loaded, 1)? {
-                        return Ok::<_, BodyError>(rows.len());
-                    }
-                }
-            });
+            let (rows, peak) = peak_of(|| rows_of(format, &bytes, &loaded).map(|rows| rows.len()));
             eprintln!(
                 "{document} × 50 000, {}: {} bytes, peak {peak}, {:?}",
                 format.name(),

@@ -26,6 +26,8 @@ use crate::rank::gpu::crossover::Crossover;
 pub struct RankRequest {
     /// The ranker's store name.
     pub ranker: String,
+    /// At most [`MAX_DOCUMENTS`].
+    #[serde(deserialize_with = "at_most_max_documents")]
     pub documents: Vec<RankDocument>,
     /// Needed when a document carries `hits`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -43,6 +45,50 @@ pub struct RankRequest {
     /// Deadline from arrival; the configured default when absent; 0 is already expired.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timeout_ms: Option<u64>,
+}
+
+/// The most documents one `/v1/rank` request may hold. A MessagePack document can be one
+/// byte (`{}`) and decodes to a few hundred, so a body's documents are counted as they are
+/// decoded: a 64 MiB body of empty documents would otherwise take tens of GB.
+pub const MAX_DOCUMENTS: usize = 100_000;
+
+/// The most feature values (documents × the ranker's features) one `/v1/rank` request may
+/// make: the feature matrix, 8 bytes a value, is at most 128 MiB.
+pub const MAX_FEATURE_VALUES: usize = 1 << 24;
+
+/// `documents`, refused past [`MAX_DOCUMENTS`] (as the array's length is read, when the format
+/// gives it first; else at the first document past the limit).
+fn at_most_max_documents<'de, D: serde::Deserializer<'de>>(
+    deserializer: D,
+) -> Result<Vec<RankDocument>, D::Error> {
+    struct Documents;
+    impl<'de> serde::de::Visitor<'de> for Documents {
+        type Value = Vec<RankDocument>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "an array of at most {MAX_DOCUMENTS} documents")
+        }
+
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(
+            self,
+            mut seq: A,
+        ) -> Result<Self::Value, A::Error> {
+            let too_many = |len| serde::de::Error::invalid_length(len, &Documents);
+            let announced = seq.size_hint().unwrap_or(0);
+            if announced > MAX_DOCUMENTS {
+                return Err(too_many(announced));
+            }
+            let mut documents = Vec::with_capacity(announced.min(4096));
+            while let Some(document) = seq.next_element()? {
+                if documents.len() == MAX_DOCUMENTS {
+                    return Err(too_many(MAX_DOCUMENTS + 1));
+                }
+                documents.push(document);
+            }
+            Ok(documents)
+        }
+    }
+    deserializer.deserialize_seq(Documents)
 }
 
 /// One document of a rank request: its feature vector, or its hits for feature extraction.

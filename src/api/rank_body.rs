@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 use super::format::{BodyError, Format};
 use super::msgpack_rank::{self, Framed};
-use super::{FeatureValues, RankDocument, RankRequest};
+use super::{FeatureValues, RankDocument, RankRequest, MAX_FEATURE_VALUES};
 use crate::rank::cut_input;
 use crate::rank::engine::RowSource;
 use crate::rank::fe::fill_rows_in_chunks;
@@ -134,6 +134,7 @@ impl RankBody {
         loaded: &LoadedRanker,
         threads: usize,
     ) -> Result<Vec<f64>, BodyError> {
+        check_matrix_size(self.len(), loaded)?;
         match self {
             RankBody::Decoded(request) => feature_matrix(request, loaded, threads),
             RankBody::Framed(framed) => {
@@ -171,15 +172,54 @@ impl RowSource for RankBody {
     }
 }
 
-/// The request's documents as one row-major `n_docs × n_features` matrix.
+/// Refuses a request whose feature matrix would hold more than [`MAX_FEATURE_VALUES`].
+fn check_matrix_size(documents: usize, loaded: &LoadedRanker) -> Result<(), BodyError> {
+    let width = loaded.ranker.features.len();
+    match documents.checked_mul(width) {
+        Some(values) if values <= MAX_FEATURE_VALUES => Ok(()),
+        _ => Err(BodyError::Invalid(format!(
+            "documents: {documents} documents × {width} features of ranker {:?} is more than \
+             the {MAX_FEATURE_VALUES} feature values one request may make",
+            cut_input(&loaded.name)
+        ))),
+    }
+}
+
+/// Why document `i` has no row: neither or both of `features` and `hits`, or a feature vector
+/// of the wrong length.
+fn shape_error(i: usize, doc: &RankDocument, loaded: &LoadedRanker) -> Option<BodyError> {
+    let width = loaded.ranker.features.len();
+    let message = match (&doc.features, &doc.hits) {
+        (Some(_), Some(_)) => format!("documents[{i}]: give `features` or `hits`, not both"),
+        (None, None) => format!("documents[{i}]: needs `features` or `hits`"),
+        (Some(FeatureValues::Vector(values)), None) if values.len() != width => format!(
+            "documents[{i}].features: expected {width} values (ranker {:?}'s features), got {}",
+            loaded.name,
+            values.len()
+        ),
+        _ => return None,
+    };
+    Some(BodyError::Invalid(message))
+}
+
+/// The request's documents as one row-major `n_docs × n_features` matrix. Every document's
+/// shape is checked before the matrix is sized, so that a body of empty documents (a byte
+/// each in MessagePack) is refused without a row for each.
 ///
 /// # Errors
-/// [`BodyError::Invalid`] naming the document index and field.
+/// [`BodyError::Invalid`] naming the document index and field: the lowest document of the
+/// wrong shape, else the lowest whose features or hits are invalid.
 pub fn feature_matrix(
     request: &RankRequest,
     loaded: &LoadedRanker,
     threads: usize,
 ) -> Result<Vec<f64>, BodyError> {
+    check_matrix_size(request.documents.len(), loaded)?;
+    if let Some(err) =
+        (request.documents.iter().enumerate()).find_map(|(i, d)| shape_error(i, d, loaded))
+    {
+        return Err(err);
+    }
     let width = loaded.ranker.features.len();
     let mut matrix = vec![f64::NAN; request.documents.len() * width];
     // Feature extraction is ~1-2 µs a hit document: spread a request's documents over rayon's
@@ -211,24 +251,9 @@ fn fill_rows(
     for (i, doc) in (first..).zip(docs) {
         let row = &mut rows[(i - first) * width..(i - first + 1) * width];
         match (&doc.features, &doc.hits) {
-            (Some(_), Some(_)) => {
-                return Err(invalid(format!(
-                    "documents[{i}]: give `features` or `hits`, not both"
-                )))
-            }
-            (None, None) => {
-                return Err(invalid(format!(
-                    "documents[{i}]: needs `features` or `hits`"
-                )))
-            }
+            // Refused by `shape_error` before the matrix was sized.
+            (Some(_), Some(_)) | (None, None) => {}
             (Some(FeatureValues::Vector(values)), None) => {
-                if values.len() != width {
-                    return Err(invalid(format!(
-                        "documents[{i}].features: expected {width} values (ranker {:?}'s features), got {}",
-                        loaded.name,
-                        values.len()
-                    )));
-                }
                 for (slot, value) in row.iter_mut().zip(values) {
                     *slot = value.unwrap_or(f64::NAN);
                 }
@@ -278,6 +303,7 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
+    use crate::api::MAX_DOCUMENTS;
 
     /// The bundled medium ranker and a synthetic request of `docs` hit documents.
     fn medium_request(docs: usize) -> (Arc<LoadedRanker>, RankRequest) {
@@ -289,6 +315,84 @@ mod tests {
                 .pop()
                 .unwrap();
         (loaded, request)
+    }
+
+    fn encoded(format: Format, body: &serde_json::Value) -> Bytes {
+        Bytes::from(match format {
+            Format::Json => serde_json::to_vec(body).unwrap(),
+            Format::Msgpack => rmp_serde::to_vec_named(body).unwrap(),
+        })
+    }
+
+    /// A body of more than `MAX_DOCUMENTS` documents is refused as it is decoded (a
+    /// MessagePack document can be one byte and decodes to a few hundred).
+    #[test]
+    fn more_than_max_documents_are_refused_while_decoding() {
+        let documents =
+            |n| serde_json::json!({"ranker": "small", "documents": vec![serde_json::json!({}); n]});
+        for format in [Format::Json, Format::Msgpack] {
+            let err = RankBody::decode(format, encoded(format, &documents(MAX_DOCUMENTS + 1)))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains(&format!(
+                    "expected an array of at most {MAX_DOCUMENTS} documents"
+                )),
+                "{err}"
+            );
+            assert_eq!(
+                RankBody::decode(format, encoded(format, &documents(MAX_DOCUMENTS)))
+                    .unwrap()
+                    .len(),
+                MAX_DOCUMENTS
+            );
+        }
+    }
+
+    /// Documents × features past `MAX_FEATURE_VALUES` are refused before the matrix is sized,
+    /// and so is a document of the wrong shape however many documents come before it.
+    #[test]
+    fn the_matrix_is_sized_only_for_documents_that_fit_and_have_rows() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::rank::store::RankerStore::open(dir.path(), 1 << 30).unwrap();
+        let width = 1000;
+        let features: Vec<String> = (0..width).map(|f| format!("f{f}")).collect();
+        let ranker = serde_json::json!({
+            "format": "rankserve-ranker", "version": 1, "features": features,
+            "inputs": [{"type": "linear", "feature": "f0", "slope": 1.0, "intercept": 0.0}],
+            "layers": [{"weights": [[1.0]], "bias": [0.0], "activation": "identity"}]
+        });
+        let loaded = store.put("wide", ranker.to_string().as_bytes()).unwrap();
+        let request = |docs: usize, last: serde_json::Value| {
+            let mut documents = vec![serde_json::json!({"features": {}}); docs - 1];
+            documents.push(last);
+            serde_json::json!({"ranker": "wide", "documents": documents})
+        };
+        let fits = MAX_FEATURE_VALUES / width;
+        for format in [Format::Json, Format::Msgpack] {
+            let rows = |body| {
+                let mut body = RankBody::decode(format, encoded(format, &body)).unwrap();
+                loop {
+                    if let Some(rows) = body.rows(&loaded, 2)? {
+                        return Ok::<_, BodyError>(rows);
+                    }
+                }
+            };
+            let named = serde_json::json!({"features": {"f1": 2.0}});
+            assert_eq!(
+                rows(request(fits, named.clone())).unwrap().len(),
+                fits * width
+            );
+            let err = rows(request(fits + 1, named)).unwrap_err().to_string();
+            assert!(err.starts_with(&format!("documents: {} documents × {width} features of ranker \"wide\" is more than the {MAX_FEATURE_VALUES}", fits + 1)), "{err}");
+            let err = rows(request(fits, serde_json::json!({})))
+                .unwrap_err()
+                .to_string();
+            assert_eq!(
+                err,
+                format!("documents[{}]: needs `features` or `hits`", fits - 1)
+            );
+        }
     }
 
     #[test]

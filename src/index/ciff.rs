@@ -147,10 +147,21 @@ pub fn import_ciff(ciff: &Path, out: &Path, codec: Codec) -> Result<BuildReport,
             format!("header: num_doc_records {n_docs} does not fit a u32 docID"),
         ));
     }
-    let mut lists = Vec::with_capacity(n_lists.min(1 << 20) as usize);
+    // Every message takes at least a byte (its length prefix): what a count claims beyond the
+    // bytes left is forged, and must size nothing.
+    let mut lists = Vec::with_capacity((n_lists as usize).min(messages.bytes.len()));
     for i in 0..n_lists {
         let list: PostingsList = messages.next(&|| format!("postings list {i} of {n_lists}"))?;
         lists.push(decode_list(ciff, i, list, n_docs)?);
+    }
+    if n_docs as usize > messages.bytes.len() {
+        return Err(ciff_error(
+            ciff,
+            format!(
+                "header: num_doc_records {n_docs}, but {} bytes are left after the postings lists",
+                messages.bytes.len()
+            ),
+        ));
     }
     let mut lengths = vec![None::<u32>; n_docs as usize];
     let mut ids = vec![String::new(); n_docs as usize];
@@ -424,6 +435,31 @@ mod tests {
         assert_eq!(
             tail(message(&ciff_bytes(&[("x", &[(0, 1)])], &[("a", -1)]))),
             "doc record 0: doclength -1 is negative"
+        );
+    }
+
+    /// Counts a header claims size nothing: a 20-byte file announcing 2^31 − 2 documents used to
+    /// allocate a length and an id for each (64 GB) before reading any, and one announcing 2^20
+    /// lists 75 MB of list slots.
+    #[test]
+    fn forged_counts_are_refused_before_anything_is_sized_by_them() {
+        let header = |lists: i32, docs: i32| {
+            Header {
+                num_postings_lists: lists,
+                num_doc_records: docs,
+                ..Header::default()
+            }
+            .encode_length_delimited_to_vec()
+        };
+        assert_eq!(
+            message(&header(0, i32::MAX - 1))
+                .split_once(": ")
+                .unwrap()
+                .1,
+            "header: num_doc_records 2147483646, but 0 bytes are left after the postings lists"
+        );
+        assert!(
+            message(&header(1 << 20, 0)).ends_with("postings list 0 of 1048576: file ends early")
         );
     }
 }

@@ -193,7 +193,7 @@ impl<'a> PostingCursor<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::codecs::{encode_list, Codec, BLOCK_LEN};
+    use crate::index::codecs::{block_len, encode_list, Codec, BLOCK_LEN};
     use proptest::prelude::*;
 
     fn encoded(codec: Codec, docs: &[u32]) -> (Vec<u8>, Vec<u8>) {
@@ -245,6 +245,43 @@ mod tests {
             while c.doc() != TERMINATED { all.push(c.doc()); c.advance(); }
             prop_assert_eq!(all, docs.clone());
             prop_assert_eq!(c.blocks_decoded() as usize, docs.len().div_ceil(BLOCK_LEN));
+        }
+    }
+
+    /// Blocks whose bits were overwritten (as in a file whose CRC-32 was forged to match, which
+    /// the checks at open do not decode): seek and advance never panic (a seek used to index
+    /// past the decoded block) and every docID stays in its block's bounds.
+    #[test]
+    fn corrupted_block_bits_stay_in_bounds() {
+        let docs: Vec<u32> = (0..300).map(|i| i * 3 + 1).collect();
+        for codec in [Codec::Ef, Codec::Pfor] {
+            let (bytes, sk) = encoded(codec, &docs);
+            for at in (4..bytes.len().saturating_sub(8)).step_by(4) {
+                for value in [1u64, u64::MAX, 0, 1 << 31] {
+                    let mut bad = bytes.clone();
+                    bad[at..at + 8].copy_from_slice(&value.to_le_bytes());
+                    let list = PostingList::from_parts(codec, docs.len() as u32, &bad, &sk);
+                    // What the reader's checks at open let through: every block as long as
+                    // its header says.
+                    let passes_open = (0..list.n_blocks()).all(|j| {
+                        let block = list.block_bytes(j);
+                        block_len(codec, block, list.bounds(j)) == Ok(block.len())
+                    });
+                    if !passes_open {
+                        continue;
+                    }
+                    let last = *docs.last().unwrap();
+                    for target in (0..=last + 1).step_by(5) {
+                        let got = list.cursor().seek(target);
+                        assert!(got <= last || got == TERMINATED, "{codec:?} at {at}: {got}");
+                    }
+                    let mut c = list.cursor();
+                    while c.doc() != TERMINATED {
+                        assert!(c.doc() <= last);
+                        c.advance();
+                    }
+                }
+            }
         }
     }
 

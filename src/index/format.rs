@@ -208,10 +208,11 @@ impl MappedFile {
         let mut at = HEADER_BYTES as u64;
         for i in 0..n {
             let l = u64_at(32 + 8 * i);
+            // Checked: a forged length near u64::MAX must not wrap around to a small end.
             let padded = l
                 .checked_add(7)
                 .map(|x| x / 8 * 8)
-                .filter(|&p| at + p <= len);
+                .filter(|&p| at.checked_add(p).is_some_and(|end| end <= len));
             let Some(padded) = padded else {
                 return Err(corrupt(format!(
                     "section {i} of {l} bytes runs past the end of the file"
@@ -313,5 +314,15 @@ mod tests {
         let mut bad = good.clone();
         bad[32] = 200;
         check(&bad, b"TEST", 3, "past the end");
+        // A length near u64::MAX (the CRC-32 still matches: the header is not covered by it)
+        // used to wrap the end around and pass.
+        let mut bad = good.clone();
+        bad[40..48].copy_from_slice(&(u64::MAX - 7).to_le_bytes());
+        check(
+            &bad,
+            b"TEST",
+            3,
+            "section 1 of 18446744073709551608 bytes runs past the end",
+        );
     }
 }

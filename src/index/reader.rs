@@ -750,7 +750,8 @@ impl Index {
         let bad = |what: &str| f.corrupt(format!("document {d}: {what}"));
         let mut r = VarintReader { bytes, at: 0 };
         let n_streams = r.next().ok_or_else(|| bad("truncated stream count"))?;
-        let mut streams = Vec::with_capacity(n_streams as usize);
+        // The count is read from the file: it sizes nothing beyond the streams an index has.
+        let mut streams = Vec::with_capacity((n_streams as usize).min(self.manifest.streams.len()));
         for _ in 0..n_streams {
             let stream = r.next().ok_or_else(|| bad("truncated stream number"))?;
             if stream as usize >= self.manifest.streams.len() {
@@ -952,6 +953,27 @@ mod tests {
         std::fs::write(&path, unknown.to_string()).unwrap();
         refused("unknown field `extra`");
         assert_eq!(Index::open(&out).unwrap().num_docs(), 300);
+    }
+
+    /// A forward-index entry claiming 2^32 − 1 streams (under a matching CRC-32) is refused as
+    /// truncated; it used to reserve a slot for each first (hundreds of GB: an abort).
+    #[test]
+    fn a_forged_stream_count_sizes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = synth_index(dir.path(), 20, Codec::Ef, "body");
+        let path = out.join(FORWARD_FILE);
+        let mut bytes = std::fs::read(&path).unwrap();
+        // Document 0's entry starts the first section, right after the 128-byte header.
+        bytes[128..133].copy_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
+        let crc = crc32fast::hash(&bytes[128..]);
+        bytes[24..28].copy_from_slice(&crc.to_le_bytes());
+        std::fs::write(&path, bytes).unwrap();
+        let index = Index::open(&out).unwrap();
+        let err = index.forward_doc(0).unwrap_err().to_string();
+        assert!(
+            err.contains("forward.bin is corrupt: document 0: "),
+            "{err}"
+        );
     }
 
     /// The index agrees with a naive inversion of the corpus through the tokenizer.

@@ -118,7 +118,7 @@ pub fn frame(body: Bytes) -> Option<Framed> {
     let mut documents = None;
     let head = reader
         .rank_request(|r, after| {
-            let len = r.array_len()?;
+            let len = r.documents_len()?;
             let first = r.pos;
             r.pos = guess_tail(r.bytes, first, after).ok_or(Unhandled)?;
             documents = Some((first, len, r.pos));
@@ -143,6 +143,10 @@ pub fn frame_in_tasks(body: Bytes, min_task: usize) -> Option<Framed> {
     let mut framed = frame(body)?;
     framed.frame_documents_in_tasks(min_task).then_some(framed)
 }
+
+/// The fewest bytes a document that gives `features` or `hits` takes: a map marker, the key
+/// `hits` (five bytes) and an empty map.
+const MIN_DOCUMENT_BYTES: usize = 7;
 
 /// Documents per task of [`Framed::feature_matrix`], at least: the hand-off to rayon's pool
 /// costs a few µs, a hit document's decode and FE about 1 µs.
@@ -213,6 +217,16 @@ impl Framed {
         if width == 0 || self.bounds.is_empty() {
             // Rows of nothing: the documents would go unread. The full path validates them (and
             // decodes a body not framed).
+            return None;
+        }
+        if self
+            .bounds
+            .windows(2)
+            .any(|d| d[1] - d[0] < MIN_DOCUMENT_BYTES)
+        {
+            // A document too short to hold `features` or `hits` is refused by the full path,
+            // which checks every document before it sizes the matrix: a body of one-byte
+            // documents must not size a row for each first.
             return None;
         }
         let hits = Fused {

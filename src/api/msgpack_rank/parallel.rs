@@ -15,7 +15,7 @@ use crate::api::RankDocument;
 impl Reader<'_> {
     pub(super) fn documents(&mut self) -> Read<Vec<RankDocument>> {
         let start = self.pos;
-        let len = self.array_len()?;
+        let len = self.documents_len()?;
         let tasks = (len / self.min_task).min(rayon::current_num_threads());
         if tasks < 2 {
             let mut documents = Vec::with_capacity(self.capacity(len));

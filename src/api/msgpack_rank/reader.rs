@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use super::{DocumentBuffers, Fused, Read, Unhandled};
-use crate::api::{FeatureValues, RankDocument, RankRequest};
+use crate::api::{FeatureValues, RankDocument, RankRequest, MAX_DOCUMENTS};
 use crate::backend::Backend;
 use crate::rank::fe::{CorpusStats, HitDocument, HitStream, Phrases, QueryInfo, Streams, STREAMS};
 
@@ -105,6 +105,16 @@ impl<'a> Reader<'a> {
             0xdf => Ok(u32::from_be_bytes(self.be()?) as usize),
             _ => Err(Unhandled),
         }
+    }
+
+    /// The length of the request's `documents` array; past [`MAX_DOCUMENTS`] left to
+    /// rmp-serde, which refuses it.
+    pub(super) fn documents_len(&mut self) -> Read<usize> {
+        let len = self.array_len()?;
+        if len > MAX_DOCUMENTS {
+            return Err(Unhandled);
+        }
+        Ok(len)
     }
 
     pub(super) fn array_len(&mut self) -> Read<usize> {

@@ -149,6 +149,10 @@ impl Manifest {
         if m.num_docs >= u32::MAX as u64 {
             return bad(format!("num_docs {} does not fit a u32 docID", m.num_docs));
         }
+        // Term ids are u32 too, and `num_terms + 1` offsets are expected of terms.bin.
+        if m.num_terms >= u32::MAX as u64 {
+            return bad(format!("num_terms {} does not fit a u32 term id", m.num_terms));
+        }
         if m.stream_total_lengths.len() != m.streams.len() {
             return bad(format!(
                 "{} stream totals for {} streams",
@@ -952,6 +956,8 @@ mod tests {
         unknown["extra"] = 1.into();
         std::fs::write(&path, unknown.to_string()).unwrap();
         refused("unknown field `extra`");
+        edited(&|m| m.num_terms = u64::MAX).write(&out).unwrap();
+        refused("index.json is corrupt: num_terms 18446744073709551615 does not fit a u32 term id");
         assert_eq!(Index::open(&out).unwrap().num_docs(), 300);
     }
 

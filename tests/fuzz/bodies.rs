@@ -77,6 +77,8 @@ fn rank_seeds(loaded: &LoadedRanker) -> Vec<Value> {
 /// (MessagePack), or the document and field.
 fn names_its_place(err: &BodyError) -> bool {
     match err {
+        // Nothing to point into: the whole body is the place.
+        BodyError::BadBody { reason, .. } if reason.starts_with("the body is empty") => true,
         BodyError::BadBody {
             format: "JSON",
             reason,

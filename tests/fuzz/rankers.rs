@@ -1,4 +1,4 @@
-//! Ranker files (native, LightGBM JSON, XGBoost JSON) through `rank::import::load_any`, the
+//! Ranker files (native, LightGBM JSON, XGBoost JSON, CatBoost JSON) through `rank::import::load_any`, the
 //! decoder behind `PUT /v1/rankers/{name}` and the store's start, and FreeForm expressions
 //! through `rank::freeform::parse`. A file that loads is scored on one row of zeros and one of
 //! missing values.
@@ -73,6 +73,8 @@ fn seeds() -> Vec<Value> {
         fixture("fixtures/trees/lgb_lambdarank.model.json"),
         fixture("fixtures/trees/xgb_multiclass.model.json"),
         fixture("fixtures/trees/xgb_logistic.model.json"),
+        fixture("fixtures/trees/cb_yetirank.model.json"),
+        fixture("fixtures/trees/cb_rmse_depthwise.model.json"),
     ]
 }
 
@@ -85,6 +87,8 @@ fn names_its_place(err: &RankerError) -> bool {
             !path.is_empty() && error.to_string().starts_with("column ")
         }
         RankerError::Import(ImportError::Json { line, .. }) => *line >= 1,
+        // A byte offset is always named (UBJSON).
+        RankerError::Import(ImportError::Binary { .. }) => true,
         RankerError::Import(
             ImportError::Invalid { path, .. } | ImportError::Unsupported { path, .. },
         ) => !path.is_empty(),

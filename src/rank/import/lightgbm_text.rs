@@ -563,39 +563,16 @@ pandas_categorical:null
         assert!(error_of("{}").contains("(first line): expected \"tree\""));
     }
 
-    /// Tokens that stress a reader's numbers and indices.
-    const NASTY: [&str; 12] = [
-        "-1",
-        "0",
-        "1e300",
-        "-1e300",
-        "nan",
-        "inf",
-        "-9223372036854775808",
-        "4294967296",
-        "99999999999999999999",
-        "",
-        "2147483648",
-        "<split>",
-    ];
-
     proptest::proptest! {
         #![proptest_config(proptest::prelude::ProptestConfig::with_cases(128))]
         /// The real fixture with whitespace-separated tokens replaced by nasty ones.
         #[test]
         fn never_panics_on_a_real_model_with_nasty_tokens(
             edits in proptest::collection::vec(
-                (proptest::prelude::any::<usize>(), 0usize..NASTY.len()), 1..4),
+                (proptest::prelude::any::<usize>(), 0usize..super::super::test_support::NASTY.len()), 1..4),
         ) {
-            let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("fixtures/trees/lgbt_lambdarank.model.txt");
-            let text = std::fs::read_to_string(path).unwrap();
-            let mut tokens: Vec<&str> = text.split(' ').collect();
-            for (at, nasty) in edits {
-                let at = at % tokens.len();
-                tokens[at] = NASTY[nasty];
-            }
-            let _ = import_lightgbm_text(tokens.join(" ").as_bytes());
+            let bytes = super::super::test_support::with_nasty_tokens("fixtures/trees/lgbt_lambdarank.model.txt", &edits);
+            let _ = import_lightgbm_text(&bytes);
         }
     }
 

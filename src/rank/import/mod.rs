@@ -333,6 +333,39 @@ pub(crate) fn ranker_from_trees(
     }
 }
 
+/// What the importers' property tests share.
+#[cfg(test)]
+pub(crate) mod test_support {
+    /// Tokens that stress a reader's numbers and indices.
+    pub(crate) const NASTY: [&str; 12] = [
+        "-1",
+        "0",
+        "1e300",
+        "-1e300",
+        "nan",
+        "inf",
+        "-9223372036854775808",
+        "4294967296",
+        "99999999999999999999",
+        "",
+        "2147483648",
+        "<split>",
+    ];
+
+    /// The committed fixture at `path` (from the crate root) with its space-separated tokens at
+    /// `edits` (position, modulo the token count; index into [`NASTY`]) replaced.
+    pub(crate) fn with_nasty_tokens(path: &str, edits: &[(usize, usize)]) -> Vec<u8> {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(path);
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut tokens: Vec<&str> = text.split(' ').collect();
+        for &(at, nasty) in edits {
+            let at = at % tokens.len();
+            tokens[at] = NASTY[nasty];
+        }
+        tokens.join(" ").into_bytes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1444,7 +1444,10 @@ async fn shutdown_with_requests_in_flight_loses_none() {
                 .header(header::HOST, "rankserve")
                 .body(http_body_util::Full::new(bytes::Bytes::new()))
                 .unwrap();
-            assert_eq!(sender.send_request(health).await.unwrap().status(), StatusCode::OK);
+            assert_eq!(
+                sender.send_request(health).await.unwrap().status(),
+                StatusCode::OK
+            );
             connected.wait().await;
             // Large enough that some are still being scored when the shutdown comes.
             let features = random_features(2000, 4, i);

@@ -362,7 +362,9 @@ mod tests {
             "inputs": [{"type": "linear", "feature": "f0", "slope": 1.0, "intercept": 0.0}],
             "layers": [{"weights": [[1.0]], "bias": [0.0], "activation": "identity"}]
         });
-        let loaded = store.put("wide", ranker.to_string().as_bytes(), None).unwrap();
+        let loaded = store
+            .put("wide", ranker.to_string().as_bytes(), None)
+            .unwrap();
         let request = |docs: usize, last: serde_json::Value| {
             let mut documents = vec![serde_json::json!({"features": {}}); docs - 1];
             documents.push(last);

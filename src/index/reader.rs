@@ -151,7 +151,10 @@ impl Manifest {
         }
         // Term ids are u32 too, and `num_terms + 1` offsets are expected of terms.bin.
         if m.num_terms >= u32::MAX as u64 {
-            return bad(format!("num_terms {} does not fit a u32 term id", m.num_terms));
+            return bad(format!(
+                "num_terms {} does not fit a u32 term id",
+                m.num_terms
+            ));
         }
         if m.stream_total_lengths.len() != m.streams.len() {
             return bad(format!(

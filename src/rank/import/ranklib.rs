@@ -438,15 +438,7 @@ mod tests {
             left: 1,
             right: 2,
         };
-        for t in [
-            0.5f32,
-            -1.25,
-            0.0,
-            -0.0,
-            1e-30,
-            f32::MAX,
-            -f32::MAX,
-        ] {
+        for t in [0.5f32, -1.25, 0.0, -0.0, 1e-30, f32::MAX, -f32::MAX] {
             for x in [
                 f64::from(t),
                 f64::from(t) + 1e-12,

@@ -144,8 +144,8 @@ impl BlockDecoder {
         }
     }
 
-    /// Decodes the block's docIDs into `self.docs[..bounds.n]`, every one in
-    /// `bounds.base..=bounds.last` and the last one `bounds.last`.
+    /// Decodes the block's docIDs into `self.docs[..bounds.n]`, every one at most
+    /// `bounds.last` and the last one `bounds.last`.
     ///
     /// # Assumptions
     /// `block` passed [`block_len`] for these bounds (the reader checks every block at open);
@@ -159,9 +159,11 @@ impl BlockDecoder {
             Codec::Ef => ef::decode_docs(&self.packer, block, bounds, &mut self.docs),
             Codec::Pfor => pfor::decode_docs(&self.packer, block, bounds, &mut self.docs),
         }
+        // Only the upper bound: it is what keeps a docID inside the collection and a seek inside
+        // the block; a lower clamp as well cost 8–18 % of the decode (`benches/selection_decode`).
         let docs = &mut self.docs[..bounds.n];
         for d in docs.iter_mut() {
-            *d = (*d).clamp(bounds.base, bounds.last);
+            *d = (*d).min(bounds.last);
         }
         if let Some(last) = docs.last_mut() {
             *last = bounds.last;

@@ -10,6 +10,7 @@ pub mod corpus;
 pub mod cursor;
 pub mod error;
 pub mod format;
+pub mod manifest;
 pub mod queries;
 pub mod reader;
 pub mod tokenize;

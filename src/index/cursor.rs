@@ -250,7 +250,7 @@ mod tests {
 
     /// Blocks whose bits were overwritten (as in a file whose CRC-32 was forged to match, which
     /// the checks at open do not decode): seek and advance never panic (a seek used to index
-    /// past the decoded block) and every docID stays in its block's bounds.
+    /// past the decoded block) and no docID passes its block's last.
     #[test]
     fn corrupted_block_bits_stay_in_bounds() {
         let docs: Vec<u32> = (0..300).map(|i| i * 3 + 1).collect();

@@ -151,9 +151,9 @@ impl BlockDecoder {
     /// `block` passed [`block_len`] for these bounds (the reader checks every block at open);
     /// a block that did not may decode to wrong values but never reads outside `block`
     /// (slices are bounds-checked). Its bits are not checked at open, so a corrupted block
-    /// whose file's CRC-32 was forged to match decodes to wrong docIDs: they are held to the
-    /// block's bounds, so that none indexes past the collection (`last` < N is checked at
-    /// open) and a cursor's seek to a docID ≤ `last` stops inside the block.
+    /// whose file's CRC-32 was forged to match decodes to wrong docIDs: they are capped at the
+    /// block's last, so that none indexes past the collection (`last` < N is checked at open)
+    /// and a cursor's seek to a docID ≤ `last` stops inside the block.
     pub fn decode_docs(&mut self, codec: Codec, block: &[u8], bounds: BlockBounds) {
         match codec {
             Codec::Ef => ef::decode_docs(&self.packer, block, bounds, &mut self.docs),

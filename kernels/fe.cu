@@ -339,3 +339,33 @@ extern "C" __global__ void fe_extract(
     d[DF_BM25F_NORM] = fe_ratio(doc_bm25f, p.idf_sum, 0.0);
     d[DF_QUERY_TERMS] = q;
 }
+
+// A ranker's feature vectors from the catalogue, on the device (the GPU counterpart of
+// `FeatureResolver::gather`): element (doc, j) of the ranker's row is catalogue column
+// codes[j] when codes[j] >= 0, else column -codes[j] - 1 of the document's static features
+// (uploaded with the hits, NaN where the document has none). Copies only, so the values are the
+// catalogue's and the host's bit for bit.
+//
+// Launch shape: 1-D grid-stride over n_docs * width threads, 256 per block, no shared memory;
+// thread t writes element t of rows (document t / width, feature t % width).
+// Reads: catalogue[n_docs][FE_CATALOGUE] (fe_extract's output), statics[n_docs][n_statics],
+// codes[width]. Writes: rows[n_docs][width] (row-major f64; the ranker's input buffer when
+// scoring follows), every element.
+extern "C" __global__ void fe_gather(
+    const double* __restrict__ catalogue,
+    const double* __restrict__ statics,
+    const int* __restrict__ codes,
+    unsigned n_docs,
+    unsigned width,
+    unsigned n_statics,
+    double* __restrict__ rows)
+{
+    const size_t total = (size_t)n_docs * width;
+    for (size_t t = (size_t)blockIdx.x * blockDim.x + threadIdx.x; t < total;
+         t += (size_t)gridDim.x * blockDim.x) {
+        const size_t doc = t / width;
+        const int code = codes[t % width];
+        rows[t] = code >= 0 ? catalogue[doc * FE_CATALOGUE + code]
+                            : statics[doc * n_statics + (unsigned)(-code - 1)];
+    }
+}

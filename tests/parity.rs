@@ -711,6 +711,163 @@ fn fe_reused_buffers_and_ranker_order_gpu_match_cpu() {
     }
 }
 
+// ---- the fused device path: hit documents → FE → gather → MIT, trees, NN → scores ----
+
+/// The tolerance DESIGN §2 gives `ranker`'s scores (as `check_ranker` picks it).
+fn score_tolerance(ranker: &Ranker) -> f64 {
+    let has_transforms = ranker
+        .inputs
+        .iter()
+        .any(|i| !matches!(i, Input::Tree(_) | Input::Dummy));
+    match (ranker.layers.is_empty(), has_transforms) {
+        (false, _) => 1e-4,
+        (true, true) => 1e-6,
+        (true, false) => 1e-9,
+    }
+}
+
+/// `GpuRanker::score_hits` on `docs` against the CPU's FE (`extract_batch`) and scoring: the
+/// rows it gathered on the device bit-identical, the scores within the ranker's tolerance, and
+/// the model inputs of `explain` those of the CPU.
+#[allow(clippy::too_many_arguments)]
+fn check_fused(
+    device: &rankserve::gpu::GpuDevice,
+    fe: &mut GpuFe,
+    ranker: &Ranker,
+    gpu: &GpuRanker,
+    query: &QueryInfo,
+    stats: &CorpusStats,
+    docs: &[HitDocument],
+    what: &str,
+) {
+    let resolver = FeatureResolver::new(&ranker.features).unwrap();
+    let width = resolver.len();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut rows = vec![0.0; docs.len() * width];
+    resolver
+        .extract_batch(query, stats, docs, &mut rows, threads)
+        .unwrap_or_else(|e| panic!("{what}: CPU: {e}"));
+    let expected = cpu::score_batch(ranker, &rows, 0);
+    let map = resolver.gather_map();
+    let layouts = FeLayout::build_split(query, stats, docs, Some(&map), gpu.max_batch())
+        .unwrap_or_else(|e| panic!("{what}: layout: {e}"));
+    let explain = docs.len() <= 2000;
+    let got = gpu
+        .score_hits(device, fe, &layouts, explain, true)
+        .unwrap_or_else(|e| panic!("{what}: GPU: {e}"));
+    let got_rows = got.rows.expect("rows kept");
+    assert_eq!(got_rows.len(), rows.len(), "{what}");
+    for (i, (g, c)) in got_rows.iter().zip(&rows).enumerate() {
+        assert!(
+            g.to_bits() == c.to_bits(),
+            "{what}: document {}, {}: GPU {g:?} vs CPU {c:?}",
+            i / width,
+            ranker.features[i % width]
+        );
+    }
+    let tolerance = score_tolerance(ranker);
+    assert_eq!(got.scores.len(), docs.len(), "{what}");
+    let mut worst = 0.0f64;
+    for (d, (&g, &c)) in got.scores.iter().zip(&expected).enumerate() {
+        let err = relative_error(g, c);
+        worst = worst.max(err);
+        assert!(err <= tolerance, "{what}: document {d}: GPU {g} vs CPU {c}");
+    }
+    if let Some(inputs) = got.inputs {
+        let n_inputs = ranker.inputs.len();
+        for (d, row) in rows.chunks(width.max(1)).enumerate() {
+            let cpu_inputs = cpu::model_inputs(ranker, row);
+            for (j, (&g, &c)) in inputs[d * n_inputs..(d + 1) * n_inputs]
+                .iter()
+                .zip(&cpu_inputs)
+                .enumerate()
+            {
+                let err = relative_error(f64::from(g), f64::from(c));
+                assert!(err <= 1e-6, "{what}: document {d}, input {j}: GPU {g} vs CPU {c}");
+            }
+        }
+    }
+    println!(
+        "{what}: {} documents: rows bit-identical, worst score error {worst:.3e} (tolerance \
+         {tolerance:e})",
+        docs.len()
+    );
+}
+
+/// Synthetic documents with their static features taken away from every third (NaN on both
+/// sides), then the hand-made edge documents (empty streams, no streams, …) when `q` is 3.
+fn fused_documents(n: usize, q: u32, seed: u64) -> Vec<HitDocument> {
+    let mut docs = synth_hit_documents(n, q, seed);
+    for doc in docs.iter_mut().step_by(3) {
+        doc.static_features.clear();
+    }
+    if q == 3 {
+        docs.extend(fe_edge_documents());
+    }
+    docs
+}
+
+/// The imported LightGBM lambdarank fixture, its features renamed to catalogue features and one
+/// static feature (the model reads them by position).
+fn lightgbm_on_catalogue_features() -> Ranker {
+    let mut ranker = load("fixtures/trees/lgb_lambdarank.model.json");
+    let names = feature_names();
+    let n = ranker.features.len();
+    for (i, name) in ranker.features.iter_mut().enumerate() {
+        *name = match i + 1 == n {
+            true => "static.static_rank".to_string(),
+            false => names[(i * 7) % names.len()].clone(),
+        };
+    }
+    ranker
+}
+
+#[test]
+fn fused_hits_gpu_match_cpu() {
+    let what = "fused FE and scoring";
+    let Some(device) = device_for_tests(what) else {
+        return;
+    };
+    let mut fe = GpuFe::new();
+    let stats = synth_corpus_stats();
+    let rankers = [
+        ("small", load("rankers/small.json")),
+        ("medium", load("rankers/medium.json")),
+        ("large", load("rankers/large.json")),
+        ("imported LightGBM", lightgbm_on_catalogue_features()),
+    ];
+    for (name, ranker) in &rankers {
+        let gpu = GpuRanker::upload(&device, ranker, PlanOptions::default()).unwrap();
+        for (n, q) in [(1usize, 4u32), (1000, 4), (300, 3), (1500, 1)] {
+            let query = synth_query(q, u64::from(q));
+            let docs = fused_documents(n, q, 40 + n as u64);
+            let what = format!("{what}, {name}, {} documents, Q = {q}", docs.len());
+            check_fused(&device, &mut fe, ranker, &gpu, &query, &stats, &docs, &what);
+        }
+        let q = rankserve::rank::gpu::fe::MAX_TERMS;
+        let docs = fe_small_documents(700, q, 41);
+        let what = format!("{what}, {name}, Q = {q}");
+        check_fused(&device, &mut fe, ranker, &gpu, &synth_query(q, 3), &stats, &docs, &what);
+        let empty = QueryInfo {
+            terms: 0,
+            idf: vec![],
+        };
+        let docs = fe_small_documents(200, 0, 42);
+        let what = format!("{what}, {name}, Q = 0");
+        check_fused(&device, &mut fe, ranker, &gpu, &empty, &stats, &docs, &what);
+    }
+    // Over the device batch: split into several layouts, scored in one call.
+    let medium = &rankers[1].1;
+    let gpu = GpuRanker::upload(&device, medium, PlanOptions::default()).unwrap();
+    let docs = fe_small_documents(65_537, 5, 43);
+    let what = format!("{what}, medium, 65 537 documents in device batches of 65 536");
+    check_fused(&device, &mut fe, medium, &gpu, &synth_query(5, 4), &partial_stats(), &docs, &what);
+    let gpu = gpu.with_max_batch(700);
+    let docs = fused_documents(2000, 4, 44);
+    let what = "fused FE and scoring, medium, 2 000 documents in device batches of 700";
+    check_fused(&device, &mut fe, medium, &gpu, &synth_query(4, 5), &stats, &docs, what);
+}
+
 /// GPU feature extraction against the CPU's on 10 000 synthetic documents (and a few other batch
 /// sizes): CPU one thread and all threads, GPU end to end (validate, flatten, copy in, kernel,
 /// copy out, gather) with its parts.
@@ -775,9 +932,9 @@ fn fe_gpu_vs_cpu_timing() {
                 .unwrap()
         });
         let layout_ms = median_ms(reps, &mut || {
-            FeLayout::build(&query, &stats, &docs).unwrap();
+            FeLayout::build(&query, &stats, &docs, None).unwrap();
         });
-        let layout = FeLayout::build(&query, &stats, &docs).unwrap();
+        let layout = FeLayout::build(&query, &stats, &docs, None).unwrap();
         let copy_in = median_ms(reps, &mut || {
             gpu.upload(&device, &layout).unwrap();
             stream.synchronize().unwrap();
@@ -798,6 +955,103 @@ fn fe_gpu_vs_cpu_timing() {
             cpu1 / end_to_end,
             cpun / end_to_end,
         );
+    }
+}
+
+/// Feature extraction and scoring of hit documents together, end to end, medium and large
+/// rankers, Q = 4: the CPU (FE then the ranker's CPU plan) on 1 thread and on every thread,
+/// against the GPU: the old served path (catalogue copied out and gathered on the host, rows
+/// copied in again), rows gathered on the device and copied out then in, and the fused path
+/// (layout on the host's threads, then one device turn). Medians of 15 runs after a warm-up.
+/// Run: `carry/tests/main parity::fused_fe_scoring_timing --ignored --nocapture`.
+#[test]
+#[ignore = "a measurement, not a test"]
+fn fused_fe_scoring_timing() {
+    let Some(device) = device_for_tests("fused_fe_scoring_timing") else {
+        return;
+    };
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let stats = synth_corpus_stats();
+    fn median_ms(reps: usize, f: &mut dyn FnMut()) -> f64 {
+        f();
+        let mut ms: Vec<f64> = (0..reps)
+            .map(|_| {
+                let start = std::time::Instant::now();
+                f();
+                start.elapsed().as_secs_f64() * 1e3
+            })
+            .collect();
+        ms.sort_by(f64::total_cmp);
+        ms[reps / 2]
+    }
+    println!(
+        "device: {}; CPU threads: {threads}; medians of 15 in ms",
+        device.name()
+    );
+    println!(
+        "| ranker | docs | CPU 1 thread | CPU {threads} threads | GPU old path | GPU rows via \
+         device gather | GPU fused | fused: layout | fused: device turn | fused vs \
+         {threads} threads | fused vs old path |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut fe = GpuFe::new();
+    for name in ["medium", "large"] {
+        let ranker = load(&format!("rankers/{name}.json"));
+        let plan = cpu::CpuPlan::new(&ranker);
+        let resolver = FeatureResolver::new(&ranker.features).unwrap();
+        let map = resolver.gather_map();
+        let gpu = GpuRanker::upload(&device, &ranker, PlanOptions::default()).unwrap();
+        for n in [1000usize, 10_000] {
+            let query = synth_query(4, 7);
+            let docs = synth_hit_documents(n, 4, 42);
+            let mut rows = vec![0.0; n * resolver.len()];
+            let cpu_run = |t: usize| {
+                let mut rows = vec![0.0; n * resolver.len()];
+                let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+                median_ms(15, &mut || {
+                    pool.install(|| {
+                        resolver
+                            .extract_batch(&query, &stats, &docs, &mut rows, t)
+                            .unwrap();
+                        std::hint::black_box(plan.score_batch(&rows, if t == 1 { 1 } else { 0 }));
+                    })
+                })
+            };
+            let (cpu1, cpun) = (cpu_run(1), cpu_run(threads));
+            let old = median_ms(15, &mut || {
+                let catalogue = fe.extract_catalogue(&device, &query, &stats, &docs).unwrap();
+                resolver.gather_batch(catalogue, &docs, &mut rows).unwrap();
+                std::hint::black_box(gpu.score(&device, &rows, false).unwrap());
+            });
+            let gathered = median_ms(15, &mut || {
+                fe.extract_batch(&device, &resolver, &query, &stats, &docs, &mut rows)
+                    .unwrap();
+                std::hint::black_box(gpu.score(&device, &rows, false).unwrap());
+            });
+            let max = gpu.max_batch();
+            let fused = median_ms(15, &mut || {
+                let layouts =
+                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max).unwrap();
+                std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
+                    .unwrap();
+            });
+            let layout = median_ms(15, &mut || {
+                std::hint::black_box(
+                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max).unwrap(),
+                );
+            });
+            let layouts = FeLayout::build_split(&query, &stats, &docs, Some(&map), max).unwrap();
+            let turn = median_ms(15, &mut || {
+                std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
+                    .unwrap();
+            });
+            println!(
+                "| {name} | {n} | {cpu1:.3} | {cpun:.3} | {old:.3} | {gathered:.3} | \
+                 {fused:.3} | {layout:.3} | {turn:.3} | {:.1}× | {:.1}× |",
+                cpun / fused,
+                old / fused
+            );
+        }
     }
 }
 

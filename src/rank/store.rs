@@ -38,6 +38,9 @@ pub struct LoadedRanker {
     pub plan: CpuPlan,
     /// Its CPU/GPU crossover, measured on first use when there is a GPU.
     pub crossover: OnceLock<Crossover>,
+    /// Its CPU/GPU crossover for hit documents, feature extraction and scoring together,
+    /// measured on first use when there is a GPU and `fe_backend` is `auto`.
+    pub hits_crossover: OnceLock<Crossover>,
     /// Its feature map bound to feature extraction, once per load; the error when a feature
     /// is one FE cannot produce (the ranker then takes feature vectors only).
     pub fe: Result<FeatureResolver, FeError>,
@@ -319,6 +322,7 @@ impl RankerStore {
             bytes: 2 * estimate_bytes(&ranker),
             plan: CpuPlan::new(&ranker),
             crossover: OnceLock::new(),
+            hits_crossover: OnceLock::new(),
             fe: FeatureResolver::new(&ranker.features),
             ranker,
             file_bytes,

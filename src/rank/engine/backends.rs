@@ -9,26 +9,35 @@
 //! - `backend=auto` runs on the GPU when the batch has at least the ranker's measured crossover
 //!   of documents ([`crate::rank::gpu::crossover`]), measured when the ranker loads.
 //!
-//! Feature extraction of hit documents follows `fe_backend` (the configuration's): `cpu`
-//! (the default), `gpu`, or `auto` (the GPU from the ranker's scoring crossover on, as
-//! scoring: no FE crossover is measured yet).
+//! Hit documents ([`HitPath`], [`Backends::hit_path`]) follow `fe_backend` (the
+//! configuration's) and the scoring backend:
+//! - `fe_backend=cpu` (the default), or no GPU: FE on the CPU pool, then the rows are scored as
+//!   above.
+//! - scoring on `cpu`: FE on the GPU only for `fe_backend=gpu` (the rows come back to the CPU).
+//! - otherwise the fused device path ([`Backends::rank_hits`]): the hits laid out on the CPU pool,
+//!   then one device turn extracts, gathers and scores them and only the scores come back; for
+//!   `fe_backend=gpu`, for `fe_backend=auto` with scoring on `gpu`, and for `auto` on both from the
+//!   ranker's hits crossover ([`crate::rank::gpu::crossover::measure_hits`]: FE and scoring
+//!   together) on.
 //!
 //! Any GPU failure (a CUDA error, a ranker over the GPU cache's budget, a query over the FE
 //! kernel's term limit) moves the work to the CPU, which gives the same answer; it is logged
 //! and counted by [`fell_back`], and the reply says `cpu`.
 
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
+use super::batch::micros;
 use super::HitBatch;
 use crate::backend::{fell_back, Backend, Processor, Stage};
-use crate::gpu::Executor;
-use crate::rank::fe::HitError;
+use crate::gpu::{Executor, GpuError};
+use crate::rank::fe::{FeatureResolver, HitError};
 use crate::rank::gpu::cache::GpuRankerCache;
-use crate::rank::gpu::crossover::{self, Crossover};
-use crate::rank::gpu::fe::{GpuFe, GpuFeError};
+use crate::rank::gpu::crossover::{self, Crossover, HitSample};
+use crate::rank::gpu::fe::{FeLayout, GpuFe, GpuFeError};
+use crate::rank::gpu::ranker::DEFAULT_MAX_BATCH;
 use crate::rank::store::LoadedRanker;
 
 /// The longest one batch size of the crossover measurement may take before larger sizes are
@@ -41,6 +50,55 @@ struct GpuRanking {
     rankers: GpuRankerCache,
     /// FE's device buffers, reused from batch to batch (used during the device's turn).
     fe: Mutex<GpuFe>,
+}
+
+/// How a batch of hit documents runs (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HitPath {
+    /// Feature rows first (on the GPU when `fe_on_gpu`, rows back to the host), then scored as
+    /// rows are.
+    Rows { fe_on_gpu: bool },
+    /// Feature extraction and scoring in one device turn.
+    Fused,
+}
+
+impl HitPath {
+    /// The path for `fe_backend` and the scoring `backend`; `crossed` says whether the batch
+    /// reaches the ranker's hits crossover (asked only for `auto` on both).
+    fn choose(
+        fe_backend: Backend,
+        backend: Backend,
+        has_gpu: bool,
+        crossed: impl FnOnce() -> bool,
+    ) -> HitPath {
+        match (has_gpu, fe_backend, backend) {
+            (false, ..) | (true, Backend::Cpu, _) => HitPath::Rows { fe_on_gpu: false },
+            (true, fe, Backend::Cpu) => HitPath::Rows {
+                fe_on_gpu: fe == Backend::Gpu,
+            },
+            (true, Backend::Gpu, _) | (true, Backend::Auto, Backend::Gpu) => HitPath::Fused,
+            (true, Backend::Auto, Backend::Auto) => match crossed() {
+                true => HitPath::Fused,
+                false => HitPath::Rows { fe_on_gpu: false },
+            },
+        }
+    }
+}
+
+/// Hit documents ranked by [`Backends::rank_hits`].
+#[derive(Debug)]
+pub struct HitsScored {
+    pub scores: Vec<f64>,
+    /// The feature rows, when asked for.
+    pub rows: Option<Vec<f64>>,
+    /// Where FE and scoring ran (together).
+    pub processor: Processor,
+    /// Host time laying the hits out for the device, or extracting their features on the CPU.
+    pub fe_us: u64,
+    /// Time waiting for the device's turn.
+    pub queue_us: u64,
+    /// The device's turn (copy in, FE, gather, MIT, ME, copy out), or the CPU's scoring.
+    pub eval_us: u64,
 }
 
 /// The CPU pool and, once the probe found one, the GPU.
@@ -131,8 +189,7 @@ impl Backends {
         backend == Backend::Cpu || self.gpu.get().is_none()
     }
 
-    /// Whether `backend` (scoring's, or the configured FE backend) sends a batch of `n_docs`
-    /// documents of `loaded` to the GPU.
+    /// Whether the scoring `backend` sends a batch of `n_docs` rows of `loaded` to the GPU.
     fn prefers_gpu(&self, loaded: &LoadedRanker, n_docs: usize, backend: Backend) -> bool {
         match backend {
             Backend::Cpu => false,
@@ -143,9 +200,96 @@ impl Backends {
         }
     }
 
-    /// Whether the configured FE backend sends hit documents of `batch` to the GPU.
-    pub fn fe_on_gpu(&self, loaded: &LoadedRanker, batch: &HitBatch) -> bool {
-        self.gpu.get().is_some() && self.prefers_gpu(loaded, batch.docs.len(), self.fe_backend)
+    /// How `n_docs` hit documents for `loaded`, scored on `backend`, run (see the module docs).
+    pub fn hit_path(&self, loaded: &LoadedRanker, n_docs: usize, backend: Backend) -> HitPath {
+        HitPath::choose(self.fe_backend, backend, self.gpu.get().is_some(), || {
+            self.hits_crossover(loaded)
+                .is_some_and(|c| c.prefers_gpu(n_docs))
+        })
+    }
+
+    /// Runs `work` on the CPU pool from a thread outside it, so that its parallel parts use the
+    /// pool (on the calling thread without a pool).
+    fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        match &self.pool {
+            Some(pool) => pool.install(work),
+            None => work(),
+        }
+    }
+
+    /// Features and scores of `batch` for `loaded` on the fused device path: laid out on the CPU
+    /// pool (validated in the same pass), then one device turn, which splits a batch over the
+    /// device batch into several; only the scores come back, and the rows with `keep_rows`. A
+    /// GPU failure anywhere (or a query over the FE kernel's terms) reruns the whole batch on
+    /// the CPU, FE and scoring. Blocking while it waits for the device's turn.
+    ///
+    /// # Errors
+    /// [`FeRefused::Ranker`] when the ranker has a feature FE cannot produce;
+    /// [`FeRefused::Hits`] (the CPU's error, whichever backend found it) for an invalid batch.
+    pub fn rank_hits(
+        &self,
+        loaded: &LoadedRanker,
+        batch: &HitBatch,
+        keep_rows: bool,
+    ) -> Result<HitsScored, FeRefused> {
+        let resolver = loaded
+            .fe
+            .as_ref()
+            .map_err(|err| FeRefused::Ranker(err.to_string()))?;
+        if let (Some(gpu), false) = (self.gpu.get(), batch.docs.is_empty()) {
+            let started = Instant::now();
+            let map = resolver.gather_map();
+            let laid_out = self.install(|| {
+                let (query, stats) = (&batch.query, &batch.stats);
+                FeLayout::build_split(query, stats, &batch.docs, Some(&map), DEFAULT_MAX_BATCH)
+            });
+            match laid_out {
+                Err(GpuFeError::Hits(err)) => return Err(FeRefused::Hits(err)),
+                Err(GpuFeError::Gpu(err)) => fell_back(Stage::Fe, &loaded.name, &err),
+                Ok(layouts) => {
+                    let waiting = Instant::now();
+                    let (scored, turn) = gpu.executor.run(|device| {
+                        let turn = Instant::now();
+                        let scored = (gpu.rankers)
+                            .get_or_upload(&loaded.name, loaded.version, &loaded.ranker)
+                            .and_then(|cached| {
+                                let fe = &mut gpu.fe.lock();
+                                cached.gpu.score_hits(device, fe, &layouts, false, keep_rows)
+                            });
+                        (scored, turn)
+                    });
+                    match scored {
+                        Ok(scored) => {
+                            return Ok(HitsScored {
+                                scores: scored.scores,
+                                rows: scored.rows,
+                                processor: Processor::Gpu,
+                                fe_us: micros(waiting - started),
+                                queue_us: micros(turn - waiting),
+                                eval_us: micros(turn.elapsed()),
+                            })
+                        }
+                        Err(err) => fell_back(Stage::Rank, &loaded.name, &err),
+                    }
+                }
+            }
+        }
+        let started = Instant::now();
+        let mut rows = vec![f64::NAN; batch.docs.len() * resolver.len()];
+        self.install(|| {
+            let (query, stats) = (&batch.query, &batch.stats);
+            resolver.extract_batch(query, stats, &batch.docs, &mut rows, self.threads)
+        })?;
+        let extracted = Instant::now();
+        let scores = self.cpu(loaded, &rows);
+        Ok(HitsScored {
+            scores,
+            rows: keep_rows.then_some(rows),
+            processor: Processor::Cpu,
+            fe_us: micros(extracted - started),
+            queue_us: 0,
+            eval_us: micros(extracted.elapsed()),
+        })
     }
 
     /// The feature rows of `batch` for `loaded` (row-major, the ranker's width), extracted on
@@ -241,20 +385,96 @@ impl Backends {
                     CROSSOVER_STEP_BUDGET,
                 )
             });
-            match measured {
-                Ok(found) => {
-                    tracing::info!(ranker = %loaded.name, crossover_docs = ?found.docs, "CPU/GPU crossover measured");
-                    found
-                }
-                Err(err) => {
-                    fell_back(Stage::Rank, &loaded.name, &err);
-                    Crossover {
-                        docs: None,
-                        points: Vec::new(),
-                    }
-                }
-            }
+            found(loaded, "scoring", measured)
         }))
+    }
+
+    /// The ranker's crossover for hit documents (FE and scoring together, CPU against the fused
+    /// device path), measured on first use when there is a GPU and the ranker takes hit
+    /// documents (`None` otherwise). A failed measurement is logged and keeps hit documents on
+    /// the CPU under `auto`.
+    pub fn hits_crossover<'a>(&self, loaded: &'a LoadedRanker) -> Option<&'a Crossover> {
+        let gpu = self.gpu.get()?;
+        let resolver = loaded.fe.as_ref().ok()?;
+        Some(loaded.hits_crossover.get_or_init(|| {
+            let map = resolver.gather_map();
+            let cpu = |sample: &HitSample<'_>| {
+                std::hint::black_box(self.cpu_hits(loaded, resolver, sample));
+            };
+            let measured = gpu.executor.run(|device| {
+                let cached =
+                    (gpu.rankers).get_or_upload(&loaded.name, loaded.version, &loaded.ranker)?;
+                let gpu_run = |s: &HitSample<'_>| -> Result<(), GpuError> {
+                    let layouts = self
+                        .install(|| {
+                            FeLayout::build_split(
+                                s.query,
+                                s.stats,
+                                s.docs,
+                                Some(&map),
+                                DEFAULT_MAX_BATCH,
+                            )
+                        })
+                        .map_err(|err| match err {
+                            GpuFeError::Gpu(err) => err,
+                            GpuFeError::Hits(err) => GpuError::BatchFailed {
+                                reason: err.to_string(),
+                            },
+                        })?;
+                    let fe = &mut gpu.fe.lock();
+                    (cached.gpu)
+                        .score_hits(device, fe, &layouts, false, false)
+                        .map(|_| ())
+                };
+                crossover::measure_hits(&cpu, &gpu_run, CROSSOVER_STEP_BUDGET)
+            });
+            found(loaded, "hit documents (FE and scoring)", measured)
+        }))
+    }
+
+    /// CPU FE and scoring of a crossover sample, as [`Backends::rank_hits`] runs them on the CPU.
+    fn cpu_hits(
+        &self,
+        loaded: &LoadedRanker,
+        resolver: &FeatureResolver,
+        sample: &HitSample<'_>,
+    ) -> Vec<f64> {
+        let mut rows = vec![f64::NAN; sample.docs.len() * resolver.len()];
+        let extracted = self.install(|| {
+            let (query, stats) = (sample.query, sample.stats);
+            resolver.extract_batch(query, stats, sample.docs, &mut rows, self.threads)
+        });
+        match extracted {
+            Ok(()) => self.cpu(loaded, &rows),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    /// Readies `loaded` for the GPU: its scoring crossover, and its hits crossover when
+    /// `fe_backend=auto` will follow it. Blocking.
+    pub fn prepare(&self, loaded: &LoadedRanker) {
+        self.crossover(loaded);
+        if self.fe_backend == Backend::Auto {
+            self.hits_crossover(loaded);
+        }
+    }
+}
+
+/// A crossover measurement's result, logged; a failure is counted as a fallback and gives no
+/// crossover (the CPU under `auto`).
+fn found(loaded: &LoadedRanker, what: &str, measured: Result<Crossover, GpuError>) -> Crossover {
+    match measured {
+        Ok(found) => {
+            tracing::info!(ranker = %loaded.name, crossover_docs = ?found.docs, "CPU/GPU crossover of {what} measured");
+            found
+        }
+        Err(err) => {
+            fell_back(Stage::Rank, &loaded.name, &err);
+            Crossover {
+                docs: None,
+                points: Vec::new(),
+            }
+        }
     }
 }
 
@@ -277,6 +497,28 @@ pub struct PoolTaskFailed(String);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Hit documents take the fused device path only with a GPU, FE not pinned to the CPU and
+    /// scoring not pinned to the CPU; `auto` on both asks the hits crossover, and only then.
+    #[test]
+    fn hit_paths_follow_both_backends_and_the_hits_crossover() {
+        use Backend::{Auto, Cpu, Gpu};
+        let rows = |fe_on_gpu| HitPath::Rows { fe_on_gpu };
+        let never = || -> bool { panic!("the crossover is asked only for auto on both") };
+        for backend in [Auto, Cpu, Gpu] {
+            for fe in [Auto, Cpu, Gpu] {
+                assert_eq!(HitPath::choose(fe, backend, false, never), rows(false));
+            }
+            assert_eq!(HitPath::choose(Cpu, backend, true, never), rows(false));
+        }
+        assert_eq!(HitPath::choose(Gpu, Cpu, true, never), rows(true));
+        assert_eq!(HitPath::choose(Auto, Cpu, true, never), rows(false));
+        assert_eq!(HitPath::choose(Gpu, Auto, true, never), HitPath::Fused);
+        assert_eq!(HitPath::choose(Gpu, Gpu, true, never), HitPath::Fused);
+        assert_eq!(HitPath::choose(Auto, Gpu, true, never), HitPath::Fused);
+        assert_eq!(HitPath::choose(Auto, Auto, true, || true), HitPath::Fused);
+        assert_eq!(HitPath::choose(Auto, Auto, true, || false), rows(false));
+    }
 
     #[tokio::test]
     async fn a_pool_task_returns_its_result_or_an_error_when_it_panics() {

@@ -204,7 +204,7 @@ pub(crate) fn micros(d: Duration) -> u64 {
     d.as_micros().min(u64::MAX as u128) as u64
 }
 
-fn record_batch(docs: usize, requests: usize) {
+pub(crate) fn record_batch(docs: usize, requests: usize) {
     metrics::histogram!("rankserve_batch_documents").record(docs as f64);
     metrics::histogram!("rankserve_batch_requests").record(requests as f64);
 }

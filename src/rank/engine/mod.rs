@@ -9,11 +9,13 @@
 //! knows nothing of HTTP: a caller turns its request into a [`RankJob`] and gets [`Ranked`]
 //! back, or a [`RankError`].
 //!
-//! A job's trip: its rows are produced (FE for hit documents: on the CPU pool, or on the GPU
-//! when `fe_backend` sends them there). A job that can only run on the CPU is then scored at
-//! once on the same pool thread: one trip to the pool, not two. One that may run on the GPU
-//! goes, from a blocking thread, to its ranker's lane ([`batch::Batcher`]): scored at once when
-//! no batch of that ranker runs, else in the next batch; batches run on the backend
+//! A job's trip: hit documents that take the fused device path ([`backends::HitPath::Fused`])
+//! are extracted and scored in one device turn, alone ([`backends::Backends::rank_hits`]).
+//! Otherwise its rows are produced (FE for hit documents: on the CPU pool, or on the GPU when
+//! `fe_backend=gpu` and scoring stays on the CPU). A job that can only run on the CPU is then
+//! scored at once on the same pool thread: one trip to the pool, not two. One that may run on
+//! the GPU goes, from a blocking thread, to its ranker's lane ([`batch::Batcher`]): scored at
+//! once when no batch of that ranker runs, else in the next batch; batches run on the backend
 //! [`backends::Backends::evaluate`] picks.
 
 pub mod backends;
@@ -23,7 +25,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use backends::{Backends, FeRefused, PoolTaskFailed};
+pub use backends::{Backends, FeRefused, HitPath, HitsScored, PoolTaskFailed};
 pub use batch::{BatchConfig, ScoreError, Scored};
 
 use crate::backend::{Backend, Processor};
@@ -202,7 +204,7 @@ impl RankEngine {
     /// Readies `loaded` for the GPU (when there is one): uploads it and measures its CPU/GPU
     /// crossover. Blocking.
     pub fn prepare(&self, loaded: &LoadedRanker) {
-        self.backends.crossover(loaded);
+        self.backends.prepare(loaded);
     }
 
     /// Forgets the device copy of `name` (after it was deleted from the store).
@@ -238,10 +240,17 @@ impl RankEngine {
             Documents::Hits(batch) => batch.docs.len(),
             Documents::Source(source) => source.len(),
         };
-        let fe_on_gpu = match &documents {
-            Documents::Hits(batch) => self.backends.fe_on_gpu(&ranker, batch),
-            _ => false,
+        let path = match &documents {
+            Documents::Hits(_) => self.backends.hit_path(&ranker, n_docs, backend),
+            _ => HitPath::Rows { fe_on_gpu: false },
         };
+        let documents = match (documents, path) {
+            (Documents::Hits(batch), HitPath::Fused) => {
+                return self.rank_fused(ranker, batch, deadline, keep_rows).await;
+            }
+            (documents, _) => documents,
+        };
+        let fe_on_gpu = path == HitPath::Rows { fe_on_gpu: true };
         let at_once = self.batcher.scores_at_once(n_docs, backend, asked_cpu);
         // A job that stays on the CPU is scored in the same trip to the pool as its FE; one
         // that may wait for the GPU's turn is scored from a blocking thread instead.
@@ -332,6 +341,44 @@ impl RankEngine {
             fe_backend,
             rows,
             source,
+        })
+    }
+}
+
+impl RankEngine {
+    /// Ranks hit documents on the fused device path (the CPU on a GPU failure), from a blocking
+    /// thread: they are never batched with other jobs (the batch's own documents fill it).
+    async fn rank_fused<S: RowSource>(
+        &self,
+        ranker: Arc<LoadedRanker>,
+        batch: HitBatch,
+        deadline: Option<Instant>,
+        keep_rows: bool,
+    ) -> Result<Ranked<S>, RankError<S::Error>> {
+        let backends = Arc::clone(&self.backends);
+        let n_docs = batch.docs.len();
+        let work = tokio::task::spawn_blocking(move || {
+            let _stage = tracing::info_span!("fe+score", ranker = %ranker.name, documents = n_docs)
+                .entered();
+            backends.rank_hits(&ranker, &batch, keep_rows)
+        });
+        let hits = until(deadline, work)
+            .await?
+            .map_err(|err| RankError::Internal(err.to_string()))??;
+        batch::record_batch(n_docs, 1);
+        Ok(Ranked::Scored {
+            scored: Scored {
+                scores: hits.scores,
+                queue_us: hits.queue_us,
+                eval_us: hits.eval_us,
+                batch_docs: n_docs,
+                batch_requests: 1,
+                backend: hits.processor,
+            },
+            fe_us: hits.fe_us,
+            fe_backend: hits.processor,
+            rows: hits.rows,
+            source: None,
         })
     }
 }
@@ -466,6 +513,81 @@ mod tests {
                 Err(RankError::DeadlineExceeded)
             ));
         }
+    }
+
+    /// Hit documents on the fused device path (FE, gather and scoring in one device turn) give
+    /// the CPU's rows bit for bit and its scores within DESIGN §2's tolerance (the medium
+    /// ranker's NN: 1e-4), for 1, 700 and 65 537 documents (over the device batch: split), with
+    /// `auto` FE and `gpu` scoring too; a query over the kernel's terms reruns on the CPU; an
+    /// invalid document is refused with the CPU's error, nothing scored (on a GPU; skipped
+    /// without one, failing under `RANKSERVE_REQUIRE_GPU=1`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn fused_hits_through_the_engine_match_the_cpu() {
+        let Some(device) =
+            crate::gpu::device::device_for_tests("fused_hits_through_the_engine_match_the_cpu")
+        else {
+            return;
+        };
+        let (cpu, loaded) = engine(Backend::Cpu, false);
+        let executor = Executor::new(device);
+        let (gpu, _) = engine(Backend::Gpu, true);
+        gpu.install_gpu(Arc::clone(&executor));
+        let (auto, _) = engine(Backend::Auto, true);
+        auto.install_gpu(executor);
+        let over_limit = crate::rank::gpu::fe::MAX_TERMS + 1;
+        for (engine, docs, terms, ran) in [
+            (&gpu, 1, 3, Processor::Gpu),
+            (&gpu, 700, 64, Processor::Gpu),
+            (&auto, 700, 4, Processor::Gpu),
+            (&gpu, 65_537, 2, Processor::Gpu),
+            (&gpu, 50, over_limit, Processor::Cpu),
+        ] {
+            let mut batch = hits(docs, terms);
+            // Documents without static features (NaN) or without streams.
+            for doc in batch.docs.iter_mut().step_by(3) {
+                doc.static_features.clear();
+            }
+            for doc in batch.docs.iter_mut().skip(1).step_by(5) {
+                doc.streams = Default::default();
+            }
+            let cpu_job = RankJob {
+                backend: Backend::Cpu,
+                ..job(&loaded, Documents::Hits(batch.clone()))
+            };
+            let (want, _, want_rows) = ranked(&cpu, cpu_job).await;
+            let gpu_job = RankJob {
+                backend: Backend::Gpu,
+                ..job(&loaded, Documents::Hits(batch))
+            };
+            let (got, fe_backend, rows) = ranked(engine, gpu_job).await;
+            let what = format!("{docs} documents, {terms} terms");
+            assert_eq!((fe_backend, got.backend), (ran, ran), "{what}");
+            assert_eq!(bits(&rows), bits(&want_rows), "{what}");
+            assert_eq!(got.scores.len(), want.scores.len(), "{what}");
+            for (d, (g, w)) in got.scores.iter().zip(&want.scores).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                    "{what}: document {d}: GPU {g} vs CPU {w}"
+                );
+            }
+        }
+        let mut bad = hits(40, 2);
+        // A hit past the end of its stream.
+        let past_the_end = crate::rank::fe::HitStream::new(1, [[[0u32, 5u32]]]);
+        bad.docs[17].streams.insert("body", past_the_end);
+        let mut refusals = Vec::new();
+        for (engine, backend) in [(&cpu, Backend::Cpu), (&gpu, Backend::Gpu)] {
+            let job = RankJob {
+                backend,
+                ..job(&loaded, Documents::Hits(bad.clone()))
+            };
+            match engine.rank(job).await {
+                Err(RankError::Fe(err)) => refusals.push(err.to_string()),
+                other => panic!("expected a refusal: {:?}", other.map(|_| ())),
+            }
+        }
+        assert_eq!(refusals[1], refusals[0]);
+        assert!(refusals[0].starts_with("document 17, "), "{}", refusals[0]);
     }
 
     /// `fe_backend=gpu` extracts on the device with the CPU's values bit for bit, and a query

@@ -22,5 +22,5 @@ pub use hits::{
     validate_document, CorpusStats, DocRef, HitDocument, HitError, HitRef, HitStream, Phrases,
     QueryInfo, Streams,
 };
-pub use resolver::{fill_rows_in_chunks, FeError, FeatureResolver};
+pub use resolver::{fill_rows_in_chunks, FeError, FeatureResolver, GatherMap};
 pub use synth::{synth_corpus_stats, synth_hit_documents, synth_query};

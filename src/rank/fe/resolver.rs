@@ -39,6 +39,17 @@ enum Source {
     Static(String),
 }
 
+/// A ranker's feature map as the GPU gathers it (`fe_gather` in kernels/fe.cu): `codes[j]` is
+/// feature j's catalogue column when non-negative, else `-1 - k` for `static_keys[k]` (each
+/// document's static features are sent as a `documents × static_keys.len()` matrix). Catalogue
+/// indices are below [`CATALOGUE_LEN`], and a ranker has far fewer than 2³¹ features, so the
+/// codes fit an `i32`.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct GatherMap {
+    pub codes: Vec<i32>,
+    pub static_keys: Vec<String>,
+}
+
 /// A ranker's feature map resolved against the catalogue.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FeatureResolver {
@@ -229,6 +240,28 @@ impl FeatureResolver {
         Ok(())
     }
 
+    /// The resolver as a device gather reads it ([`GatherMap`]): each static key once, in
+    /// first-seen order, and one code per feature.
+    pub fn gather_map(&self) -> GatherMap {
+        let mut static_keys: Vec<String> = Vec::new();
+        let codes = (self.sources.iter())
+            .map(|source| match source {
+                Source::Catalogue(i) => *i as i32,
+                Source::Static(key) => {
+                    let k = match static_keys.iter().position(|s| s == key) {
+                        Some(k) => k,
+                        None => {
+                            static_keys.push(key.clone());
+                            static_keys.len() - 1
+                        }
+                    };
+                    -(k as i32) - 1
+                }
+            })
+            .collect();
+        GatherMap { codes, static_keys }
+    }
+
     fn extract_prepared(
         &self,
         query: &Prepared<'_>,
@@ -296,6 +329,23 @@ mod tests {
             streams: [("body".to_string(), HitStream::new(20, [[[0, 3], [1, 4]]]))].into(),
             static_features: [("static_rank".to_string(), 0.7)].into(),
         }
+    }
+
+    #[test]
+    fn gather_map_codes_catalogue_columns_and_numbers_static_keys_once() {
+        let resolver = FeatureResolver::new(&names(&[
+            "static.b",
+            "doc.bm25f",
+            "static.a",
+            "title.length",
+            "static.b",
+        ]))
+        .unwrap();
+        let map = resolver.gather_map();
+        let bm25f = catalogue_index("doc.bm25f").unwrap() as i32;
+        let title = catalogue_index("title.length").unwrap() as i32;
+        assert_eq!(map.codes, [-1, bm25f, -2, title, -1]);
+        assert_eq!(map.static_keys, ["b", "a"]);
     }
 
     #[test]

@@ -1,6 +1,9 @@
 //! The CPU/GPU crossover of a ranker: the batch size from which the GPU, copies included, scores
 //! a batch faster than the CPU does. Measured when a ranker loads (DESIGN §1); `backend=auto`
-//! sends a batch to the GPU when it has at least that many documents.
+//! sends a batch to the GPU when it has at least that many documents. Two are measured: scoring
+//! feature rows ([`measure`]), and feature extraction and scoring of hit documents together
+//! ([`measure_hits`]: CPU FE then CPU scoring against the fused device path), which
+//! `fe_backend=auto` follows.
 
 use std::time::{Duration, Instant};
 
@@ -8,8 +11,14 @@ use serde::{Deserialize, Serialize};
 
 use super::ranker::GpuRanker;
 use crate::gpu::{GpuDevice, GpuError};
+use crate::rank::fe::{synth_corpus_stats, synth_hit_documents, synth_query, HitDocument};
+use crate::rank::fe::{CorpusStats, QueryInfo};
 use crate::rank::model::Ranker;
 use crate::rank::synth::synth_features;
+
+/// Query terms of the synthetic hit documents [`measure_hits`] times (the request log's
+/// typical query).
+pub const HITS_QUERY_TERMS: u32 = 4;
 
 /// Batch sizes timed, smallest first.
 pub const BATCH_SIZES: &[usize] = &[1, 8, 32, 128, 512, 2048, 8192];
@@ -66,19 +75,66 @@ pub fn measure(
     cpu: &dyn Fn(&[f64]) -> Vec<f64>,
     budget: Duration,
 ) -> Result<Crossover, GpuError> {
-    let mut points = Vec::new();
     if ranker.features.is_empty() {
-        return Ok(Crossover { docs: None, points });
+        return Ok(Crossover {
+            docs: None,
+            points: Vec::new(),
+        });
     }
     let rows = synth_features(ranker, *BATCH_SIZES.last().unwrap_or(&1), 0x0C05_50E5);
     let width = ranker.features.len();
+    measure_with(
+        budget,
+        |docs| {
+            std::hint::black_box(cpu(&rows[..docs * width]));
+        },
+        |docs| gpu.score(device, &rows[..docs * width], false).map(|_| ()),
+    )
+}
+
+/// Synthetic hit documents of one query, as [`measure_hits`] times them.
+pub struct HitSample<'a> {
+    pub query: &'a QueryInfo,
+    pub stats: &'a CorpusStats,
+    pub docs: &'a [HitDocument],
+}
+
+/// Times `cpu` (CPU feature extraction and scoring, as the server would run them) against `gpu`
+/// (the fused device path) on synthetic hit documents ([`HITS_QUERY_TERMS`] terms) at each of
+/// [`BATCH_SIZES`], as [`measure`] does.
+///
+/// # Errors
+/// The first GPU error; the caller then serves hit documents on the CPU.
+pub fn measure_hits(
+    cpu: &dyn Fn(&HitSample<'_>),
+    gpu: &dyn Fn(&HitSample<'_>) -> Result<(), GpuError>,
+    budget: Duration,
+) -> Result<Crossover, GpuError> {
+    let query = synth_query(HITS_QUERY_TERMS, 0x0C05);
+    let stats = synth_corpus_stats();
+    let all = synth_hit_documents(*BATCH_SIZES.last().unwrap_or(&1), HITS_QUERY_TERMS, 0x50E5);
+    let sample = |docs: usize| HitSample {
+        query: &query,
+        stats: &stats,
+        docs: &all[..docs],
+    };
+    measure_with(budget, |docs| cpu(&sample(docs)), |docs| gpu(&sample(docs)))
+}
+
+/// The points of `cpu` against `gpu`, each run on the first `docs` of its sample for each of
+/// [`BATCH_SIZES`], stopping once a size takes longer than `budget` on the slower side.
+fn measure_with(
+    budget: Duration,
+    mut cpu: impl FnMut(usize),
+    mut gpu: impl FnMut(usize) -> Result<(), GpuError>,
+) -> Result<Crossover, GpuError> {
+    let mut points = Vec::new();
     for &docs in BATCH_SIZES {
-        let batch = &rows[..docs * width];
         let cpu_us = median_us(|| {
-            std::hint::black_box(cpu(batch));
+            cpu(docs);
             Ok(())
         })?;
-        let gpu_us = median_us(|| gpu.score(device, batch, false).map(|_| ()))?;
+        let gpu_us = median_us(|| gpu(docs))?;
         points.push(CrossoverPoint {
             docs,
             cpu_us,

@@ -1,12 +1,15 @@
 //! Feature extraction on the GPU (Tadros 2015, §3.3: streams in parallel, many documents per
-//! launch): the flattened hit layout `kernels/fe.cu` reads ([`FeLayout`], built on the host after
-//! the CPU's validation), its upload into reused device buffers, the `fe_extract` launch, and the
-//! download of the catalogue matrix (documents × [`CATALOGUE_LEN`], f64, catalogue order).
+//! launch): the flattened hit layout `kernels/fe.cu` reads ([`FeLayout`], built on the host in
+//! the same pass as the CPU's validation, with the documents' static features the ranker reads),
+//! its upload into reused device buffers, the `fe_extract` launch into a catalogue matrix that
+//! stays on the device (documents × [`CATALOGUE_LEN`], f64, catalogue order), and `fe_gather`,
+//! which writes a ranker's `V` (its [`GatherMap`]) from it into any device buffer: the GPU
+//! ranker's input buffer when scoring follows ([`crate::rank::gpu::ranker::GpuRanker::score_hits`]:
+//! only scores cross PCIe back), or this module's own for [`GpuFe::extract_batch`] (rows back to
+//! the host). [`GpuFe::download`] copies the whole catalogue out, for tests and measurements.
 //!
-//! A ranker's `V` is then gathered from the catalogue rows on the host by the ranker's
-//! [`FeatureResolver`] (static features come from the documents there), exactly as the CPU path
-//! gathers from its scratch vector. Every catalogue value equals the CPU's bit for bit: integer
-//! features are exact, and BM25/BM25F use the CPU's f64 operation order without FMA contraction
+//! Every catalogue value equals the CPU's bit for bit: integer features are exact, and
+//! BM25/BM25F use the CPU's f64 operation order without FMA contraction; the gather only copies
 //! (tests/parity.rs checks it).
 
 use cudarc::driver::{
@@ -18,8 +21,8 @@ use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError, KernelModule};
 use crate::rank::fe::catalogue::{CATALOGUE_LEN, STREAMS};
 use crate::rank::fe::{
-    validate_document, CorpusStats, FeatureResolver, HitDocument, HitError, Prepared, QueryInfo,
-    BM25F_B, BM25F_K1, BM25F_WEIGHTS, BM25_B, BM25_K1,
+    validate_document, CorpusStats, FeatureResolver, GatherMap, HitDocument, HitError, Prepared,
+    QueryInfo, BM25F_B, BM25F_K1, BM25F_WEIGHTS, BM25_B, BM25_K1,
 };
 
 /// The most query terms the kernel takes (`FE_MAX_TERMS` in fe.cu: term sets are 64-bit masks,
@@ -29,6 +32,8 @@ pub const MAX_TERMS: u32 = 64;
 
 /// Threads per block of `fe_extract`: 32 documents × 4 streams, a multiple of the warp.
 const BLOCK: u32 = 128;
+/// Threads per block of `fe_gather` (grid-stride).
+const GATHER_BLOCK: u32 = 256;
 
 /// Query-level values and constants as `fe_extract` takes them (`struct FeParams` in fe.cu).
 #[repr(C)]
@@ -64,7 +69,8 @@ pub enum GpuFeError {
 }
 
 /// A batch of hit documents flattened for `fe_extract` (the layout is drawn in fe.cu): stream
-/// `doc * 4 + slot` for each catalogue stream, its non-empty phrases, their hits.
+/// `doc * 4 + slot` for each catalogue stream, its non-empty phrases, their hits; and, for
+/// `fe_gather`, the ranker's gather codes and the documents' static features it reads.
 #[derive(Debug, Clone, PartialEq)]
 pub struct FeLayout {
     /// `[docs × 4 + 1]`: first phrase of each stream, then the phrase count.
@@ -78,6 +84,12 @@ pub struct FeLayout {
     /// `[Q]`.
     idf: Vec<f64>,
     params: FeParams,
+    /// `[width]`: the [`GatherMap`]'s codes (empty without one).
+    codes: Vec<i32>,
+    /// `[docs × n_statics]`: each document's value of each of the map's static keys, NaN when
+    /// absent (a missing value, as on the CPU).
+    statics: Vec<f64>,
+    n_statics: usize,
 }
 
 fn index32(n: usize, what: &'static str) -> Result<u32, GpuError> {
@@ -99,19 +111,29 @@ struct Part {
     phrase_hit_ends: Vec<u32>,
     hits: Vec<u32>,
     stream_lengths: Vec<u32>,
+    statics: Vec<f64>,
 }
 
 impl Part {
     /// Validates (the CPU's rules; errors carry the batch index `first + i`) and flattens
-    /// `docs`.
-    fn build(first: usize, docs: &[HitDocument], terms: u32) -> Result<Part, GpuFeError> {
+    /// `docs`, with their values of `static_keys`.
+    fn build(
+        first: usize,
+        docs: &[HitDocument],
+        terms: u32,
+        static_keys: &[String],
+    ) -> Result<Part, GpuFeError> {
         let mut part = Part {
             stream_phrase_ends: Vec::with_capacity(docs.len() * STREAMS.len()),
             stream_lengths: Vec::with_capacity(docs.len() * STREAMS.len()),
+            statics: Vec::with_capacity(docs.len() * static_keys.len()),
             ..Part::default()
         };
         for (i, doc) in docs.iter().enumerate() {
             validate_document(doc, terms).map_err(|e| e.at_index(first + i))?;
+            let values = static_keys.iter().map(|key| doc.static_features.get(key));
+            part.statics
+                .extend(values.map(|v| v.copied().unwrap_or(f64::NAN)));
             for name in STREAMS {
                 let stream = doc.streams.get(name);
                 part.stream_lengths.push(stream.map_or(0, |s| s.length));
@@ -134,7 +156,8 @@ impl Part {
 impl FeLayout {
     /// Validates the batch exactly as the CPU path does (query, statistics, then every document,
     /// reporting the lowest-index bad document with its index) and flattens it, chunks of
-    /// documents in parallel on rayon's pool.
+    /// documents in parallel on rayon's pool; with `gather`, the ranker's gather codes and the
+    /// documents' static features go with it.
     ///
     /// # Errors
     /// [`GpuFeError::Hits`] for an invalid request; [`GpuError::TooLarge`] when the query has
@@ -143,13 +166,50 @@ impl FeLayout {
         query: &QueryInfo,
         stats: &CorpusStats,
         docs: &[HitDocument],
+        gather: Option<&GatherMap>,
+    ) -> Result<FeLayout, GpuFeError> {
+        FeLayout::build_from(0, query, stats, docs, gather)
+    }
+
+    /// [`FeLayout::build`] in layouts of at most `max_docs` documents each (a batch larger than
+    /// one device batch holds runs as several), in order; an invalid document is reported with
+    /// its index in `docs`, the lowest one, before any layout is returned.
+    ///
+    /// # Errors
+    /// As [`FeLayout::build`].
+    pub fn build_split(
+        query: &QueryInfo,
+        stats: &CorpusStats,
+        docs: &[HitDocument],
+        gather: Option<&GatherMap>,
+        max_docs: usize,
+    ) -> Result<Vec<FeLayout>, GpuFeError> {
+        let max_docs = max_docs.max(1);
+        if docs.is_empty() {
+            return Ok(vec![FeLayout::build_from(0, query, stats, docs, gather)?]);
+        }
+        (docs.chunks(max_docs).enumerate())
+            .map(|(c, chunk)| FeLayout::build_from(c * max_docs, query, stats, chunk, gather))
+            .collect()
+    }
+
+    /// [`FeLayout::build`] of `docs`, the documents from index `first` of the caller's batch.
+    fn build_from(
+        first: usize,
+        query: &QueryInfo,
+        stats: &CorpusStats,
+        docs: &[HitDocument],
+        gather: Option<&GatherMap>,
     ) -> Result<FeLayout, GpuFeError> {
         let prepared = Prepared::new(query, stats)?;
+        let static_keys = gather.map_or(&[][..], |g| &g.static_keys[..]);
         // Collected in chunk order, so the first error is the lowest-index document's.
         let parts: Vec<Result<Part, GpuFeError>> = docs
             .par_chunks(CHUNK_DOCS)
             .enumerate()
-            .map(|(c, chunk)| Part::build(c * CHUNK_DOCS, chunk, prepared.terms))
+            .map(|(c, chunk)| {
+                Part::build(first + c * CHUNK_DOCS, chunk, prepared.terms, static_keys)
+            })
             .collect();
         let parts = parts.into_iter().collect::<Result<Vec<Part>, _>>()?;
         if prepared.terms > MAX_TERMS {
@@ -185,6 +245,9 @@ impl FeLayout {
                 terms: prepared.terms,
                 n_docs,
             },
+            codes: gather.map_or_else(Vec::new, |g| g.codes.clone()),
+            statics: Vec::with_capacity(docs.len() * static_keys.len()),
+            n_statics: static_keys.len(),
         };
         layout.stream_phrases.push(0);
         layout.phrase_hits.push(0);
@@ -200,6 +263,7 @@ impl FeLayout {
             layout
                 .stream_lengths
                 .extend_from_slice(&part.stream_lengths);
+            layout.statics.extend_from_slice(&part.statics);
         }
         Ok(layout)
     }
@@ -214,13 +278,19 @@ impl FeLayout {
         self.hits.len() / 2
     }
 
+    /// Features per document `fe_gather` writes (the gather map's width; 0 without one).
+    pub fn width(&self) -> usize {
+        self.codes.len()
+    }
+
     /// Bytes copied to the device for this batch.
     pub fn upload_bytes(&self) -> usize {
         4 * (self.stream_phrases.len()
             + self.phrase_hits.len()
             + self.hits.len()
-            + self.stream_lengths.len())
-            + 8 * self.idf.len()
+            + self.stream_lengths.len()
+            + self.codes.len())
+            + 8 * (self.idf.len() + self.statics.len())
     }
 }
 
@@ -232,17 +302,30 @@ pub struct GpuFe {
     hits: Option<CudaSlice<u32>>,
     stream_lengths: Option<CudaSlice<u32>>,
     idf: Option<CudaSlice<f64>>,
+    codes: Option<CudaSlice<i32>>,
+    statics: Option<CudaSlice<f64>>,
+    /// The catalogue matrix `fe_extract` writes.
     out: Option<CudaSlice<f64>>,
-    /// Page-locked host copy of `out` (not write-combined: the host reads it).
+    /// The ranker's rows, for [`GpuFe::extract_batch`] (scoring gathers into its own buffer).
+    rows: Option<CudaSlice<f64>>,
+    /// Page-locked host copy of what is downloaded (not write-combined: the host reads it).
     staging: Option<PinnedHostSlice<f64>>,
-    /// The parameters of the uploaded batch (`None`: nothing uploaded yet).
-    params: Option<FeParams>,
+    /// The uploaded batch (`None`: nothing uploaded yet).
+    uploaded: Option<Uploaded>,
+}
+
+/// What the kernels need to know of the uploaded batch.
+#[derive(Debug, Clone, Copy)]
+struct Uploaded {
+    params: FeParams,
+    width: u32,
+    n_statics: u32,
 }
 
 impl std::fmt::Debug for GpuFe {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("GpuFe")
-            .field("params", &self.params)
+            .field("uploaded", &self.uploaded)
             .finish_non_exhaustive()
     }
 }
@@ -295,19 +378,25 @@ impl GpuFe {
     /// A driver error when an allocation or copy fails.
     pub fn upload(&mut self, device: &GpuDevice, layout: &FeLayout) -> Result<(), GpuError> {
         device.check_fault("feature-extraction upload")?;
-        self.params = None;
+        self.uploaded = None;
         upload_into(device, &mut self.stream_phrases, &layout.stream_phrases)?;
         upload_into(device, &mut self.phrase_hits, &layout.phrase_hits)?;
         upload_into(device, &mut self.hits, &layout.hits)?;
         upload_into(device, &mut self.stream_lengths, &layout.stream_lengths)?;
         upload_into(device, &mut self.idf, &layout.idf)?;
+        upload_into(device, &mut self.codes, &layout.codes)?;
+        upload_into(device, &mut self.statics, &layout.statics)?;
         reserve(
             device,
             &mut self.out,
             layout.n_docs() * CATALOGUE_LEN,
             "feature-extraction output allocation",
         )?;
-        self.params = Some(layout.params);
+        self.uploaded = Some(Uploaded {
+            params: layout.params,
+            width: index32(layout.width(), "ranker features")?,
+            n_statics: index32(layout.n_statics, "static features")?,
+        });
         Ok(())
     }
 
@@ -318,7 +407,7 @@ impl GpuFe {
     /// A driver error when the launch fails.
     pub fn launch(&mut self, device: &GpuDevice) -> Result<(), GpuError> {
         let function = device.function(KernelModule::Fe, "fe_extract")?;
-        let Some(params) = self.params.filter(|p| p.n_docs > 0) else {
+        let Some(params) = self.uploaded.map(|u| u.params).filter(|p| p.n_docs > 0) else {
             return Ok(());
         };
         let (
@@ -367,22 +456,75 @@ impl GpuFe {
         Ok(())
     }
 
-    /// Copies the catalogue matrix of the uploaded batch to the host once the queued work is
-    /// done (row-major `n_docs × CATALOGUE_LEN`, through a reused page-locked buffer).
+    /// Queues `fe_gather` over the uploaded batch: writes its documents' rows in the gather
+    /// map's order (the layout's [`FeLayout::width`] features each) into `rows`, from the
+    /// catalogue of the `fe_extract` queued before it. Nothing for an empty batch or width.
     ///
     /// # Errors
-    /// A driver error when the allocation, the copy or the stream fails.
-    pub fn download(&mut self, device: &GpuDevice) -> Result<&[f64], GpuError> {
+    /// [`GpuError::TooLarge`] when `rows` holds fewer than documents × width values; a driver
+    /// error when the launch fails.
+    pub fn gather_into(
+        &self,
+        device: &GpuDevice,
+        rows: &mut CudaSlice<f64>,
+    ) -> Result<(), GpuError> {
+        let function = device.function(KernelModule::Fe, "fe_gather")?;
+        let Some(u) = self.uploaded.filter(|u| u.params.n_docs > 0 && u.width > 0) else {
+            return Ok(());
+        };
+        let n = u.params.n_docs as usize * u.width as usize;
+        if rows.len() < n {
+            return Err(GpuError::TooLarge {
+                what: "gathered feature values",
+                got: n,
+                limit: rows.len(),
+            });
+        }
+        let (Some(out), Some(statics), Some(codes)) = (&self.out, &self.statics, &self.codes)
+        else {
+            return Ok(());
+        };
+        let config = LaunchConfig {
+            grid_dim: ((n.div_ceil(GATHER_BLOCK as usize)).clamp(1, 65_535 * 8) as u32, 1, 1),
+            block_dim: (GATHER_BLOCK, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut launch = device.stream().launch_builder(function);
+        launch
+            .arg(out)
+            .arg(statics)
+            .arg(codes)
+            .arg(&u.params.n_docs)
+            .arg(&u.width)
+            .arg(&u.n_statics)
+            .arg(rows);
+        // SAFETY: the arguments follow `fe_gather`'s signature in order and type: the f64
+        // catalogue (`upload` sized it n_docs × CATALOGUE_LEN), the f64 statics (n_docs ×
+        // n_statics, at least one value), the i32 codes (width, each a catalogue column below
+        // CATALOGUE_LEN or a static column below n_statics, as `GatherMap` builds them), three
+        // u32 and the f64 rows, checked above to hold n_docs × width values. The grid-stride loop
+        // covers any grid.
+        unsafe { launch.launch(config) }.during("fe_gather launch")?;
+        Ok(())
+    }
+
+    /// Copies the first `n` values of `src` to the host once the queued work is done, through a
+    /// reused page-locked buffer.
+    fn download_from<'a>(
+        device: &GpuDevice,
+        staging: &'a mut Option<PinnedHostSlice<f64>>,
+        src: Option<&CudaSlice<f64>>,
+        n: usize,
+    ) -> Result<&'a [f64], GpuError> {
         const OP: &str = "feature-extraction download";
         device.check_fault(OP)?;
         let stream = device.stream();
-        let n = self.params.map_or(0, |p| p.n_docs as usize) * CATALOGUE_LEN;
-        let (Some(out), true) = (&self.out, n > 0) else {
+        let (Some(src), true) = (src, n > 0) else {
             stream.synchronize().during("feature extraction")?;
             return Ok(&[]);
         };
-        let mut staging = match self.staging.take() {
-            Some(staging) if staging.len() >= n => staging,
+        let mut buffer = match staging.take() {
+            Some(buffer) if buffer.len() >= n => buffer,
             old => {
                 drop(old);
                 // SAFETY: the buffer's contents are uninitialised, but every f64 bit pattern
@@ -391,11 +533,21 @@ impl GpuFe {
             }
         };
         stream
-            .memcpy_dtoh(&out.slice(..n), &mut staging)
+            .memcpy_dtoh(&src.slice(..n), &mut buffer)
             .during(OP)?;
         stream.synchronize().during("feature extraction")?;
-        let staging = self.staging.insert(staging);
-        Ok(&staging.as_slice().during(OP)?[..n])
+        let buffer = staging.insert(buffer);
+        Ok(&buffer.as_slice().during(OP)?[..n])
+    }
+
+    /// Copies the catalogue matrix of the uploaded batch to the host once the queued work is
+    /// done (row-major `n_docs × CATALOGUE_LEN`, through a reused page-locked buffer).
+    ///
+    /// # Errors
+    /// A driver error when the allocation, the copy or the stream fails.
+    pub fn download(&mut self, device: &GpuDevice) -> Result<&[f64], GpuError> {
+        let n = self.uploaded.map_or(0, |u| u.params.n_docs as usize) * CATALOGUE_LEN;
+        GpuFe::download_from(device, &mut self.staging, self.out.as_ref(), n)
     }
 
     /// Every catalogue feature of `docs`, row-major `docs.len() × CATALOGUE_LEN`, computed on
@@ -412,14 +564,15 @@ impl GpuFe {
         stats: &CorpusStats,
         docs: &[HitDocument],
     ) -> Result<&[f64], GpuFeError> {
-        let layout = FeLayout::build(query, stats, docs)?;
+        let layout = FeLayout::build(query, stats, docs, None)?;
         self.upload(device, &layout)?;
         self.launch(device)?;
         Ok(self.download(device)?)
     }
 
     /// The GPU counterpart of [`FeatureResolver::extract_batch`]: `out` is row-major
-    /// `docs.len() × resolver.len()` in the ranker's order, with the same values.
+    /// `docs.len() × resolver.len()` in the ranker's order, with the same values, gathered on the
+    /// device (only the ranker's features cross PCIe back).
     ///
     /// # Errors
     /// As [`GpuFe::extract_catalogue`]; [`HitError::OutputLength`] when `out` does not fit.
@@ -433,8 +586,16 @@ impl GpuFe {
         out: &mut [f64],
     ) -> Result<(), GpuFeError> {
         resolver.check_output(docs.len(), out.len())?;
-        let catalogue = self.extract_catalogue(device, query, stats, docs)?;
-        resolver.gather_batch(catalogue, docs, out)?;
+        let layout = FeLayout::build(query, stats, docs, Some(&resolver.gather_map()))?;
+        self.upload(device, &layout)?;
+        self.launch(device)?;
+        let mut rows = self.rows.take();
+        let gathered = reserve(device, &mut rows, out.len(), "feature rows allocation")
+            .and_then(|rows| self.gather_into(device, rows));
+        self.rows = rows;
+        gathered?;
+        let got = GpuFe::download_from(device, &mut self.staging, self.rows.as_ref(), out.len())?;
+        out.copy_from_slice(got);
         Ok(())
     }
 }
@@ -485,7 +646,7 @@ mod tests {
         let stats = CorpusStats {
             avg_length: [("body".to_string(), 402.0)].into(),
         };
-        let layout = FeLayout::build(&query(3), &stats, &docs).expect("valid");
+        let layout = FeLayout::build(&query(3), &stats, &docs, None).expect("valid");
         assert_eq!(layout.n_docs(), 3);
         assert_eq!(layout.n_hits(), 5);
         // Streams: title, body, anchor, url of each document.
@@ -509,7 +670,7 @@ mod tests {
 
     #[test]
     fn empty_batch_has_one_offset_each() {
-        let layout = FeLayout::build(&query(2), &CorpusStats::default(), &[]).expect("valid");
+        let layout = FeLayout::build(&query(2), &CorpusStats::default(), &[], None).expect("valid");
         assert_eq!(layout.n_docs(), 0);
         assert_eq!(layout.stream_phrases, [0]);
         assert_eq!(layout.phrase_hits, [0]);
@@ -530,7 +691,7 @@ mod tests {
         let cpu = resolver
             .extract_batch(&query(2), &CorpusStats::default(), &docs, &mut out, 4)
             .unwrap_err();
-        let gpu = FeLayout::build(&query(2), &CorpusStats::default(), &docs).unwrap_err();
+        let gpu = FeLayout::build(&query(2), &CorpusStats::default(), &docs, None).unwrap_err();
         assert_eq!(gpu.to_string(), cpu.to_string());
         assert!(
             gpu.to_string().starts_with("document 7, streams.headings"),
@@ -541,19 +702,54 @@ mod tests {
             idf: vec![1.0],
         };
         assert_eq!(
-            FeLayout::build(&bad_query, &CorpusStats::default(), &docs)
+            FeLayout::build(&bad_query, &CorpusStats::default(), &docs, None)
                 .unwrap_err()
                 .to_string(),
             "query.idf has 1 values, expected 2 (query.terms)"
         );
     }
 
+    /// With a gather map, the layout carries its codes and each document's static values (NaN
+    /// where absent); a batch split in layouts reports a bad document by its index in the whole
+    /// batch, and the layouts together hold the batch.
+    #[test]
+    fn gather_statics_and_split_layouts() {
+        let names: Vec<String> = ["static.rank", "doc.bm25f", "static.spam"]
+            .map(String::from)
+            .to_vec();
+        let map = FeatureResolver::new(&names).unwrap().gather_map();
+        let mut docs = vec![doc(&[("body", stream(10, &[&[[0, 1]]]))]); 5];
+        docs[1].static_features.insert("rank".into(), 0.25);
+        docs[4].static_features.insert("spam".into(), -1.0);
+        let layout = FeLayout::build(&query(1), &CorpusStats::default(), &docs, Some(&map))
+            .expect("valid");
+        assert_eq!((layout.width(), layout.n_statics), (3, 2));
+        assert_eq!(layout.codes, map.codes);
+        let statics: Vec<Option<f64>> = (layout.statics.iter())
+            .map(|v| (!v.is_nan()).then_some(*v))
+            .collect();
+        let (n, r, s) = (None, Some(0.25), Some(-1.0));
+        assert_eq!(statics, [n, n, r, n, n, n, n, n, n, s]);
+
+        let split = FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, Some(&map), 2)
+            .expect("valid");
+        assert_eq!(split.iter().map(FeLayout::n_docs).collect::<Vec<_>>(), [2, 2, 1]);
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&split[2].statics), bits(&layout.statics[8..]));
+        let empty = FeLayout::build_split(&query(1), &CorpusStats::default(), &[], None, 2);
+        assert_eq!(empty.expect("valid").len(), 1);
+        docs[3] = doc(&[("body", stream(10, &[&[[0, 4], [0, 3]]]))]);
+        let err = FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, None, 2)
+            .unwrap_err();
+        assert!(err.to_string().starts_with("document 3, "), "{err}");
+    }
+
     #[test]
     fn queries_longer_than_the_kernel_takes_are_too_large() {
         let docs = [doc(&[("body", stream(100, &[&[[63, 0], [0, 99]]]))])];
-        assert!(FeLayout::build(&query(MAX_TERMS), &CorpusStats::default(), &docs).is_ok());
+        assert!(FeLayout::build(&query(MAX_TERMS), &CorpusStats::default(), &docs, None).is_ok());
         let err =
-            FeLayout::build(&query(MAX_TERMS + 1), &CorpusStats::default(), &docs).unwrap_err();
+            FeLayout::build(&query(MAX_TERMS + 1), &CorpusStats::default(), &docs, None).unwrap_err();
         assert!(
             matches!(
                 err,

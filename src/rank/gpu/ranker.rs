@@ -6,6 +6,11 @@
 //! inputs' leaves into its last columns; each NN layer is one SGEMM (D × N' · N' × H) followed by
 //! `nn_bias_activation`; `trees_eval` sums the ensemble (f64); `nn_scores` adds it to the NN's
 //! output (or to the sum of the inputs when there are no layers); the scores are copied out.
+//!
+//! Hit documents ([`GpuRanker::score_hits`]) take the same path with the first step replaced by
+//! feature extraction on the device: their layout is copied in, `fe_extract` writes the catalogue
+//! and `fe_gather` the ranker's features straight into the features buffer, so one device turn
+//! goes from hits to scores and only the scores (and, when asked, the rows) come back.
 
 use std::time::Instant;
 
@@ -20,6 +25,7 @@ use cudarc::driver::{
 use parking_lot::Mutex;
 use rayon::prelude::*;
 
+use super::fe::{FeLayout, GpuFe};
 use super::trees::{GpuTrees, TreeLayout, TreeTargets};
 use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError, KernelModule};
@@ -234,6 +240,26 @@ pub struct GpuScores {
     pub scores: Vec<f64>,
     /// With `explain`: each document's model inputs in the ranker's input order (row-major).
     pub inputs: Option<Vec<f32>>,
+    /// When asked of [`GpuRanker::score_hits`]: the feature rows extracted on the device
+    /// (row-major, the ranker's width).
+    pub rows: Option<Vec<f64>>,
+}
+
+/// Where one device batch's feature rows come from.
+enum ChunkRows<'a> {
+    /// Rows on the host: staged and copied in.
+    Host(&'a [f64]),
+    /// Hit documents: their layout copied in, the features extracted and gathered on the device.
+    Hits(&'a FeLayout),
+}
+
+impl ChunkRows<'_> {
+    fn n_docs(&self, n_features: usize) -> usize {
+        match self {
+            ChunkRows::Host(rows) => rows.len().checked_div(n_features).unwrap_or(0),
+            ChunkRows::Hits(layout) => layout.n_docs(),
+        }
+    }
 }
 
 fn activation_code(activation: Activation) -> u32 {
@@ -393,7 +419,48 @@ impl GpuRanker {
         features: &[f64],
         explain: bool,
     ) -> Result<GpuScores, GpuError> {
-        self.score_batches(device, features, explain, None)
+        self.score_rows(device, features, explain, None)
+            .map(|(scores, _)| scores)
+    }
+
+    /// Scores hit documents in one device turn: for each layout (at most
+    /// [`GpuRanker::max_batch`] documents, built with this ranker's gather map: see
+    /// [`FeLayout::build_split`]) the layout is copied in, the features extracted (`fe_extract`)
+    /// and gathered into this ranker's input buffer (`fe_gather`), then scored as
+    /// [`GpuRanker::score`] scores rows; only the scores come back, and the rows too with
+    /// `keep_rows`. Documents are in layout order.
+    ///
+    /// # Errors
+    /// As [`GpuRanker::score`]; [`GpuError::TooLarge`] for a layout over the device batch;
+    /// [`GpuError::BatchFailed`] for one gathered for a ranker of another width.
+    pub fn score_hits(
+        &self,
+        device: &GpuDevice,
+        fe: &mut GpuFe,
+        layouts: &[FeLayout],
+        explain: bool,
+        keep_rows: bool,
+    ) -> Result<GpuScores, GpuError> {
+        for layout in layouts {
+            if layout.n_docs() > self.max_batch {
+                return Err(GpuError::TooLarge {
+                    what: "documents per device batch",
+                    got: layout.n_docs(),
+                    limit: self.max_batch,
+                });
+            }
+            if layout.width() != self.n_features {
+                return Err(GpuError::BatchFailed {
+                    reason: format!(
+                        "the hits were laid out for {} features, the ranker reads {}",
+                        layout.width(),
+                        self.n_features
+                    ),
+                });
+            }
+        }
+        let chunks = layouts.iter().map(ChunkRows::Hits);
+        self.score_batches(device, chunks, Some(fe), explain, keep_rows, None)
             .map(|(scores, _)| scores)
     }
 
@@ -408,31 +475,54 @@ impl GpuRanker {
         features: &[f64],
     ) -> Result<(GpuScores, GpuPhases), GpuError> {
         let events = PhaseEvents::new(device)?;
-        self.score_batches(device, features, false, Some(&events))
+        self.score_rows(device, features, false, Some(&events))
     }
 
-    fn score_batches(
+    /// [`GpuRanker::score`] of host rows, in device batches of at most `max_batch` documents.
+    fn score_rows(
         &self,
         device: &GpuDevice,
         features: &[f64],
         explain: bool,
         events: Option<&PhaseEvents>,
     ) -> Result<(GpuScores, GpuPhases), GpuError> {
-        device.check_fault("ranker scoring")?;
         let n_docs = features.len().checked_div(self.n_features).unwrap_or(0);
+        let batch = self.max_batch.min(n_docs).max(1);
+        let rows = &features[..n_docs * self.n_features];
+        let chunks = (rows.chunks((batch * self.n_features).max(1)))
+            .map(ChunkRows::Host);
+        self.score_batches(device, chunks, None, explain, false, events)
+    }
+
+    /// Scores the device batches `chunks` one after another (hits need `fe`), appending each
+    /// batch's scores (inputs, rows) in order.
+    fn score_batches<'a>(
+        &self,
+        device: &GpuDevice,
+        chunks: impl Iterator<Item = ChunkRows<'a>> + Clone,
+        mut fe: Option<&mut GpuFe>,
+        explain: bool,
+        keep_rows: bool,
+        events: Option<&PhaseEvents>,
+    ) -> Result<(GpuScores, GpuPhases), GpuError> {
+        device.check_fault("ranker scoring")?;
+        let sizes = chunks.clone().map(|c| c.n_docs(self.n_features));
+        let (n_docs, largest) = sizes.fold((0, 0), |(n, m), d| (n + d, m.max(d)));
         let mut out = GpuScores {
             scores: Vec::with_capacity(n_docs),
             inputs: explain.then(|| Vec::with_capacity(n_docs * self.n_inputs)),
+            rows: keep_rows.then(|| Vec::with_capacity(n_docs * self.n_features)),
         };
         let mut phases = GpuPhases::default();
         if n_docs == 0 {
             return Ok((out, phases));
         }
-        let batch = self.max_batch.min(n_docs);
-        let mut buffers = self.take_buffers(device, batch)?;
-        for rows in features[..n_docs * self.n_features].chunks(batch * self.n_features) {
+        let mut buffers = self.take_buffers(device, largest)?;
+        for chunk in chunks.filter(|c| c.n_docs(self.n_features) > 0) {
             // On an error the buffers are dropped, not pooled: the stream's state is unknown.
-            self.score_chunk(device, &mut buffers, rows, &mut out, events, &mut phases)?;
+            let fe = fe.as_deref_mut();
+            let b = &mut buffers;
+            self.score_chunk(device, b, chunk, fe, &mut out, events, &mut phases)?;
         }
         let mut pool = self.pool.lock();
         if pool.len() < POOL_SIZE {
@@ -468,35 +558,51 @@ impl GpuRanker {
     }
 
     /// Scores one device batch (at most the buffers' capacity) and appends to `out`.
+    #[allow(clippy::too_many_arguments)]
     fn score_chunk(
         &self,
         device: &GpuDevice,
         b: &mut BatchBuffers,
-        rows: &[f64],
+        rows: ChunkRows<'_>,
+        fe: Option<&mut GpuFe>,
         out: &mut GpuScores,
         events: Option<&PhaseEvents>,
         phases: &mut GpuPhases,
     ) -> Result<(), GpuError> {
-        let n_docs = rows.len() / self.n_features;
+        let n_docs = rows.n_docs(self.n_features);
         let stream = device.stream();
         let docs32 = count32(n_docs, "documents per batch")?;
         let columns = self.n_columns.max(1);
-        let staged_at = Instant::now();
-        let staged = &mut b.staging_in.as_mut_slice().during("feature staging")?[..rows.len()];
-        stage(staged, rows);
-        phases.stage_us += staged_at.elapsed().as_secs_f64() * 1e6;
         let record = |phase: usize| match events {
             Some(e) => e.record(phase, stream),
             None => Ok(()),
         };
-        record(0)?;
-        {
-            let (dst, _written) = b.features.device_ptr_mut(stream);
-            // SAFETY: `dst` holds capacity × n_features f64, at least `staged.len()`; `staged`
-            // is pinned host memory that nothing writes until the stream is synchronised at the
-            // end of this chunk.
-            unsafe { memcpy_htod_async(dst, staged, stream.cu_stream()) }
-                .during("feature upload")?;
+        match (rows, fe) {
+            (ChunkRows::Host(rows), _) => {
+                let staged_at = Instant::now();
+                let staged =
+                    &mut b.staging_in.as_mut_slice().during("feature staging")?[..rows.len()];
+                stage(staged, rows);
+                phases.stage_us += staged_at.elapsed().as_secs_f64() * 1e6;
+                record(0)?;
+                let (dst, _written) = b.features.device_ptr_mut(stream);
+                // SAFETY: `dst` holds capacity × n_features f64, at least `staged.len()`;
+                // `staged` is pinned host memory that nothing writes until the stream is
+                // synchronised at the end of this chunk.
+                unsafe { memcpy_htod_async(dst, staged, stream.cu_stream()) }
+                    .during("feature upload")?;
+            }
+            (ChunkRows::Hits(layout), Some(fe)) => {
+                record(0)?;
+                fe.upload(device, layout)?;
+                fe.launch(device)?;
+                fe.gather_into(device, &mut b.features)?;
+            }
+            (ChunkRows::Hits(_), None) => {
+                return Err(GpuError::BatchFailed {
+                    reason: "hit documents scored without feature-extraction buffers".into(),
+                })
+            }
         }
         record(1)?;
         if self.has_transforms {
@@ -623,6 +729,15 @@ impl GpuRanker {
                 .during("input download")?;
             for row in matrix.chunks(columns) {
                 ordered.extend(self.column_of_input.iter().map(|&c| row[c]));
+            }
+        }
+        if let Some(rows) = out.rows.as_mut() {
+            let values = n_docs * self.n_features;
+            if values > 0 {
+                let matrix = stream
+                    .clone_dtoh(&b.features.slice(..values))
+                    .during("feature rows download")?;
+                rows.extend_from_slice(&matrix);
             }
         }
         stream.synchronize().during("ranker scoring")?;

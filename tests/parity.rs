@@ -783,7 +783,10 @@ fn check_fused(
                 .enumerate()
             {
                 let err = relative_error(f64::from(g), f64::from(c));
-                assert!(err <= 1e-6, "{what}: document {d}, input {j}: GPU {g} vs CPU {c}");
+                assert!(
+                    err <= 1e-6,
+                    "{what}: document {d}, input {j}: GPU {g} vs CPU {c}"
+                );
             }
         }
     }
@@ -847,7 +850,16 @@ fn fused_hits_gpu_match_cpu() {
         let q = rankserve::rank::gpu::fe::MAX_TERMS;
         let docs = fe_small_documents(700, q, 41);
         let what = format!("{what}, {name}, Q = {q}");
-        check_fused(&device, &mut fe, ranker, &gpu, &synth_query(q, 3), &stats, &docs, &what);
+        check_fused(
+            &device,
+            &mut fe,
+            ranker,
+            &gpu,
+            &synth_query(q, 3),
+            &stats,
+            &docs,
+            &what,
+        );
         let empty = QueryInfo {
             terms: 0,
             idf: vec![],
@@ -861,11 +873,29 @@ fn fused_hits_gpu_match_cpu() {
     let gpu = GpuRanker::upload(&device, medium, PlanOptions::default()).unwrap();
     let docs = fe_small_documents(65_537, 5, 43);
     let what = format!("{what}, medium, 65 537 documents in device batches of 65 536");
-    check_fused(&device, &mut fe, medium, &gpu, &synth_query(5, 4), &partial_stats(), &docs, &what);
+    check_fused(
+        &device,
+        &mut fe,
+        medium,
+        &gpu,
+        &synth_query(5, 4),
+        &partial_stats(),
+        &docs,
+        &what,
+    );
     let gpu = gpu.with_max_batch(700);
     let docs = fused_documents(2000, 4, 44);
     let what = "fused FE and scoring, medium, 2 000 documents in device batches of 700";
-    check_fused(&device, &mut fe, medium, &gpu, &synth_query(4, 5), &stats, &docs, what);
+    check_fused(
+        &device,
+        &mut fe,
+        medium,
+        &gpu,
+        &synth_query(4, 5),
+        &stats,
+        &docs,
+        what,
+    );
 }
 
 /// GPU feature extraction against the CPU's on 10 000 synthetic documents (and a few other batch
@@ -1007,7 +1037,10 @@ fn fused_fe_scoring_timing() {
             let mut rows = vec![0.0; n * resolver.len()];
             let cpu_run = |t: usize| {
                 let mut rows = vec![0.0; n * resolver.len()];
-                let pool = rayon::ThreadPoolBuilder::new().num_threads(t).build().unwrap();
+                let pool = rayon::ThreadPoolBuilder::new()
+                    .num_threads(t)
+                    .build()
+                    .unwrap();
                 median_ms(15, &mut || {
                     pool.install(|| {
                         resolver
@@ -1019,7 +1052,9 @@ fn fused_fe_scoring_timing() {
             };
             let (cpu1, cpun) = (cpu_run(1), cpu_run(threads));
             let old = median_ms(15, &mut || {
-                let catalogue = fe.extract_catalogue(&device, &query, &stats, &docs).unwrap();
+                let catalogue = fe
+                    .extract_catalogue(&device, &query, &stats, &docs)
+                    .unwrap();
                 resolver.gather_batch(catalogue, &docs, &mut rows).unwrap();
                 std::hint::black_box(gpu.score(&device, &rows, false).unwrap());
             });

@@ -254,7 +254,9 @@ impl Backends {
                             .get_or_upload(&loaded.name, loaded.version, &loaded.ranker)
                             .and_then(|cached| {
                                 let fe = &mut gpu.fe.lock();
-                                cached.gpu.score_hits(device, fe, &layouts, false, keep_rows)
+                                cached
+                                    .gpu
+                                    .score_hits(device, fe, &layouts, false, keep_rows)
                             });
                         (scored, turn)
                     });

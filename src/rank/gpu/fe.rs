@@ -485,7 +485,11 @@ impl GpuFe {
             return Ok(());
         };
         let config = LaunchConfig {
-            grid_dim: ((n.div_ceil(GATHER_BLOCK as usize)).clamp(1, 65_535 * 8) as u32, 1, 1),
+            grid_dim: (
+                (n.div_ceil(GATHER_BLOCK as usize)).clamp(1, 65_535 * 8) as u32,
+                1,
+                1,
+            ),
             block_dim: (GATHER_BLOCK, 1, 1),
             shared_mem_bytes: 0,
         };
@@ -721,8 +725,8 @@ mod tests {
         let mut docs = vec![doc(&[("body", stream(10, &[&[[0, 1]]]))]); 5];
         docs[1].static_features.insert("rank".into(), 0.25);
         docs[4].static_features.insert("spam".into(), -1.0);
-        let layout = FeLayout::build(&query(1), &CorpusStats::default(), &docs, Some(&map))
-            .expect("valid");
+        let layout =
+            FeLayout::build(&query(1), &CorpusStats::default(), &docs, Some(&map)).expect("valid");
         assert_eq!((layout.width(), layout.n_statics), (3, 2));
         assert_eq!(layout.codes, map.codes);
         let statics: Vec<Option<f64>> = (layout.statics.iter())
@@ -733,14 +737,17 @@ mod tests {
 
         let split = FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, Some(&map), 2)
             .expect("valid");
-        assert_eq!(split.iter().map(FeLayout::n_docs).collect::<Vec<_>>(), [2, 2, 1]);
+        assert_eq!(
+            split.iter().map(FeLayout::n_docs).collect::<Vec<_>>(),
+            [2, 2, 1]
+        );
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&split[2].statics), bits(&layout.statics[8..]));
         let empty = FeLayout::build_split(&query(1), &CorpusStats::default(), &[], None, 2);
         assert_eq!(empty.expect("valid").len(), 1);
         docs[3] = doc(&[("body", stream(10, &[&[[0, 4], [0, 3]]]))]);
-        let err = FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, None, 2)
-            .unwrap_err();
+        let err =
+            FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, None, 2).unwrap_err();
         assert!(err.to_string().starts_with("document 3, "), "{err}");
     }
 
@@ -748,8 +755,8 @@ mod tests {
     fn queries_longer_than_the_kernel_takes_are_too_large() {
         let docs = [doc(&[("body", stream(100, &[&[[63, 0], [0, 99]]]))])];
         assert!(FeLayout::build(&query(MAX_TERMS), &CorpusStats::default(), &docs, None).is_ok());
-        let err =
-            FeLayout::build(&query(MAX_TERMS + 1), &CorpusStats::default(), &docs, None).unwrap_err();
+        let err = FeLayout::build(&query(MAX_TERMS + 1), &CorpusStats::default(), &docs, None)
+            .unwrap_err();
         assert!(
             matches!(
                 err,

@@ -489,8 +489,7 @@ impl GpuRanker {
         let n_docs = features.len().checked_div(self.n_features).unwrap_or(0);
         let batch = self.max_batch.min(n_docs).max(1);
         let rows = &features[..n_docs * self.n_features];
-        let chunks = (rows.chunks((batch * self.n_features).max(1)))
-            .map(ChunkRows::Host);
+        let chunks = (rows.chunks((batch * self.n_features).max(1))).map(ChunkRows::Host);
         self.score_batches(device, chunks, None, explain, false, events)
     }
 

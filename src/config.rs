@@ -11,7 +11,7 @@
 //! | `data_dir` | `RANKSERVE_DATA_DIR` | `.rankserve/` |
 //! | `index` | `RANKSERVE_INDEX` | none (`serve` then builds or reuses the demo index `DATA_DIR/index`) |
 //! | `backend` | `RANKSERVE_BACKEND` | `auto` (`auto`, `cpu`, `gpu`) |
-//! | `fe_backend` | `RANKSERVE_FE_BACKEND` | `cpu` (where hit documents' features are extracted: `cpu`, `gpu`, or `auto`, the GPU from the ranker's scoring crossover on) |
+//! | `fe_backend` | `RANKSERVE_FE_BACKEND` | `cpu` (where hit documents' features are extracted: `cpu`; `gpu`, fused with scoring on the GPU unless scoring is on the CPU; or `auto`, fused from the ranker's FE+scoring crossover on, or whenever scoring is on `gpu`) |
 //! | `admin_token` | `RANKSERVE_ADMIN_TOKEN` | none (admin routes disabled) |
 //! | `body_limit_bytes` | `RANKSERVE_BODY_LIMIT_BYTES` | 64 MiB |
 //! | `cpu_cache_bytes` | `RANKSERVE_CPU_CACHE_BYTES` | 1 GiB |

@@ -101,7 +101,7 @@ impl KernelModule {
             KernelModule::Trees => &["trees_eval"],
             KernelModule::Mit => &["mit_eval"],
             KernelModule::Nn => &["nn_bias_activation", "nn_scores"],
-            KernelModule::Fe => &["fe_extract"],
+            KernelModule::Fe => &["fe_extract", "fe_gather"],
             KernelModule::Pfor => &["pfor_decode_blocks"],
             KernelModule::Ef => &["ef_decode_blocks"],
             KernelModule::Intersect => &[

@@ -520,7 +520,8 @@ mod tests {
     /// ranker's NN: 1e-4), for 1, 700 and 65 537 documents (over the device batch: split), with
     /// `auto` FE and `gpu` scoring too; a query over the kernel's terms reruns on the CPU; an
     /// invalid document is refused with the CPU's error, nothing scored (on a GPU; skipped
-    /// without one, failing under `RANKSERVE_REQUIRE_GPU=1`).
+    /// without one, failing under `RANKSERVE_REQUIRE_GPU=1`; under `RANKSERVE_FAULT_GPU=1`
+    /// every batch must come back from the CPU).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn fused_hits_through_the_engine_match_the_cpu() {
         let Some(device) =
@@ -535,6 +536,8 @@ mod tests {
         let (auto, _) = engine(Backend::Auto, true);
         auto.install_gpu(executor);
         let over_limit = crate::rank::gpu::fe::MAX_TERMS + 1;
+        // Under RANKSERVE_FAULT_GPU=1 every device call fails: every batch reruns on the CPU.
+        let faulty = std::env::var("RANKSERVE_FAULT_GPU").is_ok_and(|v| v == "1");
         for (engine, docs, terms, ran) in [
             (&gpu, 1, 3, Processor::Gpu),
             (&gpu, 700, 64, Processor::Gpu),
@@ -561,6 +564,7 @@ mod tests {
             };
             let (got, fe_backend, rows) = ranked(engine, gpu_job).await;
             let what = format!("{docs} documents, {terms} terms");
+            let ran = if faulty { Processor::Cpu } else { ran };
             assert_eq!((fe_backend, got.backend), (ran, ran), "{what}");
             assert_eq!(bits(&rows), bits(&want_rows), "{what}");
             assert_eq!(got.scores.len(), want.scores.len(), "{what}");

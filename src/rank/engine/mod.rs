@@ -591,7 +591,7 @@ mod tests {
             }
         }
         assert_eq!(refusals[1], refusals[0]);
-        assert!(refusals[0].starts_with("document 17, "), "{}", refusals[0]);
+        assert!(refusals[0].starts_with("document 17 "), "{}", refusals[0]);
     }
 
     /// `fe_backend=gpu` extracts on the device with the CPU's values bit for bit, and a query

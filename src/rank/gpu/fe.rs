@@ -229,10 +229,10 @@ impl FeLayout {
         index32(n_phrases, "phrases per batch")?;
         index32(n_hit_words / 2, "hits per batch")?;
         let mut layout = FeLayout {
-            stream_phrases: Vec::with_capacity(n_streams + 1),
-            phrase_hits: Vec::with_capacity(n_phrases + 1),
-            hits: Vec::with_capacity(n_hit_words),
-            stream_lengths: Vec::with_capacity(n_streams),
+            stream_phrases: vec![0; n_streams + 1],
+            phrase_hits: vec![0; n_phrases + 1],
+            hits: vec![0; n_hit_words],
+            stream_lengths: vec![0; n_streams],
             idf: prepared.idf.to_vec(),
             params: FeParams {
                 idf_sum: prepared.idf_sum,
@@ -246,25 +246,47 @@ impl FeLayout {
                 n_docs,
             },
             codes: gather.map_or_else(Vec::new, |g| g.codes.clone()),
-            statics: Vec::with_capacity(docs.len() * static_keys.len()),
+            statics: vec![0.0; docs.len() * static_keys.len()],
             n_statics: static_keys.len(),
         };
-        layout.stream_phrases.push(0);
-        layout.phrase_hits.push(0);
+        // The parts are joined in parallel, each into its own slices of the arrays: with the
+        // documents' walk spread over the threads, a serial join was the largest part left.
+        let mut joins = Vec::with_capacity(parts.len());
+        let mut rest = (
+            &mut layout.stream_phrases[1..],
+            &mut layout.phrase_hits[1..],
+            &mut layout.hits[..],
+            &mut layout.stream_lengths[..],
+            &mut layout.statics[..],
+        );
+        let (mut phrase_base, mut hit_base) = (0u32, 0u32);
         for part in &parts {
-            // Both bases are at most the totals checked above.
-            let phrase_base = index32(layout.phrase_hits.len() - 1, "phrases per batch")?;
-            let hit_base = index32(layout.hits.len() / 2, "hits per batch")?;
-            let phrase_ends = part.stream_phrase_ends.iter().map(|&e| e + phrase_base);
-            layout.stream_phrases.extend(phrase_ends);
-            let hit_ends = part.phrase_hit_ends.iter().map(|&e| e + hit_base);
-            layout.phrase_hits.extend(hit_ends);
-            layout.hits.extend_from_slice(&part.hits);
-            layout
-                .stream_lengths
-                .extend_from_slice(&part.stream_lengths);
-            layout.statics.extend_from_slice(&part.statics);
+            let (stream_phrases, r0) = rest.0.split_at_mut(part.stream_phrase_ends.len());
+            let (phrase_hits, r1) = rest.1.split_at_mut(part.phrase_hit_ends.len());
+            let (hits, r2) = rest.2.split_at_mut(part.hits.len());
+            let (stream_lengths, r3) = rest.3.split_at_mut(part.stream_lengths.len());
+            let (statics, r4) = rest.4.split_at_mut(part.statics.len());
+            rest = (r0, r1, r2, r3, r4);
+            let slices = (stream_phrases, phrase_hits, hits, stream_lengths, statics);
+            joins.push((part, phrase_base, hit_base, slices));
+            // Both bases stay within the totals checked above.
+            phrase_base += part.phrase_hit_ends.len() as u32;
+            hit_base += (part.hits.len() / 2) as u32;
         }
+        joins
+            .into_par_iter()
+            .for_each(|(part, phrase_base, hit_base, slices)| {
+                let (stream_phrases, phrase_hits, hits, stream_lengths, statics) = slices;
+                for (d, &e) in stream_phrases.iter_mut().zip(&part.stream_phrase_ends) {
+                    *d = e + phrase_base;
+                }
+                for (d, &e) in phrase_hits.iter_mut().zip(&part.phrase_hit_ends) {
+                    *d = e + hit_base;
+                }
+                hits.copy_from_slice(&part.hits);
+                stream_lengths.copy_from_slice(&part.stream_lengths);
+                statics.copy_from_slice(&part.statics);
+            });
         Ok(layout)
     }
 
@@ -536,9 +558,10 @@ impl GpuFe {
                 unsafe { device.context().alloc_pinned_with_flags::<f64>(n, 0) }.during(OP)?
             }
         };
-        stream
-            .memcpy_dtoh(&src.slice(..n), &mut buffer)
-            .during(OP)?;
+        // Into the first `n` values only: a copy into the whole buffer would read as many values
+        // from `src`, past its end when the buffer was sized for a larger batch.
+        let dst = &mut buffer.as_mut_slice().during(OP)?[..n];
+        stream.memcpy_dtoh(&src.slice(..n), dst).during(OP)?;
         stream.synchronize().during("feature extraction")?;
         let buffer = staging.insert(buffer);
         Ok(&buffer.as_slice().during(OP)?[..n])
@@ -749,6 +772,43 @@ mod tests {
         let err =
             FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, None, 2).unwrap_err();
         assert!(err.to_string().starts_with("document 3, "), "{err}");
+    }
+
+    /// A batch of several parts (more than `CHUNK_DOCS` documents) is the documents' own
+    /// layouts one after another, offsets moved along.
+    #[test]
+    fn parts_join_into_the_documents_layouts_in_order() {
+        let names: Vec<String> = ["static.static_rank", "doc.bm25f"]
+            .map(String::from)
+            .to_vec();
+        let map = FeatureResolver::new(&names).unwrap().gather_map();
+        let docs = crate::rank::fe::synth_hit_documents(3 * CHUNK_DOCS + 17, 3, 9);
+        let (q, stats) = (query(3), CorpusStats::default());
+        let whole = FeLayout::build(&q, &stats, &docs, Some(&map)).expect("valid");
+        let ones = FeLayout::build_split(&q, &stats, &docs, Some(&map), 1).expect("valid");
+        let (mut phrases, mut hits) = (0u32, 0u32);
+        for (d, one) in ones.iter().enumerate() {
+            let streams = d * STREAMS.len()..(d + 1) * STREAMS.len();
+            let moved = |v: &[u32], by: u32| v.iter().map(|&e| e + by).collect::<Vec<_>>();
+            assert_eq!(
+                whole.stream_phrases[streams.start..=streams.end],
+                moved(&one.stream_phrases, phrases)
+            );
+            assert_eq!(whole.stream_lengths[streams], one.stream_lengths[..]);
+            let n_phrases = one.phrase_hits.len() as u32 - 1;
+            let ph = phrases as usize..=(phrases + n_phrases) as usize;
+            assert_eq!(whole.phrase_hits[ph], moved(&one.phrase_hits, hits));
+            let n_hits = one.n_hits() as u32;
+            let words = 2 * hits as usize..2 * (hits + n_hits) as usize;
+            assert_eq!(whole.hits[words], one.hits[..]);
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&whole.statics[d..d + 1]), bits(&one.statics));
+            (phrases, hits) = (phrases + n_phrases, hits + n_hits);
+        }
+        assert_eq!(
+            (whole.phrase_hits.len() as u32 - 1, whole.n_hits() as u32),
+            (phrases, hits)
+        );
     }
 
     #[test]

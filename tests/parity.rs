@@ -900,7 +900,8 @@ fn fused_hits_gpu_match_cpu() {
 
 /// GPU feature extraction against the CPU's on 10 000 synthetic documents (and a few other batch
 /// sizes): CPU one thread and all threads, GPU end to end (validate, flatten, copy in, kernel,
-/// copy out, gather) with its parts.
+/// gather on the device, the ranker's rows copied out) with its parts (the copy-out column is the
+/// whole catalogue's, as the path before the device gather copied it).
 /// Run: `carry/tests/main parity::fe_gpu_vs_cpu_timing --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement, not a test"]

@@ -1083,12 +1083,36 @@ mod tests {
             &|b| {
                 *b = String::from_utf8(b.clone())
                     .unwrap()
-                    .replace("\"version\": 2", "\"version\": 7")
+                    .replace("\"version\": 3", "\"version\": 7")
                     .into_bytes()
             },
             "version 7",
         );
         expect(MANIFEST_FILE, &|b| b.truncate(b.len() / 2), "line");
+        expect(
+            BLOCK_MAX_FILE,
+            &|b| b.truncate(60),
+            "shorter than the 128-byte header",
+        );
+        // A block's entry with a tf of 0 (it would prune every posting), CRC fixed up.
+        let (id, info) = {
+            let index = Index::open(&out).unwrap();
+            (0..index.num_terms() as u32)
+                .map(|id| (id, index.term_info(id)))
+                .find(|(_, i)| i.df > 0)
+                .unwrap()
+        };
+        expect(
+            BLOCK_MAX_FILE,
+            &|b| {
+                let entry = (info.skip_start as usize + id as usize + 1) * BLOCK_MAX_BYTES;
+                let at = crate::index::format::HEADER_BYTES + entry;
+                b[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
+                let crc = crc32fast::hash(&b[crate::index::format::HEADER_BYTES..]);
+                b[24..28].copy_from_slice(&crc.to_le_bytes());
+            },
+            "a tf of 0",
+        );
         // A skip entry pointing past its list, with the CRC fixed up: the offset check fires.
         expect(
             SKIPS_FILE,
@@ -1103,5 +1127,9 @@ mod tests {
         std::fs::remove_file(out.join(FORWARD_FILE)).unwrap();
         let err = Index::open(&out).unwrap_err().to_string();
         assert!(err.contains(FORWARD_FILE), "{err}");
+        // Version 3 needs blockmax.bin (version 2, made before it, opens without).
+        std::fs::remove_file(out.join(BLOCK_MAX_FILE)).unwrap();
+        let err = Index::open(&out).unwrap_err().to_string();
+        assert!(err.contains(BLOCK_MAX_FILE), "{err}");
     }
 }

@@ -105,6 +105,13 @@ impl TermScorer {
         self.idf * ((tf * self.k1_plus_1) / (tf + norm))
     }
 
+    /// An upper bound (f64) of [`TermScorer::contribution`] over every posting with
+    /// `tf ≤ max_tf` in a document of length `dl` (the contribution grows with tf).
+    #[inline]
+    pub fn bound(&self, max_tf: u32, dl: u32) -> f64 {
+        self.contribution(max_tf, dl) as f64 * (1.0 + BOUND_SLACK)
+    }
+
     /// An upper bound (f64) of [`TermScorer::contribution`] over every posting that `m`
     /// describes (a block's or a list's entry; see the module doc).
     #[inline]
@@ -162,6 +169,10 @@ mod tests {
             let min_len = postings.iter().map(|p| p.1).min().unwrap();
             let skip = BlockMax::from_skip(crate::index::codecs::SkipEntry { max_tf, min_len, ..Default::default() });
             prop_assert!(bound <= s.max_bound(&skip) * (1.0 + 1e-12));
+            // At a known length, the block's largest tf bounds every posting of that length.
+            for &(tf, dl) in &postings {
+                prop_assert!((s.contribution(tf, dl) as f64) <= s.bound(max_tf, dl));
+            }
         }
     }
 }

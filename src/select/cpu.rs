@@ -21,10 +21,12 @@ struct Term<'a> {
     scorer: TermScorer,
     cursor: PostingCursor<'a>,
     /// Block-max place, ahead of (or at) the cursor's block: block `shallow` spans docIDs up to
-    /// `shallow_last`, each of whose contributions is at most `shallow_bound`.
+    /// `shallow_last`, each of whose contributions is at most `shallow_bound`; its largest tf
+    /// is `shallow_max_tf`.
     shallow: usize,
     shallow_last: DocId,
     shallow_bound: f64,
+    shallow_max_tf: u32,
 }
 
 impl<'a> Term<'a> {
@@ -36,6 +38,7 @@ impl<'a> Term<'a> {
             shallow: 0,
             shallow_last: list.block_last(0),
             shallow_bound: scorer.max_bound(&list.block_max(0)),
+            shallow_max_tf: list.skip(0).max_tf,
         }
     }
 
@@ -49,8 +52,19 @@ impl<'a> Term<'a> {
             self.shallow = j;
             self.shallow_last = list.block_last(j);
             self.shallow_bound = self.scorer.max_bound(&list.block_max(j));
+            self.shallow_max_tf = list.skip(j).max_tf;
         }
         Some((self.shallow_last, self.shallow_bound))
+    }
+
+    /// The bound of the term's contribution to a document of length `dl` in the block last
+    /// passed to [`Term::block_bound`]: BM25 falls with length, so a long document is bounded
+    /// far below the block's best posting.
+    #[inline]
+    fn bound_at(&self, dl: u32) -> f64 {
+        self.scorer
+            .bound(self.shallow_max_tf, dl)
+            .min(self.shallow_bound)
     }
 
     /// An upper bound of the term's contribution to any document.
@@ -150,7 +164,9 @@ fn exact_score(contrib: &[f32], present: &[bool]) -> f64 {
 /// candidate, which decodes only the one block (found through the skip entries) that can hold
 /// it. Once k documents are held, the blocks of every list that hold the next target span
 /// docIDs up to the smallest of their last docIDs; when their bounds sum to no more than the
-/// k-th score, nothing up to there can enter and the whole range is skipped, undecoded.
+/// k-th score, nothing up to there can enter and the whole range is skipped, undecoded. A
+/// candidate of the shortest list is then bounded at its own length with each block's largest
+/// tf before the other lists are sought.
 fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectStats) -> TopK {
     let mut top = TopK::new(query.k);
     let (mut terms, n_distinct, all_known) = prepare(index, query, lists);
@@ -187,6 +203,14 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
             target = candidate;
             continue;
         }
+        let dl = index.scoring_length(candidate);
+        if let Some(theta) = top.threshold() {
+            // The candidate's own length bounds it closer than the blocks do.
+            if terms.iter().map(|t| t.bound_at(dl)).sum::<f64>() <= theta {
+                target = terms[0].cursor.advance();
+                continue;
+            }
+        }
         for t in terms[1..].iter_mut() {
             let d = t.cursor.seek(candidate);
             if d != candidate {
@@ -197,7 +221,6 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
                 continue 'outer;
             }
         }
-        let dl = index.scoring_length(candidate);
         for t in terms.iter_mut() {
             contrib[t.qi] = t.scorer.contribution(t.cursor.tf(), dl);
         }
@@ -267,7 +290,8 @@ pub fn and_finish(
 /// candidates come from the other, essential lists only. Before a candidate is scored, the
 /// block-max bounds of the blocks holding it are summed, first over every list (when no more
 /// than the k-th score, every essential list skips to the end of the shortest of those blocks),
-/// then over the lists that can hold it (no more: the candidate is dropped); the non-essential
+/// then over the lists that can hold it, first as the blocks bound them, then at the
+/// candidate's length with each block's largest tf (no more: the candidate is dropped); the non-essential
 /// lists are sought last to first while their block bounds can still lift it above the k-th
 /// score.
 fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectStats) -> TopK {
@@ -335,7 +359,20 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
                 }
                 continue;
             }
-            if at_doc <= theta {
+            let mut drop = at_doc <= theta;
+            if !drop {
+                // The candidate's own length bounds it closer than the blocks do.
+                let dl = index.scoring_length(doc);
+                at_doc = 0.0;
+                for (i, t) in terms.iter().enumerate() {
+                    if i < first_essential || t.cursor.doc() == doc {
+                        block[i] = t.bound_at(dl);
+                        at_doc += block[i];
+                    }
+                }
+                drop = at_doc <= theta;
+            }
+            if drop {
                 for t in terms[first_essential..].iter_mut() {
                     if t.cursor.doc() == doc {
                         t.cursor.advance();

@@ -356,6 +356,123 @@ proptest! {
     }
 }
 
+/// A corpus of `n` documents over an 8-word vocabulary, word `w` in a document with probability
+/// ~1/(w+1) and repeated up to ~16 times, bodies 1 to ~200 words: long lists with varied tf and
+/// length, so that block bounds differ from block to block.
+fn random_corpus(dir: &Path, n: usize, seed: u64) -> PathBuf {
+    let mut x = seed | 1;
+    let mut next = |m: u64| {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x % m
+    };
+    let mut lines = String::new();
+    for d in 0..n {
+        let mut words = Vec::new();
+        for w in 0..8u64 {
+            if next(w + 1) == 0 {
+                let spread = 1 << next(5);
+                let tf = 1 + next(spread) as usize;
+                words.extend(std::iter::repeat_n(format!("w{w}"), tf));
+            }
+        }
+        words.extend(std::iter::repeat_n("pad".to_string(), next(200) as usize));
+        let body = words.join(" ");
+        lines += &serde_json::json!({"id": format!("d{d}"), "streams": {"body": body}}).to_string();
+        lines.push('\n');
+    }
+    let p = dir.join("random.jsonl");
+    std::fs::write(&p, lines).unwrap();
+    p
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(12))]
+    /// Random corpora (each built with both codecs), random queries, k, k1 and b (on and off
+    /// the block-max grid): AND, OR and AND_OR equal the reference exactly; an index without
+    /// `blockmax.bin` (manifest version 2, made before it) opens and answers the same.
+    #[test]
+    fn random_corpora_match_the_reference(
+        n in 200usize..3000, seed in any::<u64>(),
+        queries in proptest::collection::vec((proptest::collection::vec(0u8..9, 1..5), 0usize..40, 0u8..3,
+            prop_oneof![Just(1.2f32), 0f32..3.0], prop_oneof![Just(0.75f32), Just(0.4), 0f32..=1.0]), 12),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = random_corpus(dir.path(), n, seed);
+        for codec in [Codec::Ef, Codec::Pfor] {
+            let (_d, index) = built(&corpus, "random", codec);
+            let old = version_2_copy(&index);
+            for (words, k, mode, k1, b) in &queries {
+                let terms = words.iter().map(|w| if *w == 8 { "pad".to_string() } else { format!("w{w}") }).collect();
+                let mut q = Query::new(terms, *k, MODES[*mode as usize]);
+                q.params = Bm25Params { k1: *k1, b: *b };
+                let want = reference(&index, &q);
+                prop_assert_eq!(&search(&index, &q).unwrap().hits, &want, "query {:?}", q);
+                prop_assert_eq!(&search(&old.1, &q).unwrap().hits, &want, "version 2, query {:?}", q);
+            }
+        }
+    }
+}
+
+/// Block-max pruning at work on a corpus of varied tf and length (20 000 documents): AND and OR
+/// of frequent terms, top 10, score under half their matches, fewer than the same index
+/// scores with the skip entries' bounds alone (as a version 2 index), with the same answers.
+#[test]
+fn block_max_bounds_prune_and_and_or() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = random_corpus(dir.path(), 20_000, 7);
+    let (_d, index) = built(&corpus, "random", Codec::Pfor);
+    let old = version_2_copy(&index);
+    for (mode, words) in [(Mode::And, ["w0", "w1"]), (Mode::Or, ["w1", "w2"])] {
+        let mut q = Query::new(words.map(String::from).to_vec(), 10, mode);
+        q.params = Bm25Params { k1: 1.2, b: 0.75 };
+        let got = search(&index, &q).unwrap();
+        let loose = search(&old.1, &q).unwrap();
+        let matches = reference(
+            &index,
+            &Query {
+                k: usize::MAX,
+                ..q.clone()
+            },
+        )
+        .len() as u64;
+        eprintln!(
+            "{mode:?}: {:?}, skip entries only {:?}, {matches} matches",
+            got.stats, loose.stats
+        );
+        assert_eq!(got.hits, loose.hits);
+        assert_eq!(got.hits, reference(&index, &q));
+        assert!(
+            got.stats.docs_scored < matches / 2,
+            "{mode:?} scored {} of {matches}",
+            got.stats.docs_scored
+        );
+        assert!(
+            got.stats.docs_scored < loose.stats.docs_scored,
+            "{mode:?}: {:?} against {:?}",
+            got.stats,
+            loose.stats
+        );
+    }
+}
+
+/// A copy of `index` as an index of manifest version 2 was: no `blockmax.bin`.
+fn version_2_copy(index: &Index) -> (tempfile::TempDir, Index) {
+    let dir = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(index.dir()).unwrap() {
+        let path = entry.unwrap().path();
+        if path.file_name().unwrap() != "blockmax.bin" {
+            std::fs::copy(&path, dir.path().join(path.file_name().unwrap())).unwrap();
+        }
+    }
+    let mut manifest = index.manifest().clone();
+    manifest.version = 2;
+    manifest.write(dir.path()).unwrap();
+    let old = Index::open(dir.path()).unwrap();
+    (dir, old)
+}
+
 #[test]
 fn or_prunes_and_and_skips_blocks() {
     let index = synthetic(Codec::Ef);

@@ -18,6 +18,7 @@ use std::path::Path;
 use prost::Message;
 use rayon::prelude::*;
 
+use super::blockmax::mean_length;
 use super::builder::{write_docs, write_postings, write_terms, BuildReport, RangeOut, TempDir};
 use super::codecs::Codec;
 use super::reader::Manifest;
@@ -200,12 +201,20 @@ pub fn import_ciff(ciff: &Path, out: &Path, codec: Codec) -> Result<BuildReport,
     }
 
     let tmp = TempDir::create(out)?;
+    let total_length: u64 = scoring_len.iter().map(|&l| l as u64).sum();
+    let avgdl = mean_length(total_length, n_docs as u64);
     let ranges: Vec<RangeOut> = lists
         .par_chunks(1024)
         .map(|chunk| {
             let mut range = RangeOut::default();
             for list in chunk {
-                range.push_list(codec, &list.docs, &list.tfs, |d| scoring_len[d as usize]);
+                range.push_list(
+                    codec,
+                    &list.docs,
+                    &list.tfs,
+                    |d| scoring_len[d as usize],
+                    avgdl,
+                );
             }
             range
         })
@@ -233,7 +242,6 @@ pub fn import_ciff(ciff: &Path, out: &Path, codec: Codec) -> Result<BuildReport,
         &id_offsets,
         &id_bytes,
     )?;
-    let total_length: u64 = scoring_len.iter().map(|&l| l as u64).sum();
     let manifest = Manifest {
         format: Manifest::FORMAT.into(),
         version: super::reader::MANIFEST_VERSION,

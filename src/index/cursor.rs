@@ -7,7 +7,7 @@
 //! never moves backwards (a target ≤ the current docID leaves the cursor where it is).
 //! Term frequencies are decoded lazily, only for blocks where [`PostingCursor::tf`] is called.
 
-use super::codecs::{BlockDecoder, SkipEntry};
+use super::codecs::BlockDecoder;
 use super::reader::PostingList;
 use super::DocId;
 
@@ -130,7 +130,7 @@ impl<'a> PostingCursor<'a> {
             return self.doc;
         }
         if target > self.list.block_last(self.block) {
-            match self.block_at_or_after(target) {
+            match self.block_from(self.block, target) {
                 Some(j) => self.load(j),
                 None => return self.terminate(),
             }
@@ -142,13 +142,19 @@ impl<'a> PostingCursor<'a> {
         self.doc
     }
 
-    /// The first block after the current one whose last docID is ≥ `target` (assumes the
-    /// current block's is below it).
-    fn block_at_or_after(&self, target: DocId) -> Option<usize> {
+    /// The first block from block `from` on whose last docID is ≥ `target`, found by galloping
+    /// from `from`, then binary search (`None` when no block is).
+    fn block_from(&self, from: usize, target: DocId) -> Option<usize> {
         let nb = self.list.n_blocks();
         let last = |j: usize| self.list.block_last(j);
+        if from >= nb {
+            return None;
+        }
+        if last(from) >= target {
+            return Some(from);
+        }
         // Gallop: find hi with last(hi) ≥ target, lo < hi with last(lo) < target.
-        let mut lo = self.block;
+        let mut lo = from;
         let mut step = 1;
         let mut hi = lo + 1;
         while hi < nb && last(hi) < target {
@@ -175,18 +181,15 @@ impl<'a> PostingCursor<'a> {
         Some(a)
     }
 
-    /// The skip entry of the block that would hold `target` at or after the current block,
-    /// without decoding anything (`None` when no block does): what block-max pruning reads.
-    pub fn shallow_block(&self, target: DocId) -> Option<SkipEntry> {
+    /// The block that would hold `target`, searched from block `from` on (at or after the
+    /// cursor's block) without decoding anything: what block-max pruning reads, keeping its own
+    /// place ahead of the cursor. `None` when no block is left (the list ends below `target`).
+    /// Block `j` spans the docIDs after block `j − 1`'s last up to its own last.
+    pub fn shallow_seek(&self, from: usize, target: DocId) -> Option<usize> {
         if self.doc == TERMINATED {
             return None;
         }
-        let j = if target <= self.list.block_last(self.block) {
-            self.block
-        } else {
-            self.block_at_or_after(target)?
-        };
-        Some(self.list.skip(j))
+        self.block_from(from.max(self.block), target)
     }
 }
 
@@ -233,6 +236,12 @@ mod tests {
                     prop_assert_eq!(c.advance(), next);
                 }
                 let before = c.doc();
+                // The shallow place of t, from any block on, is the first block from there
+                // (and from the cursor's) whose last docID is ≥ t.
+                let from = (t as usize) % 7;
+                let naive = (from.max(c.block)..list.n_blocks()).find(|&j| list.block_last(j) >= t);
+                let shallow = c.shallow_seek(from, t);
+                prop_assert_eq!(shallow, if before == TERMINATED { None } else { naive });
                 let want = if t <= before { before } else { first_at_least(t) };
                 prop_assert_eq!(c.seek(t), want);
                 if want != TERMINATED {

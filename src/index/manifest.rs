@@ -10,8 +10,13 @@ use super::reader::MANIFEST_FILE;
 use super::IndexError;
 
 /// The manifest's version: 2 since `index.json` carries its own checksum (the binary files'
-/// container is still [`FORMAT_VERSION`] 1).
-pub const MANIFEST_VERSION: u32 = 2;
+/// container is still [`FORMAT_VERSION`] 1), 3 since `blockmax.bin` exists. A version 2 index
+/// still opens: its lists are bounded by their skip entries alone (looser, so selection
+/// prunes less, with the same answers).
+pub const MANIFEST_VERSION: u32 = 3;
+
+/// The oldest manifest version this build opens.
+pub const OLDEST_MANIFEST_VERSION: u32 = 2;
 
 /// `index.json`: what the binary files hold.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -94,10 +99,11 @@ impl Manifest {
                 Self::FORMAT
             ));
         }
-        if m.version != MANIFEST_VERSION {
+        if !(OLDEST_MANIFEST_VERSION..=MANIFEST_VERSION).contains(&m.version) {
             return bad(format!(
-                "manifest version {}, this build reads version {MANIFEST_VERSION} (version 1 \
-                 manifests carry no checksum): rebuild the index with `rankserve index build`",
+                "manifest version {}, this build reads versions {OLDEST_MANIFEST_VERSION} to \
+                 {MANIFEST_VERSION} (version 1 manifests carry no checksum): rebuild the index \
+                 with `rankserve index build`",
                 m.version
             ));
         }

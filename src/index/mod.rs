@@ -3,6 +3,7 @@
 //! mmap reader and CIFF import. `index/` sits at the bottom of the crate: it imports no stage.
 //! The format is documented in `docs/index-format.md`.
 
+pub mod blockmax;
 pub mod builder;
 pub mod ciff;
 pub mod codecs;

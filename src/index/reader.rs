@@ -7,6 +7,7 @@
 
 use std::path::{Path, PathBuf};
 
+use super::blockmax::{BlockMax, BLOCK_MAX_BYTES};
 use super::codecs::{
     block_len, bounds_of, read_u32, BlockBounds, Codec, SkipEntry, BLOCK_LEN, SKIP_ENTRY_BYTES,
 };
@@ -23,6 +24,8 @@ pub const TERMS_FILE: &str = "terms.bin";
 pub const POSTINGS_FILE: &str = "postings.bin";
 /// The skip entries file.
 pub const SKIPS_FILE: &str = "skips.bin";
+/// The block-max entries file ([`super::blockmax`]; manifest version 3 on).
+pub const BLOCK_MAX_FILE: &str = "blockmax.bin";
 /// The per-document data file.
 pub const DOCS_FILE: &str = "docs.bin";
 /// The forward index file.
@@ -33,6 +36,8 @@ pub const KIND_TERMS: [u8; 4] = *b"TERM";
 pub const KIND_POSTINGS: [u8; 4] = *b"POST";
 /// Container kind of `skips.bin`.
 pub const KIND_SKIPS: [u8; 4] = *b"SKIP";
+/// Container kind of `blockmax.bin`.
+pub const KIND_BLOCK_MAX: [u8; 4] = *b"BMAX";
 /// Container kind of `docs.bin`.
 pub const KIND_DOCS: [u8; 4] = *b"DOCS";
 /// Container kind of `forward.bin`.
@@ -88,6 +93,9 @@ pub struct PostingList<'a> {
     pub df: u32,
     bytes: &'a [u8],
     skips: &'a [u8],
+    /// Its `blockmax.bin` entries (the list's, then one per block), or empty (an index made
+    /// before manifest version 3, or a list made by [`PostingList::from_parts`]).
+    maxes: &'a [u8],
 }
 
 impl<'a> PostingList<'a> {
@@ -98,6 +106,7 @@ impl<'a> PostingList<'a> {
             df: 0,
             bytes: &[],
             skips: &[],
+            maxes: &[],
         }
     }
 
@@ -108,6 +117,26 @@ impl<'a> PostingList<'a> {
             df,
             bytes,
             skips,
+            maxes: &[],
+        }
+    }
+
+    /// The list with block-max entries `maxes` (the list's, then one per block).
+    pub fn with_maxes(self, maxes: &'a [u8]) -> Self {
+        Self { maxes, ..self }
+    }
+
+    /// The whole list's block-max entry, when the index has them.
+    pub fn list_max(&self) -> Option<BlockMax> {
+        (!self.maxes.is_empty()).then(|| BlockMax::read(&self.maxes[..BLOCK_MAX_BYTES]))
+    }
+
+    /// Block `j`'s block-max entry, or what its skip entry bounds when the index has none.
+    #[inline]
+    pub fn block_max(&self, j: usize) -> BlockMax {
+        match self.maxes.is_empty() {
+            true => BlockMax::from_skip(self.skip(j)),
+            false => BlockMax::read(&self.maxes[(j + 1) * BLOCK_MAX_BYTES..]),
         }
     }
 
@@ -188,6 +217,9 @@ pub struct Index {
     terms: MappedFile,
     postings: MappedFile,
     skips: MappedFile,
+    /// `blockmax.bin`; `None` for an index of manifest version 2, whose lists are bounded by
+    /// their skip entries alone.
+    block_max: Option<MappedFile>,
     docs: MappedFile,
     forward: Option<MappedFile>,
     avg_scoring_length: f64,
@@ -209,6 +241,14 @@ impl Index {
         let terms = MappedFile::open(&dir.join(TERMS_FILE), KIND_TERMS, 4)?;
         let postings = MappedFile::open(&dir.join(POSTINGS_FILE), KIND_POSTINGS, 1)?;
         let skips = MappedFile::open(&dir.join(SKIPS_FILE), KIND_SKIPS, 1)?;
+        let block_max = match manifest.version >= 3 {
+            true => Some(MappedFile::open(
+                &dir.join(BLOCK_MAX_FILE),
+                KIND_BLOCK_MAX,
+                1,
+            )?),
+            false => None,
+        };
         let docs = MappedFile::open(&dir.join(DOCS_FILE), KIND_DOCS, 5)?;
         let forward = if manifest.has_forward {
             Some(MappedFile::open(&dir.join(FORWARD_FILE), KIND_FORWARD, 2)?)
@@ -227,6 +267,7 @@ impl Index {
             terms,
             postings,
             skips,
+            block_max,
             docs,
             forward,
             avg_scoring_length,
@@ -270,6 +311,16 @@ impl Index {
                 self.skips.section(0).len()
             )));
         }
+        let n_maxes = match &self.block_max {
+            Some(f) if f.section(0).len() % BLOCK_MAX_BYTES != 0 => {
+                return Err(f.corrupt(format!(
+                    "{} bytes is not a whole number of {BLOCK_MAX_BYTES}-byte entries",
+                    f.section(0).len()
+                )))
+            }
+            Some(f) => (f.section(0).len() / BLOCK_MAX_BYTES) as u64,
+            None => 0,
+        };
         let post_len = self.postings.section(0).len() as u64;
         let mut total = 0u64;
         for id in 0..t as u32 {
@@ -303,6 +354,15 @@ impl Index {
                     "skips {}+{} past the end of {} ({n_skips} entries)",
                     info.skip_start, info.n_blocks, SKIPS_FILE
                 )));
+            }
+            if let Some(f) = &self.block_max {
+                // The list's entry, then one per block, from entry skip_start + id.
+                let end = info.skip_start + id as u64 + info.n_blocks as u64 + 1;
+                if end > n_maxes {
+                    return Err(f.corrupt(format!(
+                        "term id {id}: entries up to {end} past the end ({n_maxes} entries)"
+                    )));
+                }
             }
             total += info.df as u64;
             self.check_list(id)?;
@@ -363,6 +423,23 @@ impl Index {
                     j,
                     format!("block ends at {end}, list has {} bytes", list.bytes.len()),
                 ));
+            }
+            if let Some(f) = self.block_max.as_ref() {
+                // A tf of 0 would bound the block's scores by 0: every posting pruned.
+                let m = list.block_max(j);
+                let whole = list.list_max().expect("the index has entries");
+                if j == 0 && whole.best.iter().any(|p| p.0 == 0) {
+                    return Err(f.corrupt(format!(
+                        "term id {id}, the list's entry: a tf of 0 in {:?}",
+                        whole.best
+                    )));
+                }
+                if m.best.iter().any(|p| p.0 == 0) {
+                    return Err(f.corrupt(format!(
+                        "term id {id}, entry of block {j}: a tf of 0 in {:?}",
+                        m.best
+                    )));
+                }
             }
             let bounds = list.bounds(j);
             if (bounds.last - bounds.base) as usize + 1 < bounds.n {
@@ -567,6 +644,10 @@ impl Index {
             df: info.df,
             bytes: &self.postings.section(0)[p..p + info.postings_len as usize],
             skips: &self.skips.section(0)[s..s + info.n_blocks as usize * SKIP_ENTRY_BYTES],
+            maxes: self.block_max.as_ref().map_or(&[], |f| {
+                let m = (info.skip_start as usize + id as usize) * BLOCK_MAX_BYTES;
+                &f.section(0)[m..m + (info.n_blocks as usize + 1) * BLOCK_MAX_BYTES]
+            }),
         }
     }
 
@@ -825,7 +906,7 @@ mod tests {
         old["version"] = 1.into();
         old.as_object_mut().unwrap().remove("checksum");
         std::fs::write(&path, old.to_string()).unwrap();
-        refused("manifest version 1, this build reads version 2 (version 1 manifests carry no checksum): rebuild the index");
+        refused("manifest version 1, this build reads versions 2 to 3 (version 1 manifests carry no checksum): rebuild the index");
         let mut unknown: serde_json::Value = serde_json::from_str(&good).unwrap();
         unknown["extra"] = 1.into();
         std::fs::write(&path, unknown.to_string()).unwrap();
@@ -1002,12 +1083,36 @@ mod tests {
             &|b| {
                 *b = String::from_utf8(b.clone())
                     .unwrap()
-                    .replace("\"version\": 2", "\"version\": 7")
+                    .replace("\"version\": 3", "\"version\": 7")
                     .into_bytes()
             },
             "version 7",
         );
         expect(MANIFEST_FILE, &|b| b.truncate(b.len() / 2), "line");
+        expect(
+            BLOCK_MAX_FILE,
+            &|b| b.truncate(60),
+            "shorter than the 128-byte header",
+        );
+        // A block's entry with a tf of 0 (it would prune every posting), CRC fixed up.
+        let (id, info) = {
+            let index = Index::open(&out).unwrap();
+            (0..index.num_terms() as u32)
+                .map(|id| (id, index.term_info(id)))
+                .find(|(_, i)| i.df > 0)
+                .unwrap()
+        };
+        expect(
+            BLOCK_MAX_FILE,
+            &|b| {
+                let entry = (info.skip_start as usize + id as usize + 1) * BLOCK_MAX_BYTES;
+                let at = crate::index::format::HEADER_BYTES + entry;
+                b[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
+                let crc = crc32fast::hash(&b[crate::index::format::HEADER_BYTES..]);
+                b[24..28].copy_from_slice(&crc.to_le_bytes());
+            },
+            "a tf of 0",
+        );
         // A skip entry pointing past its list, with the CRC fixed up: the offset check fires.
         expect(
             SKIPS_FILE,
@@ -1022,5 +1127,9 @@ mod tests {
         std::fs::remove_file(out.join(FORWARD_FILE)).unwrap();
         let err = Index::open(&out).unwrap_err().to_string();
         assert!(err.contains(FORWARD_FILE), "{err}");
+        // Version 3 needs blockmax.bin (version 2, made before it, opens without).
+        std::fs::remove_file(out.join(BLOCK_MAX_FILE)).unwrap();
+        let err = Index::open(&out).unwrap_err().to_string();
+        assert!(err.contains(BLOCK_MAX_FILE), "{err}");
     }
 }

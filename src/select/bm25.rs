@@ -9,11 +9,14 @@
 //! - A document's score is the f64 sum of its terms' contributions (as f64) in the query's term
 //!   order, after duplicate terms are removed keeping the first occurrence.
 //!
-//! Block-max bounds: the real-valued contribution grows with tf and shrinks with dl (for
-//! k1 ≥ 0 and 0 ≤ b ≤ 1), so `c(max_tf, min_len)` of a block bounds every posting's
-//! real-valued contribution in it. The f32 evaluation is within a few ulps (relative error
-//! below 1e-6) of the real value, so [`TermScorer::bound`] inflates it by 1e-5 relative: a true
-//! upper bound of every f32 contribution in the block.
+//! Block-max bounds: the real-valued contribution is `idf·(k1+1) / (1 + k1·g/A)` with
+//! `g = ((1−b)·A + b·dl) / tf`, largest where g is smallest. A block's [`BlockMax`] entry holds
+//! the posting of smallest g at each b of [`BOUND_B`]; at the query's b, the chord between the
+//! two neighbouring grid values bounds every posting's g from below (`index::blockmax` says
+//! why), so [`TermScorer::max_bound`] bounds every posting's real-valued contribution. The f32
+//! evaluation is within a few ulps (relative error below 1e-6, the f32 `1 − b` included) of the
+//! real value, so the bound is inflated by 1e-5 relative: a true upper bound of every f32
+//! contribution in the block.
 
 /// BM25 parameters (DESIGN §5 defaults: k1 = 0.9, b = 0.4).
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -35,6 +38,8 @@ pub fn idf(n: u64, df: u64) -> f64 {
     (1.0 + (n as f64 - df as f64 + 0.5) / (df as f64 + 0.5)).ln()
 }
 
+use crate::index::blockmax::{BlockMax, BOUND_B};
+
 /// One query term's scorer: everything but tf and dl fixed.
 #[derive(Debug, Clone, Copy)]
 pub struct TermScorer {
@@ -44,6 +49,10 @@ pub struct TermScorer {
     one_minus_b: f32,
     b: f32,
     avgdl: f32,
+    /// The grid interval `BOUND_B[grid]..=BOUND_B[grid + 1]` holding b, and b's place in it
+    /// (0 at its start, 1 at its end): the chord's weights in [`TermScorer::max_bound`].
+    grid: usize,
+    grid_t: f64,
 }
 
 /// Relative inflation of [`TermScorer::bound`] over the f32 contribution (see the module doc).
@@ -53,6 +62,10 @@ impl TermScorer {
     /// A scorer for a term of document frequency `df` in a collection of `n` documents whose
     /// mean scoring length is `avgdl`.
     pub fn new(params: Bm25Params, n: u64, df: u64, avgdl: f64) -> Self {
+        let grid = (0..BOUND_B.len() - 2)
+            .find(|&i| params.b <= BOUND_B[i + 1])
+            .unwrap_or(BOUND_B.len() - 2);
+        let (lo, hi) = (BOUND_B[grid] as f64, BOUND_B[grid + 1] as f64);
         Self {
             idf: idf(n, df) as f32,
             k1: params.k1,
@@ -60,6 +73,8 @@ impl TermScorer {
             one_minus_b: 1.0 - params.b,
             b: params.b,
             avgdl: avgdl as f32,
+            grid,
+            grid_t: ((params.b as f64 - lo) / (hi - lo)).clamp(0.0, 1.0),
         }
     }
 
@@ -91,10 +106,26 @@ impl TermScorer {
     }
 
     /// An upper bound (f64) of [`TermScorer::contribution`] over every posting with
-    /// `tf ≤ max_tf` and `dl ≥ min_len`.
+    /// `tf ≤ max_tf` in a document of length `dl` (the contribution grows with tf).
     #[inline]
-    pub fn bound(&self, max_tf: u32, min_len: u32) -> f64 {
-        self.contribution(max_tf, min_len) as f64 * (1.0 + BOUND_SLACK)
+    pub fn bound(&self, max_tf: u32, dl: u32) -> f64 {
+        self.contribution(max_tf, dl) as f64 * (1.0 + BOUND_SLACK)
+    }
+
+    /// An upper bound (f64) of [`TermScorer::contribution`] over every posting that `m`
+    /// describes (a block's or a list's entry; see the module doc).
+    #[inline]
+    pub fn max_bound(&self, m: &BlockMax) -> f64 {
+        let a = self.avgdl as f64;
+        let g = |i: usize| {
+            let (tf, dl) = m.best[i];
+            let b = BOUND_B[i] as f64;
+            ((1.0 - b) * a + b * dl as f64) / tf as f64
+        };
+        let t = self.grid_t;
+        let g_min = (1.0 - t) * g(self.grid) + t * g(self.grid + 1);
+        let real = self.idf as f64 * self.k1_plus_1 as f64 / (1.0 + self.k1 as f64 * g_min / a);
+        real * (1.0 + BOUND_SLACK)
     }
 }
 
@@ -112,18 +143,36 @@ mod tests {
         );
     }
 
+    /// A b from the grid or anywhere in [0, 1].
+    fn any_b() -> impl Strategy<Value = f32> {
+        prop_oneof![proptest::sample::select(BOUND_B.to_vec()), 0f32..=1.0]
+    }
+
     proptest! {
-        /// The bound of (max_tf, min_len) is ≥ every contribution with tf ≤ max_tf, dl ≥ min_len.
+        /// A block's bound is ≥ every contribution in it, for any k1 and b; at the grid's b it
+        /// is the block's largest contribution (within the slack).
         #[test]
-        fn bound_is_a_true_upper_bound(
-            k1 in 0f32..3.0, b in 0f32..=1.0, df in 1u64..1_000_000, avgdl in 1f64..5000.0,
-            max_tf in 1u32..100_000, min_len in 1u32..100_000, dtf in 0u32..100_000, ddl in 0u32..1_000_000,
+        fn max_bound_is_a_true_upper_bound(
+            k1 in 0f32..3.0, b in any_b(), df in 1u64..1_000_000, avgdl in 1f32..5000.0,
+            postings in proptest::collection::vec((1u32..200, 1u32..20_000), 1..128),
         ) {
-            let s = TermScorer::new(Bm25Params { k1, b }, 1_000_000, df, avgdl);
-            let tf = max_tf - dtf.min(max_tf - 1);
-            let dl = min_len.saturating_add(ddl);
-            prop_assert!((s.contribution(tf, dl) as f64) <= s.bound(max_tf, min_len));
-            prop_assert!((s.contribution(max_tf, min_len) as f64) <= s.bound(max_tf, min_len));
+            let s = TermScorer::new(Bm25Params { k1, b }, 1_000_000, df, avgdl as f64);
+            let m = BlockMax::of(postings.iter().copied(), avgdl).unwrap();
+            let bound = s.max_bound(&m);
+            let best = postings.iter().map(|&(tf, dl)| s.contribution(tf, dl) as f64).fold(0f64, f64::max);
+            prop_assert!(best <= bound, "{best} > {bound}");
+            if BOUND_B.contains(&b) {
+                prop_assert!(bound <= best * (1.0 + 3.0 * BOUND_SLACK), "{bound} loose over {best}");
+            }
+            // A skip entry's (max_tf, min_len) bounds too, never tighter than the entry.
+            let max_tf = postings.iter().map(|p| p.0).max().unwrap();
+            let min_len = postings.iter().map(|p| p.1).min().unwrap();
+            let skip = BlockMax::from_skip(crate::index::codecs::SkipEntry { max_tf, min_len, ..Default::default() });
+            prop_assert!(bound <= s.max_bound(&skip) * (1.0 + 1e-12));
+            // At a known length, the block's largest tf bounds every posting of that length.
+            for &(tf, dl) in &postings {
+                prop_assert!((s.contribution(tf, dl) as f64) <= s.bound(max_tf, dl));
+            }
         }
     }
 }

@@ -4,6 +4,7 @@
 use rayon::prelude::*;
 
 use super::parse::ParsedChunk;
+use crate::index::blockmax::{mean_length, push_list_maxes, BlockMax};
 use crate::index::codecs::{encode_list, Codec, SkipEntry};
 use crate::index::reader::TermInfo;
 
@@ -88,21 +89,26 @@ pub(super) fn encode_chunk(
 pub(crate) struct RangeOut {
     pub(super) bytes: Vec<u8>,
     pub(super) skips: Vec<SkipEntry>,
+    /// Per list, its entry then one per block (`blockmax.bin`).
+    pub(super) maxes: Vec<BlockMax>,
     pub(super) infos: Vec<TermInfo>,
 }
 
 impl RangeOut {
     /// Encodes the next term's list (`docs` strictly increasing, `tfs ≥ 1`, at most 2³² − 1
-    /// postings) and records its info.
+    /// postings) and its block-max entries (for mean scoring length `avgdl`, see
+    /// [`mean_length`](crate::index::blockmax::mean_length)) and records its info.
     pub(crate) fn push_list(
         &mut self,
         codec: Codec,
         docs: &[u32],
         tfs: &[u32],
         doc_len: impl Fn(u32) -> u32,
+        avgdl: f32,
     ) {
         let (offset, first_skip) = (self.bytes.len(), self.skips.len());
-        encode_list(codec, docs, tfs, doc_len, &mut self.bytes, &mut self.skips);
+        encode_list(codec, docs, tfs, &doc_len, &mut self.bytes, &mut self.skips);
+        push_list_maxes(docs, tfs, doc_len, avgdl, &mut self.maxes);
         self.infos.push(TermInfo {
             df: docs.len() as u32,
             n_blocks: (self.skips.len() - first_skip) as u32,
@@ -140,6 +146,10 @@ pub(super) fn invert(
             },
         );
     let total: u64 = df.iter().map(|&d| d as u64).sum();
+    let avgdl = mean_length(
+        scoring_len.iter().map(|&l| l as u64).sum(),
+        scoring_len.len() as u64,
+    );
     let target = (total / (rayon::current_num_threads() as u64 * 8)).max(1 << 16);
     let mut ranges = Vec::new();
     let (mut lo, mut acc) = (0usize, 0u64);
@@ -180,7 +190,13 @@ pub(super) fn invert(
             let mut out = RangeOut::default();
             for k in 0..r.len() {
                 let (s, e) = (starts[k], starts[k + 1]);
-                out.push_list(codec, &docs[s..e], &tfs[s..e], |d| scoring_len[d as usize]);
+                out.push_list(
+                    codec,
+                    &docs[s..e],
+                    &tfs[s..e],
+                    |d| scoring_len[d as usize],
+                    avgdl,
+                );
             }
             out
         })

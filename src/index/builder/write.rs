@@ -8,8 +8,8 @@ use rayon::prelude::*;
 use super::encode::RangeOut;
 use crate::index::format::{write_file, SectionWriter};
 use crate::index::reader::{
-    TermInfo, DOCS_FILE, KIND_DOCS, KIND_POSTINGS, KIND_SKIPS, KIND_TERMS, POSTINGS_FILE,
-    SKIPS_FILE, TERMS_FILE,
+    TermInfo, BLOCK_MAX_FILE, DOCS_FILE, KIND_BLOCK_MAX, KIND_DOCS, KIND_POSTINGS, KIND_SKIPS,
+    KIND_TERMS, POSTINGS_FILE, SKIPS_FILE, TERMS_FILE,
 };
 use crate::index::IndexError;
 
@@ -23,14 +23,15 @@ pub(crate) fn u32s(v: &[u32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-/// Writes `postings.bin` and `skips.bin` from encoded ranges (in term order); returns every
-/// term's info with file-absolute offsets, and the two files' payload sizes.
+/// Writes `postings.bin`, `skips.bin` and `blockmax.bin` from encoded ranges (in term order);
+/// returns every term's info with file-absolute offsets, and the first two files' payload sizes.
 pub(crate) fn write_postings(
     dir: &Path,
     ranges: Vec<RangeOut>,
 ) -> Result<(Vec<TermInfo>, u64, u64), IndexError> {
     let mut post = SectionWriter::create(&dir.join(POSTINGS_FILE), KIND_POSTINGS)?;
     let mut skips = SectionWriter::create(&dir.join(SKIPS_FILE), KIND_SKIPS)?;
+    let mut maxes = SectionWriter::create(&dir.join(BLOCK_MAX_FILE), KIND_BLOCK_MAX)?;
     let mut infos = Vec::new();
     let mut skip_bytes = Vec::new();
     let (mut at, mut sk) = (0u64, 0u64);
@@ -41,6 +42,11 @@ pub(crate) fn write_postings(
             s.write(&mut skip_bytes);
         }
         skips.write(&skip_bytes)?;
+        skip_bytes.clear();
+        for m in &r.maxes {
+            m.write(&mut skip_bytes);
+        }
+        maxes.write(&skip_bytes)?;
         infos.extend(r.infos.into_iter().map(|mut i| {
             i.postings_offset += at;
             i.skip_start += sk;
@@ -54,6 +60,8 @@ pub(crate) fn write_postings(
     post.finish()?;
     skips.end_section()?;
     skips.finish()?;
+    maxes.end_section()?;
+    maxes.finish()?;
     Ok((infos, pb, sb))
 }
 

@@ -3,7 +3,7 @@
 
 Trains a lambdarank model of --trees trees with up to --leaves leaves over --features features
 with --missing of the values missing (NaN), on synthetic queries; dumps it with dump_model() to
-OUT/model.json; writes --rows test rows to OUT/rows.csv (no header, empty field = missing, values
+OUT/model.json (and saves it as OUT/model.txt, the text model lleaves compiles); writes --rows test rows to OUT/rows.csv (no header, empty field = missing, values
 printed to round-trip); times LightGBM's own predict (raw scores) on 1 thread and on --threads
 threads, median of --reps; writes its raw scores to OUT/scores.txt and a summary to
 OUT/peer.json. Then rankserve scores the same rows:
@@ -36,6 +36,14 @@ def synth(rng, n, n_features, missing):
     label = np.clip(np.round(signal + rng.normal(scale=0.7, size=n) + 1.5), 0, 4)
     x[rng.random(size=x.shape) < missing] = np.nan
     return x, label
+
+
+def test_rows(seed=7, train_rows=20000, rows=10000, features=136, missing=0.05):
+    """The test rows main() writes to rows.csv with these arguments, drawn again without
+    training (the same generator draws the training rows first)."""
+    rng = np.random.default_rng(seed)
+    synth(rng, train_rows, features, missing)
+    return synth(rng, rows, features, missing)[0]
 
 
 def fmt(v):
@@ -79,6 +87,7 @@ def main():
     leaves = [t["num_leaves"] for t in model["tree_info"]]
     with open(os.path.join(a.out, "model.json"), "w") as f:
         json.dump(model, f)
+    booster.save_model(os.path.join(a.out, "model.txt"))  # what lleaves compiles
 
     xt, _ = synth(rng, a.rows, a.features, a.missing)
     with open(os.path.join(a.out, "rows.csv"), "w") as f:

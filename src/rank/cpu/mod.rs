@@ -14,8 +14,17 @@
 //! send it where their `missing` rule says.
 
 pub mod plan;
+mod quick;
+#[cfg(target_arch = "x86_64")]
+mod quick_simd;
+#[cfg(test)]
+mod testgen;
+mod trees;
+mod walk;
 
 pub use plan::CpuPlan;
+pub use quick::Isa;
+pub use trees::TreeEvaluator;
 
 use crate::rank::freeform;
 use crate::rank::model::{Activation, Decision, Input, Layer, Missing, Node, Ranker, Split, Tree};

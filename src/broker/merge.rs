@@ -55,14 +55,20 @@ pub fn merge(
         candidates.truncate(k);
         return candidates;
     }
-    // As one index ranks: rows in docID order, the best k by score, ties by smaller row.
-    candidates.sort_unstable_by_key(|hit| hit.doc);
-    let scores: Vec<f64> = (candidates.iter())
-        .map(|hit| hit.score.unwrap_or(f64::NAN))
-        .collect();
-    let order = crate::server::routes::top_k(&scores, k);
-    let mut slots: Vec<Option<SearchHit>> = candidates.into_iter().map(Some).collect();
-    order.into_iter().filter_map(|i| slots[i].take()).collect()
+    candidates.sort_unstable_by(by_score);
+    candidates.truncate(k);
+    candidates
+}
+
+/// The order of one index's ranked hits (its top-k over rows in docID order): a NaN score
+/// (`None`) last, then higher score first (`total_cmp`), ties by smaller docID.
+fn by_score(a: &SearchHit, b: &SearchHit) -> std::cmp::Ordering {
+    let key = |hit: &SearchHit| hit.score.filter(|s| !s.is_nan());
+    let by_value = match (key(a), key(b)) {
+        (Some(x), Some(y)) => y.total_cmp(&x),
+        (x, y) => x.is_none().cmp(&y.is_none()),
+    };
+    by_value.then(a.doc.cmp(&b.doc))
 }
 
 #[cfg(test)]

@@ -107,7 +107,8 @@ fn collection_of(
 /// `/v1/search` answered by `broker`'s shards (the module docs).
 ///
 /// # Errors
-/// `invalid_request` (the terms), a shard's 4xx, 503 `shards_unavailable`.
+/// `invalid_request` (the terms), a shard's 4xx, 503 `shards_unavailable`, 504
+/// `deadline_exceeded` when the request's deadline passed during a fan-out.
 pub(super) async fn search(
     state: &AppState,
     broker: &Broker,
@@ -132,6 +133,7 @@ pub(super) async fn search(
         )
         .await;
     let stats = sort_out(broker, &all, outcomes, &mut missing)?;
+    deadline.check()?;
     let collection = collection_of(broker, &stats)?;
     let offsets: Vec<u64> = (stats.iter())
         .map(|(_, s)| s.shard.map_or(0, |info| info.doc_offset))
@@ -161,6 +163,7 @@ pub(super) async fn search(
         )
         .await;
     let answers = sort_out(broker, &asked, outcomes, &mut missing)?;
+    deadline.check()?;
     if answers.is_empty() {
         let missing: Vec<String> = (missing.iter())
             .map(|m| format!("{} ({})", m.shard, m.reason))
@@ -218,4 +221,45 @@ pub(super) async fn search(
             missing,
         }),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::shard::ShardInfo;
+
+    fn stats(offset: u64, docs: u64, df: &[u64]) -> ShardStats {
+        ShardStats {
+            shard: Some(ShardInfo {
+                shard: 0,
+                shards: 2,
+                doc_offset: offset,
+                collection_docs: 10,
+            }),
+            docs,
+            scoring_length: docs * 3,
+            stream_lengths: [("body".to_string(), docs * 3), (format!("s{offset}"), 1)]
+                .into_iter()
+                .collect(),
+            df: df.to_vec(),
+        }
+    }
+
+    #[test]
+    fn the_collection_is_the_sum_of_its_shards_whose_ranges_must_not_overlap() {
+        let dir = tempfile::tempdir().unwrap();
+        let list = dir.path().join("shards.toml");
+        let text = "[[shards]]\nname = \"a\"\nurl = \"http://a:1\"\n[[shards]]\nname = \"b\"\nurl = \"http://b:1\"\n";
+        std::fs::write(&list, text).unwrap();
+        let broker = Broker::open(&list).unwrap();
+        let collection =
+            collection_of(&broker, &[(0, stats(0, 6, &[1, 0])), (1, stats(6, 4, &[2, 5]))])
+                .unwrap();
+        assert_eq!((collection.docs, collection.scoring_length), (10, 30));
+        assert_eq!(collection.df, [3, 5]);
+        assert_eq!(collection.stream_lengths["body"], 30);
+        assert_eq!(collection.stream_lengths["s6"], 1);
+        let overlap = collection_of(&broker, &[(0, stats(0, 6, &[])), (1, stats(5, 4, &[]))]);
+        assert!(matches!(overlap, Err(ApiError::Internal { detail }) if detail.contains("shards a and b hold overlapping docIDs (0..6 and 5..9)")));
+    }
 }

@@ -183,7 +183,7 @@ pub(super) fn rank_error<E: Into<ApiError>>(
 }
 
 /// Indices of the `k` best scores, best first, ties by smaller index, NaN last.
-pub(crate) fn top_k(scores: &[f64], k: usize) -> Vec<usize> {
+pub(super) fn top_k(scores: &[f64], k: usize) -> Vec<usize> {
     let mut order: Vec<usize> = (0..scores.len()).collect();
     let key = |i: &usize| {
         (

@@ -252,14 +252,18 @@ mod tests {
         let text = "[[shards]]\nname = \"a\"\nurl = \"http://a:1\"\n[[shards]]\nname = \"b\"\nurl = \"http://b:1\"\n";
         std::fs::write(&list, text).unwrap();
         let broker = Broker::open(&list).unwrap();
-        let collection =
-            collection_of(&broker, &[(0, stats(0, 6, &[1, 0])), (1, stats(6, 4, &[2, 5]))])
-                .unwrap();
+        let collection = collection_of(
+            &broker,
+            &[(0, stats(0, 6, &[1, 0])), (1, stats(6, 4, &[2, 5]))],
+        )
+        .unwrap();
         assert_eq!((collection.docs, collection.scoring_length), (10, 30));
         assert_eq!(collection.df, [3, 5]);
         assert_eq!(collection.stream_lengths["body"], 30);
         assert_eq!(collection.stream_lengths["s6"], 1);
         let overlap = collection_of(&broker, &[(0, stats(0, 6, &[])), (1, stats(5, 4, &[]))]);
-        assert!(matches!(overlap, Err(ApiError::Internal { detail }) if detail.contains("shards a and b hold overlapping docIDs (0..6 and 5..9)")));
+        assert!(
+            matches!(overlap, Err(ApiError::Internal { detail }) if detail.contains("shards a and b hold overlapping docIDs (0..6 and 5..9)"))
+        );
     }
 }

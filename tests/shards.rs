@@ -256,3 +256,63 @@ async fn a_shard_that_never_answers_costs_the_per_shard_timeout() {
     assert_eq!(got.hits, want.hits);
     held.abort();
 }
+
+#[test]
+fn index_build_shards_writes_one_directory_per_shard_and_names_bad_lines_in_the_corpus() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = dir.path().join("c.jsonl");
+    let doc = |id: &str| format!("{{\"id\": \"{id}\", \"streams\": {{\"body\": \"a b {id}\"}}}}\n");
+    let build = |shards: &str, out: &Path| {
+        let output = crate::cli::rankserve(&[
+            "index",
+            "build",
+            "--corpus",
+            corpus.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+            "--shards",
+            shards,
+        ]);
+        let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+        (output.status.code(), stderr)
+    };
+    std::fs::write(
+        &corpus,
+        [doc("a"), doc("b"), doc("c"), doc("d"), doc("e")].concat(),
+    )
+    .unwrap();
+    let out = dir.path().join("ok");
+    assert_eq!(build("2", &out).0, Some(0));
+    let offsets: Vec<u64> = (0..2)
+        .map(|i| {
+            ShardInfo::read(&shard_dir(&out, i))
+                .unwrap()
+                .unwrap()
+                .doc_offset
+        })
+        .collect();
+    assert_eq!(offsets, [0, 2]);
+    let bad = dir.path().join("bad");
+    let (code, stderr) = build("6", &bad);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("--shards 6: expected 1 to the corpus's 5 documents"),
+        "{stderr}"
+    );
+    // A duplicate id within the second shard is named by its lines in the corpus.
+    std::fs::write(
+        &corpus,
+        [doc("a"), doc("b"), doc("c"), doc("d"), doc("c")].concat(),
+    )
+    .unwrap();
+    let (code, stderr) = build("2", &bad);
+    assert_eq!(code, Some(2), "{stderr}");
+    assert_eq!(
+        stderr,
+        format!(
+            "rankserve: {}, line 5: document id \"c\" is already the id of line 3: ids must be unique",
+            corpus.display()
+        )
+    );
+    assert!(!bad.exists());
+}

@@ -9,7 +9,8 @@
 //! | `addr` | `RANKSERVE_ADDR` | `127.0.0.1:8080` |
 //! | `rankers` | `RANKSERVE_RANKERS` | `rankers/` |
 //! | `data_dir` | `RANKSERVE_DATA_DIR` | `.rankserve/` |
-//! | `index` | `RANKSERVE_INDEX` | none (`serve` then builds or reuses the demo index `DATA_DIR/index`) |
+//! | `index` | `RANKSERVE_INDEX` | none (`serve` then builds or reuses the demo index `DATA_DIR/index`; not with `broker`) |
+//! | `broker` | `RANKSERVE_BROKER` | none (a shard list, `shards.toml`: `/v1/search` is answered by those shards, `docs/deploy.md`) |
 //! | `backend` | `RANKSERVE_BACKEND` | `auto` (`auto`, `cpu`, `gpu`) |
 //! | `fe_backend` | `RANKSERVE_FE_BACKEND` | `cpu` (where hit documents' features are extracted: `cpu`; `gpu`, fused with scoring on the GPU unless scoring is on the CPU; or `auto`, fused from the ranker's FE+scoring crossover on, or whenever scoring is on `gpu`) |
 //! | `admin_token` | `RANKSERVE_ADMIN_TOKEN` | none (admin routes disabled) |
@@ -120,6 +121,8 @@ pub struct Config {
     pub rankers: PathBuf,
     pub data_dir: PathBuf,
     pub index: Option<PathBuf>,
+    /// The shard list of a broker (`crate::broker`).
+    pub broker: Option<PathBuf>,
     pub backend: Backend,
     /// Where feature extraction of hit documents runs (`rank::engine::backends`).
     pub fe_backend: Backend,
@@ -162,6 +165,7 @@ impl Default for Config {
             rankers: PathBuf::from("rankers"),
             data_dir: PathBuf::from(".rankserve"),
             index: None,
+            broker: None,
             backend: Backend::Auto,
             fe_backend: Backend::Cpu,
             admin_token: None,
@@ -195,6 +199,7 @@ pub struct Layer {
     pub rankers: Option<PathBuf>,
     pub data_dir: Option<PathBuf>,
     pub index: Option<PathBuf>,
+    pub broker: Option<PathBuf>,
     pub backend: Option<String>,
     pub fe_backend: Option<String>,
     pub admin_token: Option<String>,
@@ -247,6 +252,7 @@ impl Layer {
             rankers: lookup("RANKSERVE_RANKERS").map(PathBuf::from),
             data_dir: lookup("RANKSERVE_DATA_DIR").map(PathBuf::from),
             index: lookup("RANKSERVE_INDEX").map(PathBuf::from),
+            broker: lookup("RANKSERVE_BROKER").map(PathBuf::from),
             backend: lookup("RANKSERVE_BACKEND"),
             fe_backend: lookup("RANKSERVE_FE_BACKEND"),
             admin_token: lookup("RANKSERVE_ADMIN_TOKEN"),
@@ -320,6 +326,9 @@ impl Resolver {
         }
         if let Some(v) = layer.index {
             c.index = Some(v);
+        }
+        if let Some(v) = layer.broker {
+            c.broker = Some(v);
         }
         if let Some(v) = layer.backend {
             c.backend = parse("backend", &v, "one of auto, cpu, gpu", source, |_| true)

@@ -13,6 +13,7 @@
 pub mod api;
 pub mod backend;
 pub mod bench;
+pub mod broker;
 pub mod config;
 pub mod gpu;
 pub mod index;

@@ -7,4 +7,5 @@ mod parity;
 mod search;
 mod selection;
 mod selection_gpu;
+mod shards;
 mod slow_clients;

@@ -7,6 +7,7 @@
 pub mod format;
 pub mod msgpack_rank;
 pub mod rank_body;
+pub mod shard;
 
 pub use format::{BodyError, Format};
 pub use rank_body::{feature_matrix, Framing, RankBody};
@@ -287,6 +288,9 @@ pub struct SearchResponse {
     pub hits: Vec<SearchHit>,
     pub timings: SearchTimings,
     pub backends: SearchBackends,
+    /// From a broker only: which shards answered (`partial` when one did not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shards: Option<shard::ShardsAnswered>,
 }
 
 /// One hit of a search.

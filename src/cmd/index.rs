@@ -9,6 +9,7 @@ use super::{CmdResult, Failure};
 use rankserve::index::builder::{build, BuildOptions, BuildReport};
 use rankserve::index::ciff::import_ciff;
 use rankserve::index::codecs::Codec;
+use rankserve::index::shard::build_shards;
 use rankserve::index::IndexError;
 
 #[derive(clap::Subcommand)]
@@ -37,7 +38,12 @@ pub enum Command {
         /// Leave out the forward index (selection-only index, smaller and faster to build).
         #[arg(long)]
         no_forward: bool,
-        /// Print the build report as JSON on stdout.
+        /// Build N shards (document-partitioned by contiguous ranges of documents) into
+        /// OUT/shard-0 … OUT/shard-{N-1}, each served by its own `rankserve serve --index` behind
+        /// a `rankserve serve --broker` (docs/deploy.md) [default: one index, no shards].
+        #[arg(long, value_name = "N")]
+        shards: Option<u32>,
+        /// Print the build report as JSON on stdout (with --shards: one line per shard).
         #[arg(long)]
         json: bool,
     },
@@ -72,6 +78,7 @@ pub fn run(c: Command) -> CmdResult {
             threads,
             scoring,
             no_forward,
+            shards,
             json,
         } => {
             let opts = BuildOptions {
@@ -81,10 +88,15 @@ pub fn run(c: Command) -> CmdResult {
                 forward: !no_forward,
             };
             let bar = progress_bar(0, "docs");
-            let report = build(&corpus, &out, &opts, &|n| bar.inc(n))
-                .map_err(|e| failure(e, &corpus, &out))?;
+            let reports = match shards {
+                Some(shards) => build_shards(&corpus, &out, &opts, shards, &|n| bar.inc(n)),
+                None => build(&corpus, &out, &opts, &|n| bar.inc(n)).map(|r| vec![r]),
+            }
+            .map_err(|e| failure(e, &corpus, &out))?;
             bar.finish_and_clear();
-            summarize(&report, codec, json)
+            reports
+                .iter()
+                .try_for_each(|report| summarize(report, codec, json))
         }
         Command::ImportCiff {
             file,

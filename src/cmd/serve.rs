@@ -33,6 +33,12 @@ pub struct Args {
     /// from fixtures/corpus.jsonl into DATA_DIR/index].
     #[arg(long, value_name = "DIR")]
     index: Option<PathBuf>,
+    /// Run as a broker: answer /v1/search by fanning it out to the shard servers listed in
+    /// FILE (TOML: `timeout_ms`, then `[[shards]]` entries with `name` and `url`; each shard a
+    /// `rankserve serve --index` of one directory of `rankserve index build --shards`), merging
+    /// their answers into the unsharded index's (docs/deploy.md).
+    #[arg(long, value_name = "FILE")]
+    broker: Option<PathBuf>,
     /// Directory of ranker files NAME.json [default: rankers/].
     #[arg(long, value_name = "DIR")]
     rankers: Option<PathBuf>,
@@ -119,6 +125,7 @@ impl Args {
             rankers: self.rankers,
             data_dir: self.data_dir,
             index: self.index,
+            broker: self.broker,
             backend: self.backend,
             fe_backend: self.fe_backend,
             // The token is read from the file or the environment only: a flag shows in `ps`.
@@ -167,7 +174,7 @@ pub fn run(args: Args) -> CmdResult {
     )
     .bad_input()?;
     init_logging(config.log_format);
-    if config.index.is_none() {
+    if config.index.is_none() && config.broker.is_none() {
         config.index = demo_index(&config.data_dir)?;
     }
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -179,7 +186,8 @@ pub fn run(args: Args) -> CmdResult {
         let state = server::State::new(config).context("opening the server state")?;
         let listener = tokio::net::TcpListener::bind(addr).await.with_context(|| format!("binding {addr}"))?;
         let index = state.index().map_or("none".into(), |i| i.dir().display().to_string());
-        tracing::info!(addr = %listener.local_addr()?, rankers = %state.store().dir().display(), index, "listening");
+        let shards = state.broker().map_or(0, |b| b.shards().len());
+        tracing::info!(addr = %listener.local_addr()?, rankers = %state.store().dir().display(), index, shards, "listening");
         server::serve(listener, state, server::shutdown_signal()).await.context("serving")?;
         tracing::info!("stopped");
         Ok(())

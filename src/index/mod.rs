@@ -14,6 +14,7 @@ pub mod format;
 pub mod manifest;
 pub mod queries;
 pub mod reader;
+pub mod shard;
 pub mod tokenize;
 
 pub use error::IndexError;

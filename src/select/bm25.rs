@@ -49,10 +49,16 @@ pub struct TermScorer {
     one_minus_b: f32,
     b: f32,
     avgdl: f32,
-    /// The grid interval `BOUND_B[grid]..=BOUND_B[grid + 1]` holding b, and b's place in it
-    /// (0 at its start, 1 at its end): the chord's weights in [`TermScorer::max_bound`].
+    /// The mean length `A₀` the index's [`BlockMax`] entries were chosen at (`avgdl` unless the
+    /// query scores a shard with the whole collection's statistics).
+    entry_avgdl: f64,
+    /// The grid interval `BOUND_B[grid]..=BOUND_B[grid + 1]` holding the entries' b (the
+    /// query's b seen at `A₀`, see [`TermScorer::with_entry_avgdl`]), and its place in it (0 at
+    /// its start, 1 at its end): the chord's weights in [`TermScorer::max_bound`].
     grid: usize,
     grid_t: f64,
+    /// `g` at the query's b and avgdl over `g` at the entries' b and `A₀` (1 when they agree).
+    g_scale: f64,
 }
 
 /// Relative inflation of [`TermScorer::bound`] over the f32 contribution (see the module doc).
@@ -62,10 +68,7 @@ impl TermScorer {
     /// A scorer for a term of document frequency `df` in a collection of `n` documents whose
     /// mean scoring length is `avgdl`.
     pub fn new(params: Bm25Params, n: u64, df: u64, avgdl: f64) -> Self {
-        let grid = (0..BOUND_B.len() - 2)
-            .find(|&i| params.b <= BOUND_B[i + 1])
-            .unwrap_or(BOUND_B.len() - 2);
-        let (lo, hi) = (BOUND_B[grid] as f64, BOUND_B[grid + 1] as f64);
+        let (grid, grid_t) = grid_place(params.b as f64);
         Self {
             idf: idf(n, df) as f32,
             k1: params.k1,
@@ -73,9 +76,28 @@ impl TermScorer {
             one_minus_b: 1.0 - params.b,
             b: params.b,
             avgdl: avgdl as f32,
+            entry_avgdl: avgdl as f32 as f64,
             grid,
-            grid_t: ((params.b as f64 - lo) / (hi - lo)).clamp(0.0, 1.0),
+            grid_t,
+            g_scale: 1.0,
         }
+    }
+
+    /// The same scorer bounding blocks whose [`BlockMax`] entries were chosen at mean length
+    /// `a0` (a shard's own) while it scores with another `A` (the collection's). With
+    /// `λ = ((1−b)·A + b·A₀) / A₀` and `β = b / λ`, every posting's `g_b` at `A` is
+    /// `λ · g_β` at `A₀`, and `β` lies in [0, 1]: the entries bound `g_β` as they bound any b,
+    /// so they bound `g_b` once scaled by `λ`.
+    pub fn with_entry_avgdl(mut self, a0: f64) -> Self {
+        let (a, a0, b) = (self.avgdl as f64, a0 as f32 as f64, self.b as f64);
+        let lambda = ((1.0 - b) * a + b * a0) / a0;
+        if a0 == a || !(lambda.is_finite() && lambda > 0.0) {
+            return self;
+        }
+        (self.grid, self.grid_t) = grid_place((b / lambda).clamp(0.0, 1.0));
+        self.entry_avgdl = a0;
+        self.g_scale = lambda;
+        self
     }
 
     /// The term's idf as f32 (what the contributions use).
@@ -116,17 +138,27 @@ impl TermScorer {
     /// describes (a block's or a list's entry; see the module doc).
     #[inline]
     pub fn max_bound(&self, m: &BlockMax) -> f64 {
-        let a = self.avgdl as f64;
+        let a0 = self.entry_avgdl;
         let g = |i: usize| {
             let (tf, dl) = m.best[i];
             let b = BOUND_B[i] as f64;
-            ((1.0 - b) * a + b * dl as f64) / tf as f64
+            ((1.0 - b) * a0 + b * dl as f64) / tf as f64
         };
         let t = self.grid_t;
-        let g_min = (1.0 - t) * g(self.grid) + t * g(self.grid + 1);
+        let g_min = self.g_scale * ((1.0 - t) * g(self.grid) + t * g(self.grid + 1));
+        let a = self.avgdl as f64;
         let real = self.idf as f64 * self.k1_plus_1 as f64 / (1.0 + self.k1 as f64 * g_min / a);
         real * (1.0 + BOUND_SLACK)
     }
+}
+
+/// The grid interval of [`BOUND_B`] holding `b` and `b`'s place in it.
+fn grid_place(b: f64) -> (usize, f64) {
+    let grid = (0..BOUND_B.len() - 2)
+        .find(|&i| b <= BOUND_B[i + 1] as f64)
+        .unwrap_or(BOUND_B.len() - 2);
+    let (lo, hi) = (BOUND_B[grid] as f64, BOUND_B[grid + 1] as f64);
+    (grid, ((b - lo) / (hi - lo)).clamp(0.0, 1.0))
 }
 
 #[cfg(test)]
@@ -173,6 +205,21 @@ mod tests {
             for &(tf, dl) in &postings {
                 prop_assert!((s.contribution(tf, dl) as f64) <= s.bound(max_tf, dl));
             }
+        }
+
+        /// Entries chosen at a shard's mean length bound the contributions scored with the
+        /// collection's (another) mean length.
+        #[test]
+        fn entries_of_another_mean_length_still_bound(
+            k1 in 0f32..3.0, b in any_b(), a0 in 1f32..5000.0, a in 1f32..5000.0,
+            postings in proptest::collection::vec((1u32..200, 1u32..20_000), 1..128),
+        ) {
+            let s = TermScorer::new(Bm25Params { k1, b }, 1_000_000, 1_000, a as f64)
+                .with_entry_avgdl(a0 as f64);
+            let m = BlockMax::of(postings.iter().copied(), a0).unwrap();
+            let bound = s.max_bound(&m);
+            let best = postings.iter().map(|&(tf, dl)| s.contribution(tf, dl) as f64).fold(0f64, f64::max);
+            prop_assert!(best <= bound, "{best} > {bound}");
         }
     }
 }

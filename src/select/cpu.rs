@@ -85,15 +85,13 @@ fn prepare<'a>(
     query: &Query,
     lists: &QueryTerms<'a>,
 ) -> (Vec<Term<'a>>, usize, bool) {
-    let n = index.num_docs() as u64;
-    let avgdl = index.avg_scoring_length();
     let mut all_known = true;
     let mut terms = Vec::with_capacity(lists.lists.len());
     for (qi, found) in lists.lists.iter().enumerate() {
         match found {
             Some((_, list)) => terms.push(Term::new(
                 qi,
-                TermScorer::new(query.params, n, list.df as u64, avgdl),
+                query.term_scorer(index, qi, list.df),
                 *list,
             )),
             None => all_known = false,

@@ -65,6 +65,33 @@ pub struct Query {
     pub mode: Mode,
     /// BM25 parameters for this query.
     pub params: Bm25Params,
+    /// Collection-wide statistics that replace the index's own (a shard scoring as the whole
+    /// collection); `None`: the index's.
+    pub collection: Option<std::sync::Arc<Collection>>,
+}
+
+/// The statistics BM25 takes from the collection, when the index searched is one shard of it:
+/// with them a shard's scores are those of the whole collection indexed as one
+/// (`docs/deploy.md`, "Shards").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Collection {
+    /// N: documents in the collection.
+    pub docs: u64,
+    /// Sum of the scoring lengths (avgdl = this / N, as [`Index::avg_scoring_length`]).
+    pub scoring_length: u64,
+    /// Document frequency of each distinct query term (first-occurrence order, as
+    /// [`dedup_terms`]); the caller checks the count.
+    pub df: Vec<u64>,
+}
+
+impl Collection {
+    /// avgdl, in f64, computed exactly as an index computes its own.
+    pub fn avg_scoring_length(&self) -> f64 {
+        match self.docs {
+            0 => 0.0,
+            n => self.scoring_length as f64 / n as f64,
+        }
+    }
 }
 
 impl Query {
@@ -75,6 +102,23 @@ impl Query {
             k,
             mode,
             params: Bm25Params::default(),
+            collection: None,
+        }
+    }
+
+    /// The scorer of distinct query term `qi` whose posting list in `index` has `df` postings:
+    /// with the collection's statistics when the query carries them, else the index's.
+    pub fn term_scorer(&self, index: &Index, qi: usize, df: u32) -> bm25::TermScorer {
+        match &self.collection {
+            // The index's block-max entries were chosen at its own mean length.
+            Some(c) => bm25::TermScorer::new(self.params, c.docs, c.df[qi], c.avg_scoring_length())
+                .with_entry_avgdl(index.avg_scoring_length()),
+            None => bm25::TermScorer::new(
+                self.params,
+                index.num_docs() as u64,
+                df as u64,
+                index.avg_scoring_length(),
+            ),
         }
     }
 

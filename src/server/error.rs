@@ -60,6 +60,15 @@ pub enum ApiError {
     DeadlineExceeded { timeout_ms: u64 },
     #[error("not ready: {0}")]
     NotReady(String),
+    /// A shard refused a broker's search (a 4xx: the request's fault), passed on as it came.
+    #[error("{message}")]
+    ShardRefused {
+        status: StatusCode,
+        code: String,
+        message: String,
+    },
+    #[error("no shard answered: {missing}")]
+    NoShardAnswered { missing: String },
     /// The server's own fault: `detail` goes to the log, not to the client.
     #[error("internal error")]
     Internal { detail: String },
@@ -101,14 +110,16 @@ impl ApiError {
             ApiError::GpuUnavailable
             | ApiError::Overloaded { .. }
             | ApiError::NotReady(_)
-            | ApiError::NoIndex => StatusCode::SERVICE_UNAVAILABLE,
+            | ApiError::NoIndex
+            | ApiError::NoShardAnswered { .. } => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::ShardRefused { status, .. } => *status,
             ApiError::DeadlineExceeded { .. } => StatusCode::GATEWAY_TIMEOUT,
             ApiError::Internal { .. } => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     /// The stable snake_case code (listed in `docs/api.md`).
-    pub fn code(&self) -> &'static str {
+    pub fn code(&self) -> &str {
         match self {
             ApiError::UnsupportedMediaType { .. } => "unsupported_media_type",
             ApiError::PayloadTooLarge { .. } => "payload_too_large",
@@ -129,6 +140,8 @@ impl ApiError {
             ApiError::Overloaded { .. } => "overloaded",
             ApiError::DeadlineExceeded { .. } => "deadline_exceeded",
             ApiError::NotReady(_) => "not_ready",
+            ApiError::ShardRefused { code, .. } => code,
+            ApiError::NoShardAnswered { .. } => "shards_unavailable",
             ApiError::Internal { .. } => "internal",
         }
     }

@@ -22,6 +22,9 @@
 //! | `rankserve_posting_cache_bytes`, `rankserve_posting_cache_lists` | gauge | none (resident on the device) |
 //! | `rankserve_gpu_power_watts` | gauge | none (with a GPU: NVML's board power when scraped) |
 //! | `rankserve_gpu_energy_joules` | gauge | none (with a GPU: NVML's total-energy counter) |
+//! | `rankserve_broker_shard_calls_total` | counter | `shard`, `phase` (`stats`, `search`), `outcome` (`ok`, `refused`, `missing`) (a broker's calls to its shards) |
+//! | `rankserve_broker_shard_seconds` | histogram | `shard`, `phase` |
+//! | `rankserve_broker_partial_total` | counter | none (a broker's searches answered without some shard) |
 
 use std::sync::OnceLock;
 use std::time::Instant;

@@ -10,12 +10,15 @@
 //! - [`routes`]: the `/v1/rank`, ranker and operations handlers.
 //! - [`search`]: `/v1/search` (the pipeline that chains the selection engine into the ranking
 //!   engine) and `/v1/index/reload`.
+//! - [`shard`]: the routes a broker calls, `/v1/shard/stats` and `/v1/shard/search`.
+//! - [`broker`]: `/v1/search` on a broker (`--broker`): the fan-out to the shards and the merge.
 //! - [`state`]: what handlers share, admission, the request sampler, the GPU probe's wiring.
 //! - [`metrics`]: Prometheus names and recording.
 //! - [`openapi`]: the route table and the OpenAPI document generated from the handlers and
 //!   wire types.
 
 pub mod auth;
+pub mod broker;
 pub mod codec;
 pub mod error;
 pub mod metrics;
@@ -23,6 +26,7 @@ pub mod openapi;
 pub mod router;
 pub mod routes;
 pub mod search;
+pub mod shard;
 pub mod state;
 
 pub use router::router;

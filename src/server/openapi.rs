@@ -20,7 +20,7 @@ use utoipa_axum::routes;
 use super::codec::{Negotiated, Reply};
 use super::error::ErrorBody;
 use super::state::AppState;
-use super::{routes as handlers, search};
+use super::{routes as handlers, search, shard};
 use crate::api::Format;
 
 /// Where the generated parts are gathered: the document's head, and the schemas no route
@@ -38,6 +38,7 @@ use crate::api::Format;
         (name = "rank", description = "Scoring documents with a ranker"),
         (name = "search", description = "Selection from the index, then ranking"),
         (name = "rankers", description = "The ranker store"),
+        (name = "shards", description = "What a broker asks of the shards it fans searches out to"),
         (name = "operations", description = "Health, readiness, metrics, this document"),
     )
 )]
@@ -57,6 +58,8 @@ pub(super) fn routes() -> OpenApiRouter<AppState> {
         ))
         .routes(routes!(handlers::load_ranker))
         .routes(routes!(search::reload_index))
+        .routes(routes!(shard::shard_stats))
+        .routes(routes!(shard::shard_search))
         .routes(routes!(handlers::healthz))
         .routes(routes!(handlers::readyz))
         .routes(routes!(handlers::metrics))

@@ -33,6 +33,7 @@ use super::codec::{format_of_body, micros, read_body, Coded, Negotiated, Reply};
 use super::error::{ApiError, ErrorBody};
 use super::routes::{explain, rank_error, ranker, top_k};
 use super::state::AppState;
+use crate::api::shard::CollectionStats;
 use crate::api::{
     IndexDescription, ReloadRequest, SearchBackends, SearchHit, SearchRequest, SearchResponse,
     SearchTimings,
@@ -56,7 +57,7 @@ pub const MAX_QUERY_TERMS: usize = 1024;
 /// # Errors
 /// [`ApiError::InvalidRequest`] when both or neither are given, or when there are more than
 /// [`MAX_QUERY_TERMS`].
-fn query_terms(request: &SearchRequest) -> Result<Vec<String>, ApiError> {
+pub(super) fn query_terms(request: &SearchRequest) -> Result<Vec<String>, ApiError> {
     let terms = match (&request.query, &request.terms) {
         (Some(text), None) => Tokenizer::new().tokens(text),
         (None, Some(terms)) => terms.clone(),
@@ -81,21 +82,21 @@ fn query_terms(request: &SearchRequest) -> Result<Vec<String>, ApiError> {
 }
 
 /// The candidates and, when a ranker will rank them, their hit documents.
-struct Candidates {
+pub(super) struct Candidates {
     /// (docID, BM25 score): by docID when `hits` is set (row `i` is `selected[i]`, so the
     /// top-k's ties by smaller row are ties by smaller docID), else best first.
-    selected: Vec<(DocId, f64)>,
-    hits: Option<HitBatch>,
-    select_us: u64,
+    pub(super) selected: Vec<(DocId, f64)>,
+    pub(super) hits: Option<HitBatch>,
+    pub(super) select_us: u64,
     /// Time building the hit documents from the forward index.
-    hits_us: u64,
+    pub(super) hits_us: u64,
     /// The processor that selected them.
-    select_side: Processor,
+    pub(super) select_side: Processor,
 }
 
 /// The selection query of `request` over `index`: its terms, the hits wanted (the candidates
 /// when a ranker will rank them, else `k`; at most the collection), its mode.
-fn selection_query(
+pub(super) fn selection_query(
     index: &Index,
     terms: Vec<String>,
     request: &SearchRequest,
@@ -109,15 +110,17 @@ fn selection_query(
 }
 
 /// The candidates of a selection of the query `terms`, and with a ranker to rank them their
-/// hit documents (blocking: each candidate's forward-index entry is decoded).
+/// hit documents (blocking: each candidate's forward-index entry is decoded), with the
+/// `collection`'s statistics when given (a shard's search), else the index's.
 ///
 /// # Errors
 /// [`ApiError::Internal`] when the forward index does not decode.
-fn candidates(
+pub(super) fn candidates(
     index: &Index,
     terms: &[String],
     selected: Selected,
     ranked: bool,
+    collection: Option<&CollectionStats>,
 ) -> Result<Candidates, ApiError> {
     let Selected { result, side } = selected;
     if !ranked {
@@ -132,7 +135,7 @@ fn candidates(
     let started = Instant::now();
     let mut selected = result.hits;
     selected.sort_unstable_by_key(|&(doc, _)| doc);
-    let hits = hit_requests(index, terms, &selected)?;
+    let hits = hit_requests(index, terms, &selected, collection)?;
     Ok(Candidates {
         selected,
         hits: Some(hits),
@@ -146,7 +149,8 @@ fn candidates(
 /// terms, in first-occurrence order (selection's order), idf is BM25's (a term not in the index
 /// has df 0), the average lengths are the index's per stream (streams no document has are left
 /// out: FE does not normalise them), and static features are the document's, absent when NaN
-/// (FE reads an absent one as a missing value).
+/// (FE reads an absent one as a missing value). With `collection` (a shard's search), idf and
+/// the average lengths are the collection's.
 ///
 /// # Errors
 /// [`ApiError::Internal`] when a document's forward-index entry does not decode (the index was
@@ -155,27 +159,30 @@ fn hit_requests(
     index: &Index,
     terms: &[String],
     selected: &[(DocId, f64)],
+    collection: Option<&CollectionStats>,
 ) -> Result<HitBatch, ApiError> {
     let distinct = dedup_terms(terms);
     let ids: Vec<_> = distinct.iter().map(|t| index.term_id(t)).collect();
-    let n = index.num_docs() as u64;
-    let query = QueryInfo {
-        terms: distinct.len() as u32,
-        idf: ids
-            .iter()
-            .map(|id| bm25::idf(n, id.map_or(0, |id| index.term_info(id).df) as u64))
-            .collect(),
+    let (query, stats) = match collection {
+        Some(collection) => super::shard::fe_statistics(collection),
+        None => {
+            let n = index.num_docs() as u64;
+            let df = |id: Option<u32>| id.map_or(0, |id| index.term_info(id).df) as u64;
+            let query = QueryInfo {
+                terms: distinct.len() as u32,
+                idf: ids.iter().map(|&id| bm25::idf(n, df(id))).collect(),
+            };
+            let manifest = index.manifest();
+            let stats = CorpusStats {
+                avg_length: (manifest.streams.iter().enumerate())
+                    .map(|(i, name)| (name.clone(), index.avg_stream_length(i)))
+                    .filter(|&(_, avg)| avg > 0.0)
+                    .collect(),
+            };
+            (query, stats)
+        }
     };
     let manifest = index.manifest();
-    let stats = CorpusStats {
-        avg_length: manifest
-            .streams
-            .iter()
-            .enumerate()
-            .map(|(i, name)| (name.clone(), index.avg_stream_length(i)))
-            .filter(|&(_, avg)| avg > 0.0)
-            .collect(),
-    };
     // Each candidate decodes its whole forward-index entry: spread the candidates over rayon's
     // pool, as `extract_batch` does, in chunks big enough to pay for the hand-off.
     let documents = selected
@@ -212,14 +219,24 @@ fn hit_requests(
 
 /// A request's deadline: `timeout_ms` after arrival (the configured default when absent).
 #[derive(Clone, Copy)]
-struct Deadline {
-    at: Option<Instant>,
-    timeout_ms: Option<u64>,
+pub(super) struct Deadline {
+    pub(super) at: Option<Instant>,
+    pub(super) timeout_ms: Option<u64>,
 }
 
 impl Deadline {
+    /// The deadline of a request of `timeout_ms` (the configured default when `None`) that
+    /// arrived at `arrived`.
+    pub(super) fn of(state: &AppState, timeout_ms: Option<u64>, arrived: Instant) -> Deadline {
+        let timeout_ms = timeout_ms.or(state.config.default_timeout_ms);
+        Deadline {
+            at: timeout_ms.map(|ms| arrived + Duration::from_millis(ms)),
+            timeout_ms,
+        }
+    }
+
     /// [`ApiError::DeadlineExceeded`] once it has passed.
-    fn check(self) -> Result<(), ApiError> {
+    pub(super) fn check(self) -> Result<(), ApiError> {
         match self.at {
             Some(at) if Instant::now() >= at => Err(ApiError::DeadlineExceeded {
                 timeout_ms: self.timeout_ms.unwrap_or(0),
@@ -230,13 +247,13 @@ impl Deadline {
 }
 
 /// The top-k and what the ranking stage spent on it.
-struct Ordered {
-    hits: Vec<SearchHit>,
-    fe_us: u64,
-    me_us: u64,
-    queue_us: u64,
+pub(super) struct Ordered {
+    pub(super) hits: Vec<SearchHit>,
+    pub(super) fe_us: u64,
+    pub(super) me_us: u64,
+    pub(super) queue_us: u64,
     /// `cpu`, `gpu`, or `none` for the BM25 order.
-    backend: &'static str,
+    pub(super) backend: &'static str,
 }
 
 fn hit(index: &Index, (doc, selection_score): (DocId, f64), score: f64) -> SearchHit {
@@ -250,7 +267,7 @@ fn hit(index: &Index, (doc, selection_score): (DocId, f64), score: f64) -> Searc
 }
 
 /// The BM25 order: the first `k` of `selected` (best first already).
-fn bm25_order(index: &Index, selected: &[(DocId, f64)], k: usize) -> Ordered {
+pub(super) fn bm25_order(index: &Index, selected: &[(DocId, f64)], k: usize) -> Ordered {
     Ordered {
         hits: selected
             .iter()
@@ -267,7 +284,7 @@ fn bm25_order(index: &Index, selected: &[(DocId, f64)], k: usize) -> Ordered {
 /// Ranks the candidates' hit documents (document `i` is `selected[i]`, in docID order) in the
 /// ranking engine, as `/v1/rank` does, and keeps the best `request.k` (ties by smaller docID).
 #[allow(clippy::too_many_arguments)]
-async fn rank_candidates(
+pub(super) async fn rank_candidates(
     state: &AppState,
     index: &Index,
     loaded: Arc<LoadedRanker>,
@@ -332,6 +349,61 @@ fn unrankable(loaded: &LoadedRanker, err: &dyn std::fmt::Display) -> ApiError {
     ))
 }
 
+/// What a search has checked before it selects.
+pub(super) struct Prepared {
+    pub(super) deadline: Deadline,
+    pub(super) backend: Backend,
+    /// The query's terms ([`query_terms`]).
+    pub(super) terms: Vec<String>,
+    pub(super) index: Arc<Index>,
+    /// The ranker that will rank the candidates: `None` without one, or on an index without a
+    /// forward index.
+    pub(super) loaded: Option<Arc<LoadedRanker>>,
+    /// The ranker's admission place, held to the end of the search.
+    pub(super) place: Option<tokio::sync::OwnedSemaphorePermit>,
+}
+
+/// The checks of a search (`/v1/search`, a shard's search), in the order their errors are
+/// answered: the backend, the terms, the index, the ranker and its admission, the ranker's
+/// features, the deadline.
+///
+/// # Errors
+/// As the checks say: `gpu_unavailable`, `invalid_request`, `no_index`, `unknown_ranker`,
+/// `overloaded`, `deadline_exceeded`.
+pub(super) async fn prepare(
+    state: &AppState,
+    request: &SearchRequest,
+    arrived: Instant,
+) -> Result<Prepared, ApiError> {
+    let deadline = Deadline::of(state, request.timeout_ms, arrived);
+    let backend = request.backend.unwrap_or(state.config.backend);
+    if backend == Backend::Gpu && !state.has_gpu() {
+        return Err(ApiError::GpuUnavailable);
+    }
+    let terms = query_terms(request)?;
+    let index = state.index().ok_or(ApiError::NoIndex)?;
+    let loaded = match &request.ranker {
+        Some(name) => Some(ranker(state, name).await?),
+        None => None,
+    };
+    let place = loaded.as_ref().map(|l| state.admit(&l.name)).transpose()?;
+    // Ranking reads hit requests, which only a forward index can give.
+    let loaded = loaded.filter(|_| index.has_forward());
+    // A ranker whose features are not all FE's is refused before anything runs.
+    if let Some(Err(err)) = loaded.as_deref().map(|l| l.fe.as_ref()) {
+        return Err(unrankable(loaded.as_deref().expect("checked"), err));
+    }
+    deadline.check()?;
+    Ok(Prepared {
+        deadline,
+        backend,
+        terms,
+        index,
+        loaded,
+        place,
+    })
+}
+
 /// `POST /v1/search`.
 #[utoipa::path(
     post,
@@ -355,29 +427,18 @@ pub(super) async fn search(
         ..
     }: Coded<SearchRequest>,
 ) -> Result<Reply<SearchResponse>, ApiError> {
-    let timeout_ms = request.timeout_ms.or(state.config.default_timeout_ms);
-    let deadline = Deadline {
-        at: timeout_ms.map(|ms| arrived + Duration::from_millis(ms)),
-        timeout_ms,
-    };
-    let backend = request.backend.unwrap_or(state.config.backend);
-    if backend == Backend::Gpu && !state.has_gpu() {
-        return Err(ApiError::GpuUnavailable);
+    if let Some(broker) = state.broker() {
+        let reply = super::broker::search(&state, broker, request, arrived).await?;
+        return Ok(Reply(format, reply));
     }
-    let terms = query_terms(&request)?;
-    let index = state.index().ok_or(ApiError::NoIndex)?;
-    let loaded = match &request.ranker {
-        Some(name) => Some(ranker(&state, name).await?),
-        None => None,
-    };
-    let _place = loaded.as_ref().map(|l| state.admit(&l.name)).transpose()?;
-    // Ranking reads hit requests, which only a forward index can give.
-    let loaded = loaded.filter(|_| index.has_forward());
-    // A ranker whose features are not all FE's is refused before anything runs.
-    if let Some(Err(err)) = loaded.as_deref().map(|l| l.fe.as_ref()) {
-        return Err(unrankable(loaded.as_deref().expect("checked"), err));
-    }
-    deadline.check()?;
+    let Prepared {
+        deadline,
+        backend,
+        terms,
+        index,
+        loaded,
+        place: _place,
+    } = prepare(&state, &request, arrived).await?;
 
     let ranked = loaded.is_some();
     let query = selection_query(&index, terms, &request, ranked);
@@ -394,7 +455,7 @@ pub(super) async fn search(
         false => None,
     };
     let candidates = match (selected, ranked) {
-        (Some(selected), false) => candidates(&index, &query.terms, selected, false),
+        (Some(selected), false) => candidates(&index, &query.terms, selected, false, None),
         (selected, _) => {
             let (state, index) = (Arc::clone(&state), Arc::clone(&index));
             let at = deadline.at;
@@ -409,7 +470,7 @@ pub(super) async fn search(
                             .map_err(ApiError::internal)?
                     }
                 };
-                candidates(&index, &query.terms, selected, ranked)
+                candidates(&index, &query.terms, selected, ranked, None)
             })
             .await
             .map_err(ApiError::internal)?
@@ -451,6 +512,7 @@ pub(super) async fn search(
                 select: select_side.as_str().into(),
                 rank: ordered.backend.into(),
             },
+            shards: None,
         },
     ))
 }
@@ -605,7 +667,7 @@ mod tests {
         let index = Index::open(&out).unwrap();
         let terms = ["fox", "red", "fox", "unknown"].map(String::from);
         let HitBatch { query, stats, docs } =
-            hit_requests(&index, &terms, &[(0, 1.0), (1, 0.5)]).unwrap();
+            hit_requests(&index, &terms, &[(0, 1.0), (1, 0.5)], None).unwrap();
         // Distinct terms in first-occurrence order; an unknown term has df 0.
         assert_eq!(query.terms, 3);
         assert_eq!(

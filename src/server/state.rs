@@ -16,6 +16,7 @@ use super::error::ApiError;
 use crate::api::Format;
 use crate::api::{RankBody, RankRequest};
 use crate::backend::Backend;
+use crate::broker::{Broker, BrokerError};
 use crate::config::{Config, Sampling};
 use crate::gpu::power::PowerMeter;
 use crate::gpu::{Executor, GpuDevice};
@@ -45,6 +46,8 @@ pub struct State {
     /// The GPU's power meter (NVML), when the probe found a GPU and NVML answers.
     power: std::sync::OnceLock<PowerMeter>,
     sampler: Option<Sampler>,
+    /// With `--broker`: the shards `/v1/search` fans out to.
+    broker: Option<Broker>,
 }
 
 impl State {
@@ -80,6 +83,7 @@ impl State {
             std::thread::available_parallelism().map_or(1, usize::from),
         );
         let sampler = config.sampling.as_ref().map(Sampler::open).transpose()?;
+        let broker = config.broker.as_deref().map(Broker::open).transpose()?;
         let index = config
             .index
             .as_deref()
@@ -97,6 +101,7 @@ impl State {
             executor: std::sync::OnceLock::new(),
             power: std::sync::OnceLock::new(),
             sampler,
+            broker,
         }))
     }
 
@@ -199,6 +204,11 @@ impl State {
         self.gpu_probe.lock().clone()
     }
 
+    /// With `--broker`, the shards `/v1/search` fans out to.
+    pub fn broker(&self) -> Option<&Broker> {
+        self.broker.as_ref()
+    }
+
     /// The index being served, if any.
     pub fn index(&self) -> Option<Arc<Index>> {
         self.index.read().clone()
@@ -256,6 +266,8 @@ pub enum StateError {
     Store(#[from] StoreError),
     #[error("cannot open the index: {0}")]
     Index(#[from] IndexError),
+    #[error(transparent)]
+    Broker(#[from] BrokerError),
     #[error("cannot open the sample log {path}: {source}")]
     SampleLog {
         path: std::path::PathBuf,

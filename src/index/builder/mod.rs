@@ -184,7 +184,29 @@ pub fn build(
         .map_err(|e| {
             IndexError::InvalidOption(format!("thread pool of {} threads: {e}", opts.threads))
         })?;
-    pool.install(|| build_in_pool(corpus, out, opts, progress))
+    pool.install(|| build_in_pool(corpus, out, opts, None, progress))
+}
+
+/// [`build`] of the documents `docs` of `corpus` only (its non-blank lines numbered from 0):
+/// one shard of a document-partitioned index ([`super::shard`]). Document `docs.start` becomes
+/// docID 0.
+///
+/// # Errors
+/// As [`build`].
+pub(crate) fn build_range(
+    corpus: &Path,
+    out: &Path,
+    opts: &BuildOptions,
+    docs: std::ops::Range<u64>,
+    progress: &(dyn Fn(u64) + Sync),
+) -> Result<BuildReport, IndexError> {
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(opts.threads)
+        .build()
+        .map_err(|e| {
+            IndexError::InvalidOption(format!("thread pool of {} threads: {e}", opts.threads))
+        })?;
+    pool.install(|| build_in_pool(corpus, out, opts, Some(docs), progress))
 }
 
 /// Opens the index in `out` if there is one that opens (every check of [`Index::open`]);
@@ -222,7 +244,12 @@ pub fn open_or_build(
 ///
 /// # Errors
 /// [`IndexError::CorpusLine`] at the later of the two lines; [`IndexError::Io`] re-reading.
-fn check_ids_unique(corpus: &Path, ids: &[u8], offsets: &[u64]) -> Result<(), IndexError> {
+fn check_ids_unique(
+    corpus: &Path,
+    first_doc: u64,
+    ids: &[u8],
+    offsets: &[u64],
+) -> Result<(), IndexError> {
     let id = |d: u32| &ids[offsets[d as usize] as usize..offsets[d as usize + 1] as usize];
     let mut order: Vec<u32> = (0..offsets.len() as u32 - 1).collect();
     order.par_sort_unstable_by(|&a, &b| id(a).cmp(id(b)).then(a.cmp(&b)));
@@ -236,13 +263,15 @@ fn check_ids_unique(corpus: &Path, ids: &[u8], offsets: &[u64]) -> Result<(), In
     };
     // Documents are the corpus's non-blank lines, in order.
     let mut reader = CorpusReader::open(corpus)?;
+    let duplicate = id(second);
+    let (first, second) = (first as u64 + first_doc, second as u64 + first_doc);
     let (mut lines, mut seen, mut found) = (Vec::new(), 0u64, [0u64; 2]);
     while found[1] == 0 && reader.read_batch(1 << 16, &mut lines)? > 0 {
         for raw in lines.drain(..) {
-            if seen == first as u64 {
+            if seen == first {
                 found[0] = raw.line;
             }
-            if seen == second as u64 {
+            if seen == second {
                 found[1] = raw.line;
             }
             seen += 1;
@@ -253,7 +282,7 @@ fn check_ids_unique(corpus: &Path, ids: &[u8], offsets: &[u64]) -> Result<(), In
         line: found[1],
         message: format!(
             "document id {:?} is already the id of line {}: ids must be unique",
-            crate::rank::cut_input(&String::from_utf8_lossy(id(second))),
+            crate::rank::cut_input(&String::from_utf8_lossy(duplicate)),
             found[0]
         ),
     })
@@ -265,20 +294,32 @@ fn check_ids_unique(corpus: &Path, ids: &[u8], offsets: &[u64]) -> Result<(), In
 ///
 /// # Errors
 /// [`IndexError::Io`] when the thread cannot be started.
+/// With `docs`, only those documents (non-blank lines numbered from 0) are sent.
 fn read_ahead(
     mut reader: CorpusReader,
     batch: usize,
+    docs: Option<std::ops::Range<u64>>,
 ) -> Result<std::sync::mpsc::IntoIter<Result<Vec<RawLine>, IndexError>>, IndexError> {
     let path = reader.path().to_path_buf();
+    let docs = docs.unwrap_or(0..u64::MAX);
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let mut seen = 0u64;
     std::thread::Builder::new()
         .name("corpus-reader".into())
         .spawn(move || loop {
             let mut lines = Vec::with_capacity(batch);
             match reader.read_batch(batch, &mut lines) {
                 Ok(0) => break,
-                Ok(_) => {
-                    if tx.send(Ok(lines)).is_err() {
+                Ok(n) => {
+                    let first = seen;
+                    seen += n as u64;
+                    let skip = docs.start.saturating_sub(first).min(n as u64) as usize;
+                    lines.truncate(docs.end.saturating_sub(first).min(n as u64) as usize);
+                    lines.drain(..skip.min(lines.len()));
+                    if !lines.is_empty() && tx.send(Ok(lines)).is_err() {
+                        break;
+                    }
+                    if seen >= docs.end {
                         break;
                     }
                 }
@@ -297,9 +338,11 @@ fn build_in_pool(
     corpus: &Path,
     out: &Path,
     opts: &BuildOptions,
+    docs: Option<std::ops::Range<u64>>,
     progress: &(dyn Fn(u64) + Sync),
 ) -> Result<BuildReport, IndexError> {
     let started = Instant::now();
+    let first_doc = docs.as_ref().map_or(0, |d| d.start);
     if opts.scoring.is_empty() {
         return Err(IndexError::InvalidOption(
             "scoring stream name is empty (use a stream name or `all`)".into(),
@@ -320,7 +363,7 @@ fn build_in_pool(
     let mut fwd_offsets: Vec<u64> = vec![0];
     let mut chunk_postings: Vec<Vec<Posting>> = Vec::new();
     let batch = CHUNK_DOCS * rayon::current_num_threads() * 8;
-    let batches = read_ahead(reader, batch)?;
+    let batches = read_ahead(reader, batch, docs)?;
     let mut clock = PhaseClock::start();
     for lines in batches {
         let lines = lines?;
@@ -388,7 +431,7 @@ fn build_in_pool(
     let terms = &collected.vocab.terms;
     write_terms(&tmp.path, terms.len(), |id| terms.get(id), &infos)?;
     collected.id_offsets.push(collected.ids.len() as u64);
-    check_ids_unique(corpus, &collected.ids, &collected.id_offsets)?;
+    check_ids_unique(corpus, first_doc, &collected.ids, &collected.id_offsets)?;
     if opts.scoring != "all" && !collected.streams.contains(&opts.scoring) {
         return Err(IndexError::InvalidOption(format!(
             "scoring stream {:?} occurs in no document of {} (its streams: {:?})",

@@ -43,7 +43,6 @@ use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError, KernelModule};
 use crate::index::codecs::BLOCK_LEN;
 use crate::index::{Index, PostingList, TermId};
-use crate::select::bm25::TermScorer;
 use crate::select::{cpu, Query, QueryTerms, SearchResult, SelectStats};
 
 /// Merge elements per `intersect_merge_path` block, and its threads (`MERGE_TILE`,
@@ -206,8 +205,6 @@ pub(super) fn and_stage<'a>(
             limit: (u32::MAX as u64 - MERGE_TILE) as usize,
         });
     }
-    let n = index.num_docs() as u64;
-    let avgdl = index.avg_scoring_length();
     // Which lists are stepped by their own launches, in SvS order: the merge-path and skip-entry
     // ones, or every one when the CPU finishes the query (it reads every step's array); the
     // others are searched inside score_and_found. step_of[s] is list s's step array
@@ -235,7 +232,8 @@ pub(super) fn and_stage<'a>(
             stats.blocks_decoded += l.list.n_blocks() as u64;
         }
         extra.extend(
-            TermScorer::new(query.params, n, l.list.df as u64, avgdl)
+            query
+                .term_scorer(index, l.qi, l.list.df)
                 .kernel_params()
                 .map(f32::to_bits),
         );

@@ -44,6 +44,8 @@ pub fn search_or(
 /// An OR query staged in a batch: its lists, in query order.
 pub(super) struct OrWork<'a> {
     lists: Vec<(TermId, PostingList<'a>)>,
+    /// Each list's scorer ([`Query::term_scorer`]).
+    scorers: Vec<TermScorer>,
 }
 
 /// What an OR query stages ([`super::cache::PostingCache::stage`]): every distinct known term's
@@ -68,7 +70,10 @@ pub(super) fn or_stage<'a>(
         mapped_words: 0,
         topk_words: host_words(index.num_docs(), query.k),
     };
-    Some((request, OrWork { lists }))
+    let scorers = (terms.lists.iter().enumerate())
+        .filter_map(|(qi, found)| found.map(|(_, list)| query.term_scorer(index, qi, list.df)))
+        .collect();
+    Some((request, OrWork { lists, scorers }))
 }
 
 /// Queues a staged OR query: the accumulator's reset, a launch per term in query order, the
@@ -92,14 +97,11 @@ pub(super) fn or_queue(
     // the index the cache loaded); any 1-D grid.
     unsafe { launch.launch(LaunchConfig::for_num_elems(n_docs)) }.during("score_fill")?;
 
-    let n = n_docs as u64;
-    let avgdl = index.avg_scoring_length();
-    for (&(_, list), &slot) in work.lists.iter().zip(&postings.slot) {
+    for ((&(_, list), scorer), &slot) in work.lists.iter().zip(&work.scorers).zip(&postings.slot) {
         let span = slot as usize..slot as usize + list.df as usize;
         let docs = postings.decoded.docs.slice(span.clone());
         let tfs = postings.decoded.tfs.slice(span);
-        let [idf, k1, k1_plus_1, one_minus_b, b, avgdl32] =
-            TermScorer::new(query.params, n, list.df as u64, avgdl).kernel_params();
+        let [idf, k1, k1_plus_1, one_minus_b, b, avgdl32] = scorer.kernel_params();
         let term = device.function(KernelModule::Score, "score_term")?;
         let mut launch = stream.launch_builder(term);
         launch

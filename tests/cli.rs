@@ -399,7 +399,13 @@ fn bench_selection_out_counts_every_hit() {
         idx.to_str().unwrap(),
     ]);
     assert!(built.status.success(), "{}", stderr(&built));
-    let texts = ["the of", "Kernel ranking", "lists", "the zzznotaword", "and for the"];
+    let texts = [
+        "the of",
+        "Kernel ranking",
+        "lists",
+        "the zzznotaword",
+        "and for the",
+    ];
     let queries = write(dir.path(), "queries.txt", &texts.join("\n"));
     let mut tokenizer = Tokenizer::new();
     let bodies: Vec<Vec<String>> = read_all(&corpus)

@@ -43,8 +43,12 @@ impl Timing {
     /// How the timing reads in a table's caption.
     pub fn label(self, reps: usize) -> String {
         match self {
-            Timing::Passes => format!("median over {reps} passes over the query set after a warm-up pass"),
-            Timing::BackToBack => format!("median of {reps} runs back to back after a warm-up, per query"),
+            Timing::Passes => {
+                format!("median over {reps} passes over the query set after a warm-up pass")
+            }
+            Timing::BackToBack => {
+                format!("median of {reps} runs back to back after a warm-up, per query")
+            }
         }
     }
 
@@ -696,7 +700,14 @@ mod tests {
         let back = Timing::BackToBack.schedule(2, 2);
         assert_eq!(
             back,
-            vec![(0, false), (0, true), (0, true), (1, false), (1, true), (1, true)]
+            vec![
+                (0, false),
+                (0, true),
+                (0, true),
+                (1, false),
+                (1, true),
+                (1, true)
+            ]
         );
     }
 

@@ -124,7 +124,10 @@ fn schema(stream: &str) -> (Schema, Field, Field) {
     let indexing = TextFieldIndexing::default()
         .set_tokenizer("raw")
         .set_index_option(IndexRecordOption::WithFreqsAndPositions);
-    let body = builder.add_text_field(stream, TextOptions::default().set_indexing_options(indexing));
+    let body = builder.add_text_field(
+        stream,
+        TextOptions::default().set_indexing_options(indexing),
+    );
     (builder.build(), id, body)
 }
 

@@ -10,6 +10,10 @@
 # and the command, from the repository root there, is
 #   OUT=$OUT CARRY=carry-NAME bash carry-NAME/gpu-tantivy-compare.sh
 # Logs go under $OUT (default a new temporary folder); a short table is printed last.
+# One device command may run 10 minutes: give WORK a fixed folder (e.g. /tmp/w21t) and split the
+# work over calls on the warm machine: STEPS=build (corpus, both indexes, query sets), then
+# STEPS=run once per SETS=normal and SETS=heavy (or per MODES=and / MODES=or). COUNT_HITS=1 also
+# writes each query's top-k and hit count on both sides (an exhaustive count per query, untimed).
 #
 # What runs, per query set (normal: `queries synth`; heavy: the $QUERIES AND queries with the
 # most hits among 10 × $QUERIES synthesized) and mode (AND, OR), top-$K:
@@ -49,6 +53,8 @@ since() { awk -v now="$(clock)" -v then="$1" 'BEGIN { printf "%.1f", now - then 
 
 { nproc; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; } \
   | tee "$out/machine.txt"
+steps=" ${STEPS:-build run} "
+if [[ $steps == *" build "* ]]; then
 t=$(clock)
 "$rs" corpus synth --docs "$DOCS" --seed 1 --out "$work/corpus.jsonl" > "$out/corpus.log" 2>&1
 log "corpus synth, $DOCS documents: $(since "$t") s, $(du -sh "$work/corpus.jsonl" | cut -f1)"
@@ -74,6 +80,8 @@ runs.sort(key=lambda r: -r["hits"])
 for r in runs[: int(sys.argv[2])]:
     print(r["query"])
 EOF
+fi
+[[ $steps == *" run "* ]] || exit 0
 
 port=18091
 "$rs" serve --index "$work/idx" --addr "127.0.0.1:$port" > "$out/serve.log" 2>&1 &
@@ -89,11 +97,17 @@ for set in ${SETS:-normal heavy}; do
   for mode in ${MODES:-and or}; do
     q="$work/$set.txt"
     tag="$set-$mode"
+    # Per-query top-k and hit counts (counted untimed, exhaustively: minutes for OR at 10 M).
+    rs_hits=() tv_hits=()
+    if [ "${COUNT_HITS:-0}" = 1 ]; then
+      rs_hits=(--out "$out/rankserve-$tag.jsonl")
+      tv_hits=(--count --out "$out/tantivy-$tag.jsonl")
+    fi
     "$rs" bench selection --index "$work/idx" --queries "$q" --mode "$mode" --k "$K" \
-      --k1 1.2 --b 0.75 --reps "$PASSES" --gpu --out "$out/rankserve-$tag.jsonl" \
+      --k1 1.2 --b 0.75 --reps "$PASSES" --gpu "${rs_hits[@]}" \
       --gpu-out "$out/rankserve-gpu-$tag.jsonl" > "$out/rankserve-1thread-$tag.log" 2>&1
     "$tv" search --index "$work/tantivy" --queries "$q" --mode "$mode" --k "$K" \
-      --passes "$PASSES" --threads 1 --count --out "$out/tantivy-$tag.jsonl" \
+      --passes "$PASSES" --threads 1 "${tv_hits[@]}" \
       --summary "$out/tantivy-1thread-$tag.json" > /dev/null 2> "$out/tantivy-1thread-$tag.log"
     "$tv" search --index "$work/tantivy" --queries "$q" --mode "$mode" --k "$K" \
       --passes "$PASSES" --threads "$THREADS" --summary "$out/tantivy-${THREADS}threads-$tag.json" \

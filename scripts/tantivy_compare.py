@@ -1,88 +1,87 @@
 #!/usr/bin/env python3
-"""rankserve's document stage against Tantivy (issue 5's peer check), on the same corpus and
-queries, one thread per query on both sides.
+"""rankserve's document stage against the Tantivy crate (issue 21's peer, peers/tantivy), on the
+same corpus, the same tokens and the same queries, both engines timed the same way.
 
-Tantivy indexes `body` only with its default tokenizer (split on non-alphanumerics, lower-case:
-the same tokens as rankserve's tokenizer on the synthetic corpus) and scores BM25 with k1 = 1.2,
-b = 0.75 and one-byte quantized document lengths; rankserve is run with the same k1 and b
-(`rankserve bench selection --k1 1.2 --b 0.75`) and, as DESIGN §5 says, scores `body` by
-default. Scores differ slightly (quantized lengths), so the check is the overlap of the top-10
-sets, and the latency is each side's median over its own repetitions per query.
+peers/tantivy (`tantivy-runner`) indexes the corpus's `body` stream with rankserve's own
+tokenizer (pre-tokenized text) and runs each query as a `BooleanQuery` of term queries (AND: all
+`Must`, OR: all `Should`) through `TopDocs::order_by_score`, Tantivy's block-max path. Tantivy's
+BM25 is k1 = 1.2, b = 0.75 with one-byte quantized document lengths; rankserve runs with the same
+k1 and b (`bench selection --k1 1.2 --b 0.75`), exact lengths: scores differ slightly, so the top-k
+check is the overlap of the two top-k sets, and the hit counts (every matching document, counted
+untimed by each engine) must be equal.
 
-    pip install tantivy
-    rankserve corpus synth --docs 5000000 --out corpus.jsonl
+Timing, both sides: one thread, one untimed pass over the queries, then --passes passes each
+running every query once; a query's time is its median over the passes. The engines take turns
+(--rounds rounds, the order alternating), and a query's time is the median of its rounds. With
+--timing back-to-back each query instead runs --passes times in a row (its data stays in cache:
+labelled so in the report).
+
+    rankserve corpus synth --docs 1000000 --out corpus.jsonl
     rankserve index build --corpus corpus.jsonl --out idx
     rankserve queries synth --index idx --count 1000 --out queries.txt
-    python3 scripts/tantivy_compare.py --corpus corpus.jsonl --index idx --queries queries.txt \
-        --work tantivy-work [--rankserve target/release/rankserve] [--mode and]
+    python3 scripts/tantivy_compare.py --corpus corpus.jsonl --index idx --queries queries.txt \\
+        --work tw [--rankserve target/release/rankserve] [--runner PATH] [--modes and,or]
 
-Tantivy's search is timed from Python around `searcher.search` with the query parsed
-beforehand: the call's own overhead (a few µs) counts against Tantivy, so the comparison
-slightly favours rankserve at the microsecond scale; it is reported with the results.
+Without --runner the script builds the runner (scripts/build-tantivy-peer.sh, CARGO_TARGET_DIR
+as set). Tantivy's index is built once into WORK/tantivy-index and reused while it exists.
 """
 
 import argparse
-import gzip
 import json
+import math
 import os
 import statistics
 import subprocess
 import sys
 import time
 
-
-def read_corpus(path):
-    opener = gzip.open if path.endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        for line in f:
-            if line.strip():
-                doc = json.loads(line)
-                yield doc["id"], doc.get("streams", {}).get("body", "")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
-def build_tantivy(corpus, directory, threads):
-    import tantivy
-
-    schema = tantivy.SchemaBuilder()
-    schema.add_text_field("id", stored=True, tokenizer_name="raw")
-    schema.add_text_field("body", stored=False)
-    schema = schema.build()
-    os.makedirs(directory, exist_ok=True)
-    index = tantivy.Index(schema, path=directory)
-    writer = index.writer(heap_size=1 << 30, num_threads=threads)
-    started = time.perf_counter()
-    n = 0
-    for doc_id, body in read_corpus(corpus):
-        writer.add_document(tantivy.Document(id=doc_id, body=body))
-        n += 1
-    writer.commit()
-    writer.wait_merging_threads()
-    index.reload()
-    return index, n, time.perf_counter() - started
+def run(cmd, log):
+    """Runs `cmd`, appending its output to `log`; returns its stdout."""
+    started = time.time()
+    out = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    with open(log, "a", encoding="utf-8") as f:
+        f.write(f"$ {' '.join(cmd)}  # {time.time() - started:.1f} s\n{out.stdout}{out.stderr}\n")
+    return out.stdout
 
 
-def tantivy_runs(index, queries, mode, k, reps):
-    searcher = index.searcher()
-    runs = []
-    for text in queries:
-        terms = [t for t in text.split() if t]
-        joined = " ".join(("+" + t) if mode == "and" else t for t in terms)
-        query = index.parse_query(joined, ["body"])
-        hits = searcher.search(query, k).hits
-        times = []
-        for _ in range(reps):
-            started = time.perf_counter()
-            hits = searcher.search(query, k).hits
-            times.append((time.perf_counter() - started) * 1e6)
-        ids = [searcher.doc(address)["id"][0] for _, address in hits]
-        runs.append({"query": text, "us": statistics.median(times), "ids": ids})
-    return runs
+def read_runs(path):
+    return [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+
+
+def nearest_rank(sorted_us, q):
+    """As rankserve's bench and the runner take percentiles."""
+    if not sorted_us:
+        return 0.0
+    return sorted_us[max(0, math.ceil(len(sorted_us) * q) - 1)]
 
 
 def summary(us):
     us = sorted(us)
-    at = lambda q: us[max(0, min(len(us) - 1, int(len(us) * q + 0.999999) - 1))]
-    return {"mean": statistics.fmean(us), "p50": at(0.5), "p90": at(0.9), "p99": at(0.99)}
+    return {"mean": statistics.fmean(us), "p50": nearest_rank(us, 0.5), "p90": nearest_rank(us, 0.9),
+            "p99": nearest_rank(us, 0.99), "max": us[-1]}
+
+
+def compare(ours, theirs, k):
+    """Top-k overlap and hit-count agreement, query by query."""
+    overlaps, count_mismatches, examples = [], 0, []
+    for a, b in zip(ours, theirs):
+        assert a["query"] == b["query"], (a["query"], b["query"])
+        if a.get("hits") != b.get("hits"):
+            count_mismatches += 1
+            if len(examples) < 5:
+                examples.append({"query": a["query"], "rankserve": a.get("hits"), "tantivy": b.get("hits")})
+        want = set(b["ids"])
+        if want or a["ids"]:
+            overlaps.append(len(set(a["ids"]) & want) / max(len(want), len(a["ids"]), 1))
+    return {
+        "mean_top_k_overlap": statistics.fmean(overlaps) if overlaps else None,
+        "queries_with_results": len(overlaps),
+        "hit_count_mismatches": count_mismatches,
+        "hit_count_mismatch_examples": examples,
+    }
 
 
 def main():
@@ -90,52 +89,78 @@ def main():
     ap.add_argument("--corpus", required=True)
     ap.add_argument("--index", required=True, help="the rankserve index of the same corpus")
     ap.add_argument("--queries", required=True)
-    ap.add_argument("--work", required=True, help="directory for Tantivy's index and the runs")
-    ap.add_argument("--rankserve", default="target/release/rankserve")
-    ap.add_argument("--mode", choices=["and", "or"], default="and")
+    ap.add_argument("--work", required=True, help="directory for Tantivy's index, the runs and the report")
+    ap.add_argument("--rankserve", default=os.path.join(ROOT, "target/release/rankserve"))
+    ap.add_argument("--runner", help="a built tantivy-runner (default: build peers/tantivy)")
+    ap.add_argument("--modes", default="and,or", help="comma-separated: and, or")
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="Tantivy's indexing threads")
+    ap.add_argument("--passes", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=2, help="turns per engine, interleaved")
+    ap.add_argument("--timing", choices=["passes", "back-to-back"], default="passes")
+    ap.add_argument("--index-threads", type=int, default=0, help="Tantivy's indexing threads (0: all)")
+    ap.add_argument("--label", default="", help="a name for this query set in the report")
     args = ap.parse_args()
 
-    queries = [q.strip() for q in open(args.queries, encoding="utf-8") if q.strip()]
     os.makedirs(args.work, exist_ok=True)
-    ours_path = os.path.join(args.work, "rankserve-runs.jsonl")
-    subprocess.run(
-        [args.rankserve, "bench", "selection", "--index", args.index, "--queries", args.queries,
-         "--mode", args.mode, "--k", str(args.k), "--k1", "1.2", "--b", "0.75",
-         "--reps", str(args.reps), "--out", ours_path],
-        check=True,
-    )
-    ours = [json.loads(line) for line in open(ours_path, encoding="utf-8")]
+    log = os.path.join(args.work, "log.txt")
+    runner = args.runner or subprocess.run(
+        ["bash", os.path.join(ROOT, "scripts/build-tantivy-peer.sh")], check=True,
+        capture_output=True, text=True).stdout.strip()
+    tantivy_index = os.path.join(args.work, "tantivy-index")
+    build = None
+    if not os.path.exists(os.path.join(tantivy_index, "meta.json")):
+        build = json.loads(run([runner, "index", "--corpus", args.corpus, "--out", tantivy_index,
+                                "--threads", str(args.index_threads)], log).strip().splitlines()[-1])
+        print(f"Tantivy indexed {build['docs']} documents in {build['with_merge_s']:.1f} s "
+              f"({build['threads']} threads, merged into one segment): {build['index_bytes'] / 1e6:.0f} MB")
 
-    index, n_docs, build_s = build_tantivy(args.corpus, os.path.join(args.work, "tantivy-index"), args.threads)
-    print(f"Tantivy indexed {n_docs} documents in {build_s:.1f} s with {args.threads} threads "
-          f"({n_docs / build_s:.0f} docs/s)")
-    theirs = tantivy_runs(index, queries, args.mode, args.k, args.reps)
-
-    overlaps = []
-    for a, b in zip(ours, theirs):
-        want = set(b["ids"])
-        if not want and not a["ids"]:
-            continue  # both empty: nothing to compare
-        overlaps.append(len(set(a["ids"]) & want) / max(len(want), len(a["ids"]), 1))
-    s_ours, s_theirs = summary([r["us"] for r in ours]), summary([r["us"] for r in theirs])
-    report = {
-        "queries": len(queries),
-        "mode": args.mode,
-        "k": args.k,
-        "mean_top_k_overlap": statistics.fmean(overlaps) if overlaps else None,
-        "compared": len(overlaps),
-        "rankserve_us": s_ours,
-        "tantivy_us": s_theirs,
-    }
-    json.dump(report, open(os.path.join(args.work, "report.json"), "w"), indent=1)
-    print(f"{len(queries)} {args.mode.upper()} queries, top-{args.k}: mean overlap "
-          f"{report['mean_top_k_overlap']:.3f} over {len(overlaps)} queries with results")
-    print(f"{'µs per query, 1 thread':<24}{'mean':>10}{'p50':>10}{'p90':>10}{'p99':>10}")
-    for name, s in (("rankserve", s_ours), ("tantivy", s_theirs)):
-        print(f"{name:<24}{s['mean']:>10.1f}{s['p50']:>10.1f}{s['p90']:>10.1f}{s['p99']:>10.1f}")
+    report = {"label": args.label, "queries_file": args.queries, "k": args.k, "timing": args.timing,
+              "passes": args.passes, "rounds": args.rounds, "tantivy_build": build, "modes": {}}
+    stem = args.label or os.path.splitext(os.path.basename(args.queries))[0]
+    for mode in args.modes.split(","):
+        per_round = {"rankserve": [], "tantivy": []}
+        for r in range(args.rounds):
+            order = ["rankserve", "tantivy"] if r % 2 == 0 else ["tantivy", "rankserve"]
+            for engine in order:
+                out = os.path.join(args.work, f"{stem}-{mode}-{engine}-{r}.jsonl")
+                if engine == "rankserve":
+                    run([args.rankserve, "bench", "selection", "--index", args.index, "--queries", args.queries,
+                         "--mode", mode, "--k", str(args.k), "--k1", "1.2", "--b", "0.75",
+                         "--reps", str(args.passes), "--timing", args.timing, "--out", out], log)
+                else:
+                    timing = (["--back-to-back", str(args.passes)] if args.timing == "back-to-back"
+                              else ["--passes", str(args.passes)])
+                    run([runner, "search", "--index", tantivy_index, "--queries", args.queries,
+                         "--mode", mode, "--k", str(args.k), "--count", "--out", out] + timing, log)
+                per_round[engine].append(read_runs(out))
+        # A query's time: the median of its per-round medians.
+        merged = {}
+        for engine, rounds in per_round.items():
+            runs = [dict(r) for r in rounds[0]]
+            for i, run_ in enumerate(runs):
+                run_["us"] = statistics.median(rr[i]["us"] for rr in rounds)
+            merged[engine] = runs
+        ours, theirs = merged["rankserve"], merged["tantivy"]
+        s_ours, s_theirs = summary([r["us"] for r in ours]), summary([r["us"] for r in theirs])
+        rounds = {e: [summary([r["us"] for r in rr]) for rr in per_round[e]] for e in per_round}
+        result = {"rankserve_us": s_ours, "tantivy_us": s_theirs, "per_round": rounds,
+                  "ratio": {q: s_ours[q] / s_theirs[q] for q in s_ours if s_theirs[q] > 0},
+                  "docs_scored_mean": statistics.fmean(r.get("docs_scored", 0) for r in ours),
+                  "hits_mean": statistics.fmean(r.get("hits", 0) or 0 for r in ours),
+                  **compare(ours, theirs, args.k)}
+        report["modes"][mode] = result
+        print(f"{len(ours)} {mode.upper()} queries ({stem}), top-{args.k}, one thread, {args.timing}"
+              f" ({args.passes} per query, {args.rounds} interleaved rounds): top-{args.k} overlap "
+              f"{result['mean_top_k_overlap']:.3f}, hit counts differ on {result['hit_count_mismatches']}")
+        print("| µs per query | mean | p50 | p90 | p99 | max |")
+        print("|---|---:|---:|---:|---:|---:|")
+        for name, s in (("tantivy", s_theirs), ("rankserve", s_ours)):
+            print(f"| {name} | {s['mean']:.1f} | {s['p50']:.1f} | {s['p90']:.1f} | {s['p99']:.1f} | {s['max']:.1f} |")
+        ratio = result["ratio"]
+        print(f"| rankserve / tantivy | {ratio['mean']:.2f} | {ratio['p50']:.2f} | {ratio['p90']:.2f} | "
+              f"{ratio['p99']:.2f} | {ratio['max']:.2f} |")
+    with open(os.path.join(args.work, f"report-{stem}.json"), "w", encoding="utf-8") as f:
+        json.dump(report, f, indent=1)
     return 0
 
 

@@ -28,8 +28,8 @@ struct Cli {
 enum Command {
     /// Serve the HTTP API.
     Serve(Box<cmd::serve::Args>),
-    /// Synthesize a corpus.
-    #[command(subcommand)]
+    /// Synthesize a corpus (its format: `rankserve corpus --help`).
+    #[command(subcommand, after_help = cmd::corpus::CORPUS_FORMAT)]
     Corpus(cmd::corpus::Command),
     /// Synthesize queries.
     #[command(subcommand)]

@@ -379,3 +379,81 @@ fn bench_ranking_checks_scores_against_a_reference() {
         "rankserve: --expect has 1 scores for the 2 rows of --features\n"
     );
 }
+
+/// `bench selection --out` records every query's hit count (all the documents it matches, not
+/// just its top-k), checked against a count over the corpus's tokenized bodies; both timings run.
+#[test]
+fn bench_selection_out_counts_every_hit() {
+    use rankserve::index::corpus::read_all;
+    use rankserve::index::tokenize::Tokenizer;
+
+    let dir = tempfile::tempdir().unwrap();
+    let idx = dir.path().join("idx");
+    let corpus = root().join("fixtures/corpus.jsonl");
+    let built = rankserve(&[
+        "index",
+        "build",
+        "--corpus",
+        corpus.to_str().unwrap(),
+        "--out",
+        idx.to_str().unwrap(),
+    ]);
+    assert!(built.status.success(), "{}", stderr(&built));
+    let texts = [
+        "the of",
+        "Kernel ranking",
+        "lists",
+        "the zzznotaword",
+        "and for the",
+    ];
+    let queries = write(dir.path(), "queries.txt", &texts.join("\n"));
+    let mut tokenizer = Tokenizer::new();
+    let bodies: Vec<Vec<String>> = read_all(&corpus)
+        .unwrap()
+        .iter()
+        .map(|d| tokenizer.tokens(d.streams.get("body").map_or("", String::as_str)))
+        .collect();
+    for (mode, timing, label) in [
+        ("and", "passes", "passes over the query set"),
+        ("or", "back-to-back", "back to back"),
+    ] {
+        let runs = dir.path().join(format!("runs-{mode}.jsonl"));
+        let out = rankserve(&[
+            "bench",
+            "selection",
+            "--index",
+            idx.to_str().unwrap(),
+            "--queries",
+            &queries,
+            "--mode",
+            mode,
+            "--k",
+            "3",
+            "--reps",
+            "2",
+            "--timing",
+            timing,
+            "--out",
+            runs.to_str().unwrap(),
+        ]);
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert!(String::from_utf8_lossy(&out.stdout).contains(label));
+        let lines: Vec<serde_json::Value> = std::fs::read_to_string(&runs)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), texts.len());
+        for (line, text) in lines.iter().zip(texts) {
+            let terms = tokenizer.tokens(text);
+            let matches = |body: &Vec<String>| match mode {
+                "and" => terms.iter().all(|t| body.contains(t)),
+                _ => terms.iter().any(|t| body.contains(t)),
+            };
+            let want = bodies.iter().filter(|b| matches(b)).count() as u64;
+            assert_eq!(line["hits"].as_u64(), Some(want), "{mode} {text:?}");
+            let shown = line["ids"].as_array().unwrap().len() as u64;
+            assert_eq!(shown, want.min(3), "{mode} {text:?}");
+        }
+    }
+}

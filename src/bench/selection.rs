@@ -1,7 +1,9 @@
 //! The document stage's benchmark: each query of a file run alone on one thread (the
-//! single-thread latency that peers such as Tantivy and PISA report), with its top-k, so that a
-//! peer's results on the same queries can be compared document by document
-//! (`scripts/tantivy_compare.py` does). With a GPU, the same query stream runs on the GPU too
+//! single-thread latency that peers such as Tantivy and PISA report), with its top-k and, on
+//! request, its hit count, so that a peer's results on the same queries can be compared document
+//! by document (`scripts/tantivy_compare.py` does, against `peers/tantivy`). Queries are timed in
+//! passes over the whole set by default ([`Timing::Passes`], as peers time themselves), or each
+//! query back to back ([`Timing::BackToBack`]). With a GPU, the same query stream runs on the GPU too
 //! (through a warm posting cache) and through the scheduler (each query on the processor
 //! [`crate::select::schedule`] picks), and decode speed is compared per codec: GPU (every list in
 //! one launch) against one CPU core. [`step_ways`] times AND queries on the CPU and on the GPU
@@ -22,7 +24,47 @@ use crate::select::gpu::{
     SelectPhases,
 };
 use crate::select::schedule::{self, QueryShape, Scheduler};
-use crate::select::{search_terms, Bm25Params, Mode, Query, QueryTerms, SelectError};
+use crate::select::{search, search_terms, Bm25Params, Mode, Query, QueryTerms, SelectError};
+
+/// How [`run`] times the queries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Timing {
+    /// One untimed pass over every query, then `reps` timed passes, each running every query
+    /// once: between two runs of a query the rest of the set has run, so its data is no longer
+    /// all in the caches, as for a query stream (and as Tantivy's and PISA's runners time).
+    #[default]
+    Passes,
+    /// Each query once untimed, then `reps` times in a row before the next query: its lists stay
+    /// in the caches, which flatters every engine (Tantivy's p50 halved on the issue 21 set).
+    BackToBack,
+}
+
+impl Timing {
+    /// How the timing reads in a table's caption.
+    pub fn label(self, reps: usize) -> String {
+        match self {
+            Timing::Passes => {
+                format!("median over {reps} passes over the query set after a warm-up pass")
+            }
+            Timing::BackToBack => {
+                format!("median of {reps} runs back to back after a warm-up, per query")
+            }
+        }
+    }
+
+    /// The order of [`run`]'s runs: (query index, timed?) for `queries` queries.
+    fn schedule(self, queries: usize, reps: usize) -> Vec<(usize, bool)> {
+        let reps = reps.max(1);
+        match self {
+            Timing::Passes => (0..=reps)
+                .flat_map(|pass| (0..queries).map(move |q| (q, pass > 0)))
+                .collect(),
+            Timing::BackToBack => (0..queries)
+                .flat_map(|q| (0..=reps).map(move |rep| (q, rep > 0)))
+                .collect(),
+        }
+    }
+}
 
 /// What to run.
 #[derive(Debug, Clone)]
@@ -32,6 +74,12 @@ pub struct SelectionConfig {
     pub params: Bm25Params,
     /// Timed runs per query after one warm-up; the median is kept.
     pub reps: usize,
+    /// In passes over the query set or back to back ([`run`] only; the GPU's step timings are
+    /// back to back).
+    pub timing: Timing,
+    /// Whether [`run`] counts each query's hits (every matching document: an exhaustive search,
+    /// untimed).
+    pub count_hits: bool,
 }
 
 impl SelectionConfig {
@@ -59,6 +107,9 @@ pub struct QueryRun {
     pub side: Processor,
     /// The dfs of the query's terms found in the index, ascending (the scheduler's input).
     pub dfs: Vec<u32>,
+    /// Every document the query matches (with [`SelectionConfig::count_hits`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub hits: Option<u64>,
 }
 
 /// Latency percentiles over queries, microseconds.
@@ -145,9 +196,12 @@ pub enum BenchSelectError {
 
 /// Runs every query of `queries` (text, tokenized like the documents) on the calling thread on
 /// each of `backends` ([`schedule::search`]: `cpu`, `gpu` through `gpu`'s posting cache, or
-/// `auto`, the scheduler's choice per query), interleaved: per query, one warm-up on each
-/// backend, then `config.reps` rounds that time it once on each backend in turn, keeping the
-/// median wall time per backend, the scheduler's estimate included; one list of runs per backend.
+/// `auto`, the scheduler's choice per query), interleaved: each time a query runs, it runs once
+/// on each backend in turn. `config.timing` orders the runs ([`Timing`]): passes over the query
+/// set, or each query back to back; either way one untimed run first, then `config.reps` timed
+/// runs per query and backend, keeping the median wall time per backend, the scheduler's estimate
+/// included; one list of runs per backend. With `config.count_hits`, each query's hits are then
+/// counted by a search for every matching document (k = the collection), untimed.
 ///
 /// Interleaved because separate passes drift apart: in three passes over the same queries (CPU,
 /// then GPU, then hybrid), the hybrid's CPU-side queries took from 0.66× to 1.98× (p10 to p90) the
@@ -167,41 +221,43 @@ pub fn run(
     mut gpu: Option<&mut PostingCache>,
     scheduler: &Scheduler,
 ) -> Result<Vec<Vec<QueryRun>>, BenchSelectError> {
+    let parsed: Vec<Query> = queries.iter().map(|text| config.query(text)).collect();
     for &backend in backends.iter().filter(|&&b| b != Backend::Cpu) {
-        for text in queries {
-            let query = config.query(text);
-            schedule::search(index, &query, backend, gpu.as_deref_mut(), scheduler)?;
+        for query in &parsed {
+            schedule::search(index, query, backend, gpu.as_deref_mut(), scheduler)?;
         }
+    }
+    let mut last: Vec<Vec<_>> = queries.iter().map(|_| Vec::new()).collect();
+    let mut times = vec![vec![Vec::with_capacity(config.reps); backends.len()]; queries.len()];
+    for (q, timed) in config.timing.schedule(queries.len(), config.reps) {
+        let mut ran_now = Vec::with_capacity(backends.len());
+        for (b, &backend) in backends.iter().enumerate() {
+            let started = Instant::now();
+            let ran = schedule::search(index, &parsed[q], backend, gpu.as_deref_mut(), scheduler)?;
+            let us = started.elapsed().as_secs_f64() * 1e6;
+            if let Some(source) = ran.fallback {
+                return Err(BenchSelectError::Fallback {
+                    query: queries[q].clone(),
+                    source,
+                });
+            }
+            if timed {
+                times[q][b].push(us);
+            }
+            ran_now.push(ran);
+        }
+        last[q] = ran_now;
     }
     let mut runs: Vec<Vec<QueryRun>> = backends
         .iter()
         .map(|_| Vec::with_capacity(queries.len()))
         .collect();
-    for text in queries {
-        let query = config.query(text);
-        let mut search = |backend| {
-            let ran = schedule::search(index, &query, backend, gpu.as_deref_mut(), scheduler)?;
-            match ran.fallback {
-                Some(source) => Err(BenchSelectError::Fallback {
-                    query: text.clone(),
-                    source,
-                }),
-                None => Ok(ran),
-            }
+    for (((text, query), last), times) in queries.iter().zip(&parsed).zip(last).zip(times) {
+        let hits = match config.count_hits {
+            true => Some(hit_count(index, query)?),
+            false => None,
         };
-        let mut last = backends
-            .iter()
-            .map(|&backend| search(backend))
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut times = vec![Vec::with_capacity(config.reps); backends.len()];
-        for _ in 0..config.reps.max(1) {
-            for (b, &backend) in backends.iter().enumerate() {
-                let started = Instant::now();
-                last[b] = search(backend)?;
-                times[b].push(started.elapsed().as_secs_f64() * 1e6);
-            }
-        }
-        let dfs = QueryShape::of(index, &query).dfs;
+        let dfs = QueryShape::of(index, query).dfs;
         for ((ran, times), out) in last.into_iter().zip(times).zip(&mut runs) {
             let result = ran.result;
             out.push(QueryRun {
@@ -217,10 +273,24 @@ pub fn run(
                 docs_scored: result.stats.docs_scored,
                 side: ran.side,
                 dfs: dfs.clone(),
+                hits,
             });
         }
     }
     Ok(runs)
+}
+
+/// Every document `query` matches, counted by a CPU search with k = the collection's size: with
+/// room for every match, no top-k threshold can skip one, whatever pruning the search does.
+///
+/// # Errors
+/// As [`search`].
+pub fn hit_count(index: &Index, query: &Query) -> Result<u64, SelectError> {
+    let all = Query {
+        k: index.num_docs() as usize,
+        ..query.clone()
+    };
+    Ok(search(index, &all)?.hits.len() as u64)
 }
 
 /// Where GPU queries' time goes: per step, the median and the mean over the queries, and the
@@ -572,6 +642,7 @@ mod tests {
             docs_scored: 0,
             side: Processor::Cpu,
             dfs: Vec::new(),
+            hits: None,
         }
     }
 
@@ -617,6 +688,27 @@ mod tests {
         assert_eq!(first.fastest, vec![2, 1, 0, 0]);
         assert_eq!((first.mismatches, last.mismatches), (0, 1));
         assert_eq!(last.fastest, vec![1, 0, 0, 0]);
+    }
+
+    #[test]
+    fn passes_run_the_whole_set_between_two_runs_of_a_query() {
+        let passes = Timing::Passes.schedule(3, 2);
+        let order: Vec<usize> = passes.iter().map(|&(q, _)| q).collect();
+        assert_eq!(order, vec![0, 1, 2, 0, 1, 2, 0, 1, 2]);
+        assert!(passes[..3].iter().all(|&(_, timed)| !timed));
+        assert!(passes[3..].iter().all(|&(_, timed)| timed));
+        let back = Timing::BackToBack.schedule(2, 2);
+        assert_eq!(
+            back,
+            vec![
+                (0, false),
+                (0, true),
+                (0, true),
+                (1, false),
+                (1, true),
+                (1, true)
+            ]
+        );
     }
 
     #[test]

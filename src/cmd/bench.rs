@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rankserve::backend::Backend;
 use rankserve::bench::ranking::{self, BenchConfig, BenchRanker, PowerConfig};
-use rankserve::bench::selection::{self, LatencySummary, SelectionConfig};
+use rankserve::bench::selection::{self, LatencySummary, SelectionConfig, Timing};
 use rankserve::gpu::GpuDevice;
 use rankserve::index::Index;
 use rankserve::rank::import::load_any;
@@ -22,10 +22,17 @@ pub enum Command {
     /// The ranking stage: latency per batch on the CPU (one thread, all threads) and the GPU,
     /// the GPU's phase breakdown, the crossover per ranker, and optionally power.
     Ranking(RankingArgs),
-    /// The document stage: each query alone on one thread (median of --reps runs after a
-    /// warm-up), with its top-k by document id, for comparison with a peer; with --gpu, the
-    /// same queries on the GPU and decode speed per codec, GPU against one CPU core.
+    /// The document stage: each query alone on one thread (median of --reps runs: passes over
+    /// the query set after a warm-up pass, or --timing back-to-back), with its top-k by document
+    /// id and, with --out, its hit count, for comparison with a peer; with --gpu, the same
+    /// queries on the GPU and decode speed per codec, GPU against one CPU core.
     #[command(after_help = "\
+Timing: by default one untimed pass over the queries, then --reps passes each running every
+query once (a query's time is its median over the passes; the same way peers/tantivy times
+Tantivy). --timing back-to-back runs each query --reps times in a row instead, so its data stays
+in the caches: faster, and labelled so in the output. With --gpu the backends take turns on each
+run of a query. --out's hit counts come from an untimed exhaustive search per query.
+
 Examples:
   rankserve bench selection --index idx --queries queries.txt --mode and --k 10
   rankserve bench selection --index idx --queries queries.txt --k1 1.2 --b 0.75 --out runs.jsonl
@@ -301,7 +308,11 @@ pub struct SelectionArgs {
     /// Timed runs per query.
     #[arg(long, default_value_t = 5)]
     reps: usize,
-    /// Write one JSON line per query (query, us, ids, scores, work counters) here.
+    /// Passes over the whole query set, or each query's runs back to back.
+    #[arg(long, value_enum, default_value_t = Timing::Passes)]
+    timing: Timing,
+    /// Write one JSON line per query (query, us, ids, scores, work counters, hits: every
+    /// document it matches, counted untimed) here.
     #[arg(long, value_name = "FILE.jsonl")]
     out: Option<PathBuf>,
     /// Also run the queries on the GPU (OR or AND) and time decoding there; fails without one.
@@ -409,6 +420,8 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
             b: args.b,
         },
         reps: args.reps,
+        timing: args.timing,
+        count_hits: args.out.is_some(),
     };
     let scheduler = Scheduler {
         griffin_ratio: args.griffin_ratio,
@@ -433,7 +446,10 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
             .remove(0);
         write_runs(args.out.as_deref(), &runs)?;
         let s = LatencySummary::of(&runs);
-        println!("{header}: µs per query, one thread");
+        println!(
+            "{header}: µs per query, one thread, {}",
+            args.timing.label(args.reps)
+        );
         println!(
             "mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
             s.mean, s.p50, s.p90, s.p99, s.p999, s.max
@@ -517,9 +533,10 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         );
     }
     println!(
-        "latency, mode {:?}, µs per query (median of {} runs each after a warm-up, the backends \
-         taking turns per query), one thread:",
-        args.mode, args.reps
+        "latency, mode {:?}, µs per query ({}, the backends taking turns on each run), one \
+         thread:",
+        args.mode,
+        args.timing.label(args.reps)
     );
     println!("| backend | mean | p50 | p95 | p99 | p99.9 | max | on CPU | on GPU |");
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");

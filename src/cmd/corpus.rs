@@ -12,12 +12,29 @@ use rankserve::index::corpus::{write_synth, SynthSpec};
 use rankserve::index::queries::synth_queries;
 use rankserve::index::Index;
 
+/// The corpus format, shown by `corpus --help`, `corpus synth --help` and `index build --help`
+/// (docs/index-format.md § Corpus input says the same at more length).
+pub const CORPUS_FORMAT: &str = "\
+Corpus format (what `corpus synth` writes and `index build` reads):
+JSON Lines in UTF-8, one document a line, plain or gzip (gzip is recognised by its first two
+bytes, whatever the file's name):
+  {\"id\": \"d1\", \"streams\": {\"title\": \"...\", \"body\": \"...\"}, \"static\": {\"static_rank\": 0.7}}
+  id       a non-empty string, unique in the corpus: what searches return
+  streams  text fields by name (any names, any number; absent = none). Each is tokenized the
+           same way: Unicode (UAX #29) words that start with a letter or digit, lower-cased;
+           a phrase ends at . ! ? ; : or a line break. BM25 scores the --scoring stream
+           (default body); the forward index keeps every stream for hit requests
+  static   numbers by name (query-independent features; absent = NaN for that document)
+Blank lines are skipped and other fields ignored; a line that is not such an object, an empty
+or repeated id, or a stream that is not a string is refused with its line (exit 2).";
+
 #[derive(clap::Subcommand)]
 pub enum Command {
     /// Write a deterministic synthetic corpus (Zipfian vocabulary; title, body, anchor and url
     /// streams; static_rank and url_depth) as JSON Lines, gzip-compressed when the name ends in `.gz`.
     ///
     /// Example: `rankserve corpus synth --docs 1000000 --seed 1 --out corpus.jsonl.gz`
+    #[command(after_help = CORPUS_FORMAT)]
     Synth {
         /// Number of documents.
         #[arg(long)]

@@ -19,8 +19,9 @@ pub enum Command {
     /// Writes into a temporary directory next to OUT and renames it when complete; OUT must not exist.
     ///
     /// Example: `rankserve index build --corpus corpus.jsonl.gz --out idx --codec ef`
+    #[command(after_help = super::corpus::CORPUS_FORMAT)]
     Build {
-        /// The corpus file.
+        /// The corpus file (JSON Lines, plain or gzip: the format is below).
         #[arg(long)]
         corpus: PathBuf,
         /// The index directory to create.

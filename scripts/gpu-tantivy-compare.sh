@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# Issue 21, item 3: on the GPU machine, rankserve (GPU + the host's cores) against the Tantivy
+# crate (peers/tantivy) on the same cores, on one synthetic corpus of $DOCS documents (default
+# 10 M): one thread, and $THREADS client threads (default 16).
+#
+# The carry folder ($CARRY, default carry) holds the stripped release binaries and the scripts:
+#   $CARRY/rankserve            target/release/rankserve, stripped
+#   $CARRY/tantivy-runner       scripts/build-tantivy-peer.sh --strip
+#   $CARRY/gpu-tantivy-compare.sh, $CARRY/search_latency.py   (copies of scripts/*)
+# and the command, from the repository root there, is
+#   OUT=$OUT CARRY=carry-NAME bash carry-NAME/gpu-tantivy-compare.sh
+# Logs go under $OUT (default a new temporary folder); a short table is printed last.
+# One device command may run 10 minutes: give WORK a fixed folder (e.g. /tmp/w21t) and split the
+# work over calls on the warm machine: STEPS=build (corpus, both indexes, query sets), then
+# STEPS=run once per SETS=normal and SETS=heavy (or per MODES=and / MODES=or). COUNT_HITS=1 also
+# writes each query's top-k and hit count on both sides (an exhaustive count per query, untimed).
+#
+# What runs, per query set (normal: `queries synth`; heavy: the $QUERIES AND queries with the
+# most hits among 10 × $QUERIES synthesized) and mode (AND, OR), top-$K:
+# - one thread, passes over the query set ($PASSES timed after a warm-up pass, a query's time its
+#   median), k1 = 1.2, b = 0.75 on both sides: `rankserve bench selection --gpu` (CPU alone, GPU
+#   alone and the hybrid, taking turns on each query) and `tantivy-runner search --threads 1`;
+# - $THREADS clients: Tantivy, $THREADS threads in one process each running one query at a time
+#   (throughput = queries / pass wall time, latency per query as above); rankserve, `rankserve
+#   serve` (backend auto: the hybrid) driven by scripts/search_latency.py with $THREADS client
+#   processes over loopback HTTP (BM25 ranking only, no ranker). Caveats of that pair: rankserve's
+#   latencies include an HTTP round trip and JSON on both ends (tens of µs), and the server
+#   scores with its own BM25 parameters (DESIGN §5's k1 = 0.9, b = 0.4, which a request cannot
+#   change), not Tantivy's.
+# Sizes: DOCS (10000000), QUERIES (1000), K (10), PASSES (5), THREADS (16), CODEC (ef);
+# MODES ("and or"), SETS ("normal heavy"), TANTIVY_HEAP_MB (4096: the index writer's budget, split
+# between its threads); WORK (a temporary folder: the corpus, ~10 GB at 10 M documents, is deleted
+# once both indexes are built; the indexes, ~8 GB for rankserve and ~4 GB for Tantivy at 10 M,
+# stay until the end). At 1 M documents on the 2-core development machine (loaded by other
+# builds), rankserve's build took 154 s (47 s of CPU), Tantivy's 450 s (188 s of CPU, then one
+# merge into one segment).
+set -uo pipefail
+carry=${CARRY:-carry}
+out=${OUT:-$(mktemp -d)}
+work=${WORK:-$(mktemp -d)}
+mkdir -p "$out" "$work"
+DOCS=${DOCS:-10000000}
+QUERIES=${QUERIES:-1000}
+K=${K:-10}
+PASSES=${PASSES:-5}
+THREADS=${THREADS:-16}
+CODEC=${CODEC:-ef}
+rs="$carry/rankserve"
+tv="$carry/tantivy-runner"
+log() { echo "$*" | tee -a "$out/steps.log"; }
+clock() { date +%s.%N; }
+since() { awk -v now="$(clock)" -v then="$1" 'BEGIN { printf "%.1f", now - then }'; }
+
+{ nproc; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; } \
+  | tee "$out/machine.txt"
+steps=" ${STEPS:-build run} "
+if [[ $steps == *" build "* ]]; then
+t=$(clock)
+"$rs" corpus synth --docs "$DOCS" --seed 1 --out "$work/corpus.jsonl" > "$out/corpus.log" 2>&1
+log "corpus synth, $DOCS documents: $(since "$t") s, $(du -sh "$work/corpus.jsonl" | cut -f1)"
+t=$(clock)
+"$rs" index build --corpus "$work/corpus.jsonl" --out "$work/idx" --codec "$CODEC" --json \
+  > "$out/rankserve-build.json" 2> "$out/rankserve-build.log"
+log "rankserve index build ($CODEC, every core): $(since "$t") s, $(du -sh "$work/idx" | cut -f1)"
+t=$(clock)
+"$tv" index --corpus "$work/corpus.jsonl" --out "$work/tantivy" --threads "$(nproc)" \
+  --heap-mb "${TANTIVY_HEAP_MB:-4096}" \
+  > "$out/tantivy-build.json" 2> "$out/tantivy-build.log"
+log "tantivy-runner index ($(nproc) threads, merged to one segment): $(since "$t") s, $(du -sh "$work/tantivy" | cut -f1)"
+rm -f "$work/corpus.jsonl"
+
+"$rs" queries synth --index "$work/idx" --count "$QUERIES" --seed 1 --out "$work/normal.txt"
+"$rs" queries synth --index "$work/idx" --count $((10 * QUERIES)) --seed 2 --out "$work/pool.txt"
+"$rs" bench selection --index "$work/idx" --queries "$work/pool.txt" --mode and --k "$K" \
+  --k1 1.2 --b 0.75 --reps 1 --timing back-to-back --out "$work/pool.jsonl" > /dev/null
+python3 - "$work/pool.jsonl" "$QUERIES" > "$work/heavy.txt" <<'EOF'
+import json, sys
+runs = [json.loads(line) for line in open(sys.argv[1])]
+runs.sort(key=lambda r: -r["hits"])
+for r in runs[: int(sys.argv[2])]:
+    print(r["query"])
+EOF
+fi
+[[ $steps == *" run "* ]] || exit 0
+
+port=18091
+"$rs" serve --index "$work/idx" --addr "127.0.0.1:$port" > "$out/serve.log" 2>&1 &
+server=$!
+trap 'kill $server 2>/dev/null' EXIT
+for _ in $(seq 1 120); do
+  curl -sf "http://127.0.0.1:$port/healthz" > /dev/null 2>&1 && break
+  sleep 1
+done
+
+summary=()
+for set in ${SETS:-normal heavy}; do
+  for mode in ${MODES:-and or}; do
+    q="$work/$set.txt"
+    tag="$set-$mode"
+    # Per-query top-k and hit counts (counted untimed, exhaustively: minutes for OR at 10 M).
+    rs_hits=() tv_hits=()
+    if [ "${COUNT_HITS:-0}" = 1 ]; then
+      rs_hits=(--out "$out/rankserve-$tag.jsonl")
+      tv_hits=(--count --out "$out/tantivy-$tag.jsonl")
+    fi
+    "$rs" bench selection --index "$work/idx" --queries "$q" --mode "$mode" --k "$K" \
+      --k1 1.2 --b 0.75 --reps "$PASSES" --gpu "${rs_hits[@]}" \
+      --gpu-out "$out/rankserve-gpu-$tag.jsonl" > "$out/rankserve-1thread-$tag.log" 2>&1
+    "$tv" search --index "$work/tantivy" --queries "$q" --mode "$mode" --k "$K" \
+      --passes "$PASSES" --threads 1 "${tv_hits[@]}" \
+      --summary "$out/tantivy-1thread-$tag.json" > /dev/null 2> "$out/tantivy-1thread-$tag.log"
+    "$tv" search --index "$work/tantivy" --queries "$q" --mode "$mode" --k "$K" \
+      --passes "$PASSES" --threads "$THREADS" --summary "$out/tantivy-${THREADS}threads-$tag.json" \
+      > /dev/null 2> "$out/tantivy-${THREADS}threads-$tag.log"
+    python3 "$carry/search_latency.py" --url "http://127.0.0.1:$port" --queries "$q" \
+      --rankers none --candidates "$K" --mode "$mode" --k "$K" --concurrency "$THREADS" \
+      > "$out/rankserve-${THREADS}clients-$tag.log" 2>&1
+    summary+=("$tag")
+  done
+done
+
+echo
+echo "one thread, µs per query, mean / p50 / p99 ($PASSES passes; rankserve: CPU, GPU, hybrid rows of its table):"
+for tag in "${summary[@]}"; do
+  echo "== $tag"
+  python3 - "$out/tantivy-1thread-$tag.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))["us"]
+print(f"| tantivy | {s['mean']:.1f} | {s['p50']:.1f} | {s['p99']:.1f} |")
+EOF
+  grep -E '^\| (CPU|GPU|hybrid) \|' "$out/rankserve-1thread-$tag.log" \
+    | awk -F'|' '{printf "| rankserve %s | %s | %s | %s |\n", $2, $3, $4, $6}'
+done
+echo
+echo "$THREADS clients: throughput and latency (tantivy in-process threads; rankserve over HTTP, hybrid):"
+for tag in "${summary[@]}"; do
+  echo "== $tag"
+  python3 - "$out/tantivy-${THREADS}threads-$tag.json" <<'EOF'
+import json, sys
+s = json.load(open(sys.argv[1]))
+print(f"tantivy: {s['qps_median_pass']:.0f} queries/s, p50 {s['us']['p50']:.1f} µs, p99 {s['us']['p99']:.1f} µs")
+EOF
+  tail -n 1 "$out/rankserve-${THREADS}clients-$tag.log" | sed 's/^/rankserve (qps, p50, p90, p99 columns): /'
+done

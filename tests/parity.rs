@@ -849,24 +849,20 @@ fn fused_hits_gpu_match_cpu() {
         }
         let q = rankserve::rank::gpu::fe::MAX_TERMS;
         let docs = fe_small_documents(700, q, 41);
-        let what = format!("{what}, {name}, Q = {q}");
+        let longest = format!("{what}, {name}, Q = {q}");
+        let query = synth_query(q, 3);
         check_fused(
-            &device,
-            &mut fe,
-            ranker,
-            &gpu,
-            &synth_query(q, 3),
-            &stats,
-            &docs,
-            &what,
+            &device, &mut fe, ranker, &gpu, &query, &stats, &docs, &longest,
         );
         let empty = QueryInfo {
             terms: 0,
             idf: vec![],
         };
         let docs = fe_small_documents(200, 0, 42);
-        let what = format!("{what}, {name}, Q = 0");
-        check_fused(&device, &mut fe, ranker, &gpu, &empty, &stats, &docs, &what);
+        let no_terms = format!("{what}, {name}, Q = 0");
+        check_fused(
+            &device, &mut fe, ranker, &gpu, &empty, &stats, &docs, &no_terms,
+        );
     }
     // Over the device batch: split into several layouts, scored in one call.
     let medium = &rankers[1].1;

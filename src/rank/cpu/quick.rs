@@ -338,6 +338,7 @@ impl QuickForest {
 }
 
 /// The scan in plain Rust: lane by lane, the same decisions as the SIMD kernels.
+#[allow(clippy::neg_cmp_op_on_partial_ord)] // `!(x <= t)`: true for a NaN, which goes right
 fn scan_portable(
     runs: &[Run],
     cuts: &[Cut],

@@ -216,7 +216,13 @@ fn tree(section: &Section, n_features: usize) -> Result<Tree, ImportError> {
     }
     let n = num_leaves - 1;
     let split_feature: Vec<i64> = section.list("split_feature", n, "a feature index")?;
-    let threshold: Vec<f64> = section.list("threshold", n, "a number")?;
+    // A split on a feature's last bin keeps LightGBM's bin bound, ±inf, which a ranker file
+    // cannot hold: read it as LightGBM's own JSON dump writes it (`Common::AvoidInf`, ±1e300),
+    // so the two files of one model import to the same ranker.
+    let threshold: Vec<f64> = (section.list::<f64>("threshold", n, "a number")?)
+        .into_iter()
+        .map(|t| if t.is_infinite() { t.signum() * 1e300 } else { t })
+        .collect();
     let decision_type: Vec<u8> = section.list("decision_type", n, "an integer 0..255")?;
     let left_child: Vec<i64> = section.list("left_child", n, "a node index")?;
     let right_child: Vec<i64> = section.list("right_child", n, "a node index")?;
@@ -469,6 +475,18 @@ pandas_categorical:null
             ]
         );
         assert_eq!(ensemble.trees[1].nodes, vec![Node::Leaf(0.125)]);
+    }
+
+    #[test]
+    fn an_infinite_threshold_reads_as_the_json_dump_writes_it() {
+        for (text, want) in [("inf", 1e300), ("-inf", -1e300)] {
+            let model = MODEL.replacen("threshold=0.5 0", &format!("threshold={text} 0"), 1);
+            let ensemble = import_lightgbm_text(model.as_bytes()).unwrap().ensemble.unwrap();
+            let Node::Split(split) = &ensemble.trees[0].nodes[0] else {
+                panic!("tree 0 starts with a split")
+            };
+            assert_eq!(split.decision, Decision::LeF64(want));
+        }
     }
 
     fn error_of(text: &str) -> String {

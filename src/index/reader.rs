@@ -1131,11 +1131,11 @@ mod tests {
             "shorter than the 128-byte header",
         );
         // A block's entry with a tf of 0 (it would prune every posting), CRC fixed up.
-        let (id, info) = {
+        let info = {
             let index = Index::open(&out).unwrap();
             (0..index.num_terms() as u32)
-                .map(|id| (id, index.term_info(id)))
-                .find(|(_, i)| i.df > 0)
+                .map(|id| index.term_info(id))
+                .find(|i| i.df > 0)
                 .unwrap()
         };
         expect(

@@ -12,8 +12,10 @@
 //! b in [0, 1], tightly at 0, DESIGN §5's 0.4, Lucene and Tantivy's 0.75 and 1.
 //!
 //! Layout: entries of [`BLOCK_MAX_BYTES`] (for each b of [`BOUND_B`] in order: tf u32, dl u32,
-//! little-endian). Term id `t` with skip entries from `skip_start` has `n_blocks + 1` entries
-//! from entry `skip_start + t`: first the whole list's, then one per block.
+//! little-endian) in three sections: 0, one per block, aligned with the skip entries (a list's
+//! from its `skip_start`); 1, the ids (u32, ascending) of the terms whose list has two blocks or
+//! more; 2, those lists' own entries, in that order. A list of one block is bounded by its
+//! block's entry.
 
 use super::codecs::{SkipEntry, BLOCK_LEN};
 
@@ -85,26 +87,29 @@ impl BlockMax {
     }
 }
 
-/// Appends a list's entries (the whole list's, then one per block of [`BLOCK_LEN`]; an empty
-/// list's own entry is all zeros, never read: selection skips lists of df 0); `doc_len(d)`
-/// gives document `d`'s scoring length.
+/// Appends one entry per block of [`BLOCK_LEN`] of a list to `blocks` and returns the whole
+/// list's entry when it has two blocks or more (a list of one is bounded by its block's);
+/// `doc_len(d)` gives document `d`'s scoring length.
 pub fn push_list_maxes(
     docs: &[u32],
     tfs: &[u32],
     doc_len: impl Fn(u32) -> u32,
     avgdl: f32,
-    out: &mut Vec<BlockMax>,
-) {
-    let blocks: Vec<BlockMax> = docs
-        .chunks(BLOCK_LEN)
-        .zip(tfs.chunks(BLOCK_LEN))
-        .filter_map(|(d, t)| BlockMax::of(t.iter().zip(d).map(|(&tf, &d)| (tf, doc_len(d))), avgdl))
-        .collect();
-    let list = BlockMax::of(blocks.iter().flat_map(|b| b.best), avgdl);
-    out.push(list.unwrap_or(BlockMax {
-        best: [(0, 0); BOUND_B.len()],
-    }));
-    out.extend(blocks);
+    blocks: &mut Vec<BlockMax>,
+) -> Option<BlockMax> {
+    let first = blocks.len();
+    blocks.extend(
+        docs.chunks(BLOCK_LEN)
+            .zip(tfs.chunks(BLOCK_LEN))
+            .filter_map(|(d, t)| {
+                BlockMax::of(t.iter().zip(d).map(|(&tf, &d)| (tf, doc_len(d))), avgdl)
+            }),
+    );
+    let list = &blocks[first..];
+    match list.len() {
+        0 | 1 => None,
+        _ => BlockMax::of(list.iter().flat_map(|b| b.best), avgdl),
+    }
 }
 
 #[cfg(test)]
@@ -126,16 +131,20 @@ mod tests {
     }
 
     #[test]
-    fn a_list_has_its_own_entry_then_one_per_block() {
+    fn one_entry_per_block_and_one_per_list_of_two_blocks_or_more() {
         let docs: Vec<u32> = (0..300).collect();
         let tfs: Vec<u32> = (0..300).map(|d| if d == 200 { 9 } else { 1 }).collect();
         let mut out = Vec::new();
-        push_list_maxes(&docs, &tfs, |_| 50, 50.0, &mut out);
-        assert_eq!(out.len(), 1 + 3);
-        assert_eq!(out[0].best[0], (9, 50));
-        assert_eq!(out[1].best[0], (1, 50));
-        assert_eq!(out[2].best[0], (9, 50));
-        push_list_maxes(&[], &[], |_| 50, 50.0, &mut out);
-        assert_eq!(out.len(), 5, "an empty list still has its own entry");
+        let list = push_list_maxes(&docs, &tfs, |_| 50, 50.0, &mut out);
+        assert_eq!(list.unwrap().best[0], (9, 50));
+        assert_eq!(out.len(), 3);
+        assert_eq!(out[0].best[0], (1, 50));
+        assert_eq!(out[1].best[0], (9, 50));
+        assert_eq!(
+            push_list_maxes(&docs[..128], &tfs[..128], |_| 50, 50.0, &mut out),
+            None
+        );
+        assert_eq!(push_list_maxes(&[], &[], |_| 50, 50.0, &mut out), None);
+        assert_eq!(out.len(), 4);
     }
 }

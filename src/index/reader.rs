@@ -93,9 +93,11 @@ pub struct PostingList<'a> {
     pub df: u32,
     bytes: &'a [u8],
     skips: &'a [u8],
-    /// Its `blockmax.bin` entries (the list's, then one per block), or empty (an index made
-    /// before manifest version 3, or a list made by [`PostingList::from_parts`]).
+    /// Its blocks' `blockmax.bin` entries, or empty (an index made before manifest version 3,
+    /// or a list made by [`PostingList::from_parts`]).
     maxes: &'a [u8],
+    /// The whole list's entry, or empty (no entries, or a list of one block).
+    list_entry: &'a [u8],
 }
 
 impl<'a> PostingList<'a> {
@@ -107,6 +109,7 @@ impl<'a> PostingList<'a> {
             bytes: &[],
             skips: &[],
             maxes: &[],
+            list_entry: &[],
         }
     }
 
@@ -118,17 +121,17 @@ impl<'a> PostingList<'a> {
             bytes,
             skips,
             maxes: &[],
+            list_entry: &[],
         }
-    }
-
-    /// The list with block-max entries `maxes` (the list's, then one per block).
-    pub fn with_maxes(self, maxes: &'a [u8]) -> Self {
-        Self { maxes, ..self }
     }
 
     /// The whole list's block-max entry, when the index has them.
     pub fn list_max(&self) -> Option<BlockMax> {
-        (!self.maxes.is_empty()).then(|| BlockMax::read(&self.maxes[..BLOCK_MAX_BYTES]))
+        match (self.maxes.is_empty(), self.list_entry.is_empty()) {
+            (true, _) => None,
+            (false, true) => Some(self.block_max(0)),
+            (false, false) => Some(BlockMax::read(self.list_entry)),
+        }
     }
 
     /// Block `j`'s block-max entry, or what its skip entry bounds when the index has none.
@@ -136,7 +139,7 @@ impl<'a> PostingList<'a> {
     pub fn block_max(&self, j: usize) -> BlockMax {
         match self.maxes.is_empty() {
             true => BlockMax::from_skip(self.skip(j)),
-            false => BlockMax::read(&self.maxes[(j + 1) * BLOCK_MAX_BYTES..]),
+            false => BlockMax::read(&self.maxes[j * BLOCK_MAX_BYTES..]),
         }
     }
 
@@ -209,6 +212,20 @@ pub struct StreamHits {
     pub phrases: Vec<Vec<[u32; 2]>>,
 }
 
+/// The first `i` in `0..n` with `!below(i)` (`below` true then false over `0..n`).
+fn partition_point_u32(n: usize, below: impl Fn(usize) -> bool) -> usize {
+    let (mut lo, mut hi) = (0, n);
+    while lo < hi {
+        let mid = (lo + hi) / 2;
+        if below(mid) {
+            lo = mid + 1;
+        } else {
+            hi = mid;
+        }
+    }
+    lo
+}
+
 /// An open index.
 #[derive(Debug)]
 pub struct Index {
@@ -245,7 +262,7 @@ impl Index {
             true => Some(MappedFile::open(
                 &dir.join(BLOCK_MAX_FILE),
                 KIND_BLOCK_MAX,
-                1,
+                3,
             )?),
             false => None,
         };
@@ -311,16 +328,32 @@ impl Index {
                 self.skips.section(0).len()
             )));
         }
-        let n_maxes = match &self.block_max {
-            Some(f) if f.section(0).len() % BLOCK_MAX_BYTES != 0 => {
-                return Err(f.corrupt(format!(
-                    "{} bytes is not a whole number of {BLOCK_MAX_BYTES}-byte entries",
-                    f.section(0).len()
-                )))
+        if let Some(f) = &self.block_max {
+            f.expect_len(0, "block entries", n_skips as u64, BLOCK_MAX_BYTES as u64)?;
+            if f.section(1).len() % 4 != 0 {
+                return Err(f.corrupt("list ids are not whole u32s"));
             }
-            Some(f) => (f.section(0).len() / BLOCK_MAX_BYTES) as u64,
-            None => 0,
-        };
+            f.expect_len(
+                2,
+                "list entries",
+                (f.section(1).len() / 4) as u64,
+                BLOCK_MAX_BYTES as u64,
+            )?;
+            // Section 1: exactly the lists of two blocks or more, ascending.
+            let ids = f.section(1);
+            let want = (0..t as u32).filter(|&id| self.term_info(id).n_blocks >= 2);
+            let mut have = (0..ids.len() / 4).map(|i| read_u32(ids, i * 4));
+            for id in want {
+                if have.next() != Some(id) {
+                    return Err(f.corrupt(format!(
+                        "term id {id}'s list has two blocks or more and no list entry in order"
+                    )));
+                }
+            }
+            if have.next().is_some() {
+                return Err(f.corrupt("list entries for lists of fewer than two blocks"));
+            }
+        }
         let post_len = self.postings.section(0).len() as u64;
         let mut total = 0u64;
         for id in 0..t as u32 {
@@ -354,15 +387,6 @@ impl Index {
                     "skips {}+{} past the end of {} ({n_skips} entries)",
                     info.skip_start, info.n_blocks, SKIPS_FILE
                 )));
-            }
-            if let Some(f) = &self.block_max {
-                // The list's entry, then one per block, from entry skip_start + id.
-                let end = info.skip_start + id as u64 + info.n_blocks as u64 + 1;
-                if end > n_maxes {
-                    return Err(f.corrupt(format!(
-                        "term id {id}: entries up to {end} past the end ({n_maxes} entries)"
-                    )));
-                }
             }
             total += info.df as u64;
             self.check_list(id)?;
@@ -645,9 +669,21 @@ impl Index {
             bytes: &self.postings.section(0)[p..p + info.postings_len as usize],
             skips: &self.skips.section(0)[s..s + info.n_blocks as usize * SKIP_ENTRY_BYTES],
             maxes: self.block_max.as_ref().map_or(&[], |f| {
-                let m = (info.skip_start as usize + id as usize) * BLOCK_MAX_BYTES;
-                &f.section(0)[m..m + (info.n_blocks as usize + 1) * BLOCK_MAX_BYTES]
+                let m = info.skip_start as usize * BLOCK_MAX_BYTES;
+                &f.section(0)[m..m + info.n_blocks as usize * BLOCK_MAX_BYTES]
             }),
+            list_entry: match (&self.block_max, info.n_blocks >= 2) {
+                (Some(f), true) => {
+                    let ids = f.section(1);
+                    let n = ids.len() / 4;
+                    let i = partition_point_u32(n, |i| read_u32(ids, i * 4) < id);
+                    match i < n && read_u32(ids, i * 4) == id {
+                        true => &f.section(2)[i * BLOCK_MAX_BYTES..(i + 1) * BLOCK_MAX_BYTES],
+                        false => &[],
+                    }
+                }
+                _ => &[],
+            },
         }
     }
 
@@ -1095,17 +1131,17 @@ mod tests {
             "shorter than the 128-byte header",
         );
         // A block's entry with a tf of 0 (it would prune every posting), CRC fixed up.
-        let (id, info) = {
+        let info = {
             let index = Index::open(&out).unwrap();
             (0..index.num_terms() as u32)
-                .map(|id| (id, index.term_info(id)))
-                .find(|(_, i)| i.df > 0)
+                .map(|id| index.term_info(id))
+                .find(|i| i.df > 0)
                 .unwrap()
         };
         expect(
             BLOCK_MAX_FILE,
             &|b| {
-                let entry = (info.skip_start as usize + id as usize + 1) * BLOCK_MAX_BYTES;
+                let entry = info.skip_start as usize * BLOCK_MAX_BYTES;
                 let at = crate::index::format::HEADER_BYTES + entry;
                 b[at..at + 4].copy_from_slice(&0u32.to_le_bytes());
                 let crc = crc32fast::hash(&b[crate::index::format::HEADER_BYTES..]);

@@ -14,7 +14,7 @@ use proptest::test_runner::TestCaseError;
 use rankserve::index::builder::{build, BuildOptions};
 use rankserve::index::codecs::Codec;
 use rankserve::index::reader::{
-    DOCS_FILE, FORWARD_FILE, MANIFEST_FILE, POSTINGS_FILE, SKIPS_FILE, TERMS_FILE,
+    BLOCK_MAX_FILE, DOCS_FILE, FORWARD_FILE, MANIFEST_FILE, POSTINGS_FILE, SKIPS_FILE, TERMS_FILE,
 };
 use rankserve::index::{Index, IndexError, TERMINATED};
 use rankserve::select::{self, Mode, Query};
@@ -30,11 +30,12 @@ const INDEX_BOUND: Bound = Bound {
     constant: 2 << 20,
 };
 
-const FILES: [&str; 6] = [
+const FILES: [&str; 7] = [
     MANIFEST_FILE,
     TERMS_FILE,
     POSTINGS_FILE,
     SKIPS_FILE,
+    BLOCK_MAX_FILE,
     DOCS_FILE,
     FORWARD_FILE,
 ];

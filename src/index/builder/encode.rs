@@ -89,8 +89,10 @@ pub(super) fn encode_chunk(
 pub(crate) struct RangeOut {
     pub(super) bytes: Vec<u8>,
     pub(super) skips: Vec<SkipEntry>,
-    /// Per list, its entry then one per block (`blockmax.bin`).
+    /// One block-max entry per block (`blockmax.bin`'s section 0).
     pub(super) maxes: Vec<BlockMax>,
+    /// The entries of lists of two blocks or more, each with its list's place in `infos`.
+    pub(super) list_maxes: Vec<(u32, BlockMax)>,
     pub(super) infos: Vec<TermInfo>,
 }
 
@@ -108,7 +110,9 @@ impl RangeOut {
     ) {
         let (offset, first_skip) = (self.bytes.len(), self.skips.len());
         encode_list(codec, docs, tfs, &doc_len, &mut self.bytes, &mut self.skips);
-        push_list_maxes(docs, tfs, doc_len, avgdl, &mut self.maxes);
+        if let Some(m) = push_list_maxes(docs, tfs, doc_len, avgdl, &mut self.maxes) {
+            self.list_maxes.push((self.infos.len() as u32, m));
+        }
         self.infos.push(TermInfo {
             df: docs.len() as u32,
             n_blocks: (self.skips.len() - first_skip) as u32,

@@ -34,6 +34,7 @@ pub(crate) fn write_postings(
     let mut maxes = SectionWriter::create(&dir.join(BLOCK_MAX_FILE), KIND_BLOCK_MAX)?;
     let mut infos = Vec::new();
     let mut skip_bytes = Vec::new();
+    let (mut list_ids, mut list_maxes) = (Vec::new(), Vec::new());
     let (mut at, mut sk) = (0u64, 0u64);
     for r in ranges {
         post.write(&r.bytes)?;
@@ -47,6 +48,10 @@ pub(crate) fn write_postings(
             m.write(&mut skip_bytes);
         }
         maxes.write(&skip_bytes)?;
+        for (i, m) in &r.list_maxes {
+            list_ids.push(infos.len() as u32 + i);
+            m.write(&mut list_maxes);
+        }
         infos.extend(r.infos.into_iter().map(|mut i| {
             i.postings_offset += at;
             i.skip_start += sk;
@@ -60,6 +65,10 @@ pub(crate) fn write_postings(
     post.finish()?;
     skips.end_section()?;
     skips.finish()?;
+    maxes.end_section()?;
+    maxes.write(&u32s(&list_ids))?;
+    maxes.end_section()?;
+    maxes.write(&list_maxes)?;
     maxes.end_section()?;
     maxes.finish()?;
     Ok((infos, pb, sb))

@@ -3,7 +3,7 @@
 
 Needs the LightGBM peer model (scripts/lightgbm_peer.py --out PEER: model.txt, rows.csv,
 scores.txt, model.json), the cpu_peer example (`cargo build --release --example cpu_peer`: it
-reads model.json through rankserve's LightGBM importer), and in Python:
+reads model.txt through rankserve's LightGBM text importer), and in Python:
 lightgbm, numpy, lleaves 1.3.0 with llvmlite 0.44.
 
     python3 scripts/lightgbm_peer.py --out .peer
@@ -98,9 +98,9 @@ def main():
         print(json.dumps(lleaves_model(a.peer)[1]))
         return
 
-    # The JSON dump (dump_model) rather than model.txt: LightGBM writes an unbounded split as
-    # `inf` in the text format, which rankserve's text importer rejects as a threshold.
-    imported = os.path.join(a.peer, "model.json")
+    # The file every scorer reads: LightGBM's model.txt (rankserve's text importer reads its
+    # `inf` thresholds as the JSON dump writes them).
+    imported = os.path.join(a.peer, "model.txt")
     booster = lgb.Booster(model_file=os.path.join(a.peer, "model.txt"))
     csv = os.path.join(a.peer, "rows.csv")
     expect = os.path.join(a.peer, "scores.txt")

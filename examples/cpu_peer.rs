@@ -14,9 +14,9 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use rankserve::rank::cpu::{CpuPlan, Isa, TreeEvaluator};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rankserve::rank::cpu::{CpuPlan, Isa, TreeEvaluator};
 use rankserve::rank::format::validate;
 use rankserve::rank::import::load_any;
 use rankserve::rank::model::{Decision, Ensemble, Missing, Node, Ranker, Split, Tree};
@@ -202,7 +202,9 @@ fn main() -> anyhow::Result<()> {
                    "identical_to_walk": identical, "max_abs_diff_to_peer": peer_diff})
         );
         for &threads in &args.threads {
-            let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build()?;
+            let pool = rayon::ThreadPoolBuilder::new()
+                .num_threads(threads)
+                .build()?;
             for &docs in &args.docs {
                 let batch = &rows[..docs * nf];
                 // One thread: the calling thread, as `score_batch(_, 1)` runs it.

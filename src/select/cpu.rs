@@ -89,11 +89,9 @@ fn prepare<'a>(
     let mut terms = Vec::with_capacity(lists.lists.len());
     for (qi, found) in lists.lists.iter().enumerate() {
         match found {
-            Some((_, list)) => terms.push(Term::new(
-                qi,
-                query.term_scorer(index, qi, list.df),
-                *list,
-            )),
+            Some((_, list)) => {
+                terms.push(Term::new(qi, query.term_scorer(index, qi, list.df), *list))
+            }
             None => all_known = false,
         }
     }

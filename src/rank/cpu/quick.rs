@@ -279,7 +279,13 @@ impl QuickForest {
         if self.any_zeroed {
             block.zeroed.clear();
             block.zeroed.extend(block.values.iter().map(|v| {
-                Values(v.0.map(|x| if x.abs() <= ZERO_THRESHOLD { f64::NAN } else { x }))
+                Values(v.0.map(|x| {
+                    if x.abs() <= ZERO_THRESHOLD {
+                        f64::NAN
+                    } else {
+                        x
+                    }
+                }))
             }));
         }
         block.bits.clear();
@@ -299,7 +305,9 @@ impl QuickForest {
                 #[cfg(target_arch = "x86_64")]
                 Isa::Avx512 => {
                     // SAFETY: as above, for AVX-512F.
-                    unsafe { super::quick_simd::scan_avx512(runs, &self.cuts, values, zeroed, bits) }
+                    unsafe {
+                        super::quick_simd::scan_avx512(runs, &self.cuts, values, zeroed, bits)
+                    }
                 }
                 #[cfg(not(target_arch = "x86_64"))]
                 Isa::Avx2 | Isa::Avx512 => scan_portable(runs, &self.cuts, values, zeroed, bits),

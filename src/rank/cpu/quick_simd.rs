@@ -49,7 +49,10 @@ unsafe fn run_avx2<const PREDICATE: i32>(x: &Values, cuts: &[Cut], bits: &mut [B
         let b0 = _mm256_load_si256(p);
         let b1 = _mm256_load_si256(p.add(1));
         _mm256_store_si256(p, _mm256_andnot_si256(_mm256_and_si256(right0, left), b0));
-        _mm256_store_si256(p.add(1), _mm256_andnot_si256(_mm256_and_si256(right1, left), b1));
+        _mm256_store_si256(
+            p.add(1),
+            _mm256_andnot_si256(_mm256_and_si256(right1, left), b1),
+        );
     }
 }
 

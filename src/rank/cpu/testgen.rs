@@ -6,7 +6,9 @@ use rand_chacha::ChaCha8Rng;
 
 use super::ZERO_THRESHOLD;
 use crate::rank::format::validate;
-use crate::rank::model::{Activation, Decision, Ensemble, Input, Layer, Missing, Node, Ranker, Split, Tree};
+use crate::rank::model::{
+    Activation, Decision, Ensemble, Input, Layer, Missing, Node, Ranker, Split, Tree,
+};
 
 /// Values that sit on thresholds, on either side of them, and on the missing rules' edges.
 pub(super) const EDGES: [f64; 14] = [
@@ -54,7 +56,12 @@ pub(super) fn random_tree(rng: &mut ChaCha8Rng, n_features: u32, max_depth: u32)
 }
 
 /// A random valid tree whose nodes are leaves with probability `leaf_p` (and at `max_depth`).
-pub(super) fn grow_tree(rng: &mut ChaCha8Rng, n_features: u32, max_depth: u32, leaf_p: f64) -> Tree {
+pub(super) fn grow_tree(
+    rng: &mut ChaCha8Rng,
+    n_features: u32,
+    max_depth: u32,
+    leaf_p: f64,
+) -> Tree {
     fn grow(
         rng: &mut ChaCha8Rng,
         nodes: &mut Vec<Node>,
@@ -194,4 +201,3 @@ pub(super) fn random_ranker(rng: &mut ChaCha8Rng) -> Ranker {
     validate(&r).expect("random rankers are valid");
     r
 }
-

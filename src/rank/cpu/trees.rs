@@ -38,7 +38,10 @@ pub(super) struct Trees {
 }
 
 impl Trees {
-    pub(super) fn new<'a>(trees: impl IntoIterator<Item = &'a Tree>, evaluator: TreeEvaluator) -> Trees {
+    pub(super) fn new<'a>(
+        trees: impl IntoIterator<Item = &'a Tree>,
+        evaluator: TreeEvaluator,
+    ) -> Trees {
         let mut walk = Forest::default();
         trees.into_iter().for_each(|t| walk.push(t));
         let n = walk.roots.len();
@@ -46,7 +49,9 @@ impl Trees {
         let quick = match evaluator {
             TreeEvaluator::Walk => None,
             TreeEvaluator::Quick(isa) => {
-                let fits: Vec<usize> = (0..n).filter(|t| leaf_count(&walk, *t) <= QUICK_MAX_LEAVES).collect();
+                let fits: Vec<usize> = (0..n)
+                    .filter(|t| leaf_count(&walk, *t) <= QUICK_MAX_LEAVES)
+                    .collect();
                 for (i, t) in fits.iter().enumerate() {
                     slots[*t] = i as u32;
                 }
@@ -71,7 +76,12 @@ impl Trees {
 
     /// Prepares [`Self::values`] for `N` documents (the first `N` rows of `rows`).
     #[inline]
-    pub(super) fn scan<const N: usize>(&self, rows: &[f64], n_features: usize, block: &mut QuickBlock) {
+    pub(super) fn scan<const N: usize>(
+        &self,
+        rows: &[f64],
+        n_features: usize,
+        block: &mut QuickBlock,
+    ) {
         if let Some(quick) = self.quick::<N>() {
             quick.scan::<N>(&self.walk, rows, n_features, block);
         }

@@ -101,7 +101,12 @@ impl Forest {
     /// The flat indices of the leaves that `N` documents (rows of `n_features` values) reach in
     /// tree `t`.
     #[inline]
-    pub(super) fn leaves<const N: usize>(&self, t: usize, rows: &[f64], n_features: usize) -> [u32; N] {
+    pub(super) fn leaves<const N: usize>(
+        &self,
+        t: usize,
+        rows: &[f64],
+        n_features: usize,
+    ) -> [u32; N] {
         if self.categorical[t] {
             self.walk::<N, true>(t, rows, n_features)
         } else {

@@ -221,7 +221,13 @@ fn tree(section: &Section, n_features: usize) -> Result<Tree, ImportError> {
     // so the two files of one model import to the same ranker.
     let threshold: Vec<f64> = (section.list::<f64>("threshold", n, "a number")?)
         .into_iter()
-        .map(|t| if t.is_infinite() { t.signum() * 1e300 } else { t })
+        .map(|t| {
+            if t.is_infinite() {
+                t.signum() * 1e300
+            } else {
+                t
+            }
+        })
         .collect();
     let decision_type: Vec<u8> = section.list("decision_type", n, "an integer 0..255")?;
     let left_child: Vec<i64> = section.list("left_child", n, "a node index")?;
@@ -481,7 +487,10 @@ pandas_categorical:null
     fn an_infinite_threshold_reads_as_the_json_dump_writes_it() {
         for (text, want) in [("inf", 1e300), ("-inf", -1e300)] {
             let model = MODEL.replacen("threshold=0.5 0", &format!("threshold={text} 0"), 1);
-            let ensemble = import_lightgbm_text(model.as_bytes()).unwrap().ensemble.unwrap();
+            let ensemble = import_lightgbm_text(model.as_bytes())
+                .unwrap()
+                .ensemble
+                .unwrap();
             let Node::Split(split) = &ensemble.trees[0].nodes[0] else {
                 panic!("tree 0 starts with a split")
             };

@@ -256,6 +256,31 @@ pub(super) struct Ordered {
     pub(super) backend: &'static str,
 }
 
+impl Ordered {
+    /// The reply's timings and backends: selection's, the hit documents' and this ranking's.
+    pub(super) fn report(
+        &self,
+        select_us: u64,
+        hits_us: u64,
+        select_side: Processor,
+        arrived: Instant,
+    ) -> (SearchTimings, SearchBackends) {
+        let timings = SearchTimings {
+            select_us,
+            fe_us: hits_us + self.fe_us,
+            mit_us: None,
+            me_us: self.me_us,
+            queue_us: self.queue_us,
+            total_us: micros(arrived.elapsed()),
+        };
+        let backends = SearchBackends {
+            select: select_side.as_str().into(),
+            rank: self.backend.into(),
+        };
+        (timings, backends)
+    }
+}
+
 fn hit(index: &Index, (doc, selection_score): (DocId, f64), score: f64) -> SearchHit {
     SearchHit {
         doc,
@@ -496,22 +521,13 @@ pub(super) async fn search(
     let ranker_label = request.ranker.unwrap_or_else(|| "none".into());
     metrics::histogram!("rankserve_search_duration_seconds", "ranker" => ranker_label)
         .record(arrived.elapsed().as_secs_f64());
+    let (timings, backends) = ordered.report(select_us, hits_us, select_side, arrived);
     Ok(Reply(
         format,
         SearchResponse {
             hits: ordered.hits,
-            timings: SearchTimings {
-                select_us,
-                fe_us: hits_us + ordered.fe_us,
-                mit_us: None,
-                me_us: ordered.me_us,
-                queue_us: ordered.queue_us,
-                total_us: micros(arrived.elapsed()),
-            },
-            backends: SearchBackends {
-                select: select_side.as_str().into(),
-                rank: ordered.backend.into(),
-            },
+            timings,
+            backends,
             shards: None,
         },
     ))

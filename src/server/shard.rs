@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use axum::extract::State as Shared;
 
-use super::codec::{micros, Coded, Negotiated, Reply, RequestBody};
+use super::codec::{Coded, Negotiated, Reply, RequestBody};
 use super::error::{ApiError, ErrorBody};
 use super::search::{
     bm25_order, candidates, prepare, rank_candidates, selection_query, Candidates, Prepared,
@@ -25,7 +25,7 @@ use super::state::{AppState, State};
 use crate::api::shard::{
     CollectionStats, ShardSearchRequest, ShardSearchResponse, ShardStats, ShardStatsRequest,
 };
-use crate::api::{Format, SearchBackends, SearchRequest, SearchTimings};
+use crate::api::{Format, SearchRequest};
 use crate::backend::Backend;
 use crate::index::shard::ShardInfo;
 use crate::index::Index;
@@ -274,23 +274,14 @@ pub(super) async fn shard_search(
         }
         _ => bm25_order(&index, &picked, picked.len()),
     };
+    let (timings, backends) = ordered.report(select_us, hits_us, select_side, arrived);
     Ok(Reply(
         format,
         ShardSearchResponse {
             hits: ordered.hits,
             and_hits,
-            timings: SearchTimings {
-                select_us,
-                fe_us: hits_us + ordered.fe_us,
-                mit_us: None,
-                me_us: ordered.me_us,
-                queue_us: ordered.queue_us,
-                total_us: micros(arrived.elapsed()),
-            },
-            backends: SearchBackends {
-                select: select_side.as_str().into(),
-                rank: ordered.backend.into(),
-            },
+            timings,
+            backends,
         },
     ))
 }

@@ -76,14 +76,20 @@ impl Stage {
 
 /// Logs and counts (`rankserve_gpu_fallback_total{stage, reason}`) a GPU failure of `stage`
 /// whose work ran on the CPU instead; `subject` names the ranker or the query. `reason` is
-/// `too_large` when the work did not fit the device's budget, else `gpu_error`.
+/// `too_large` when the work did not fit the device's budget, `out_of_service` when every
+/// device is out after a failure (`gpu::executor`), else `gpu_error`.
 pub fn fell_back(stage: Stage, subject: &str, err: &GpuError) {
     let reason = match err {
         GpuError::TooLarge { .. } => "too_large",
+        // Every device was taken out after a failure (counted once, when it failed).
+        GpuError::Unavailable { .. } => "out_of_service",
         _ => "gpu_error",
     };
     let stage = stage.as_str();
-    tracing::warn!(stage, subject, error = %err, "GPU failed: running on the CPU");
+    match reason {
+        "out_of_service" => tracing::debug!(stage, subject, error = %err, "running on the CPU"),
+        _ => tracing::warn!(stage, subject, error = %err, "GPU failed: running on the CPU"),
+    }
     metrics::counter!("rankserve_gpu_fallback_total", "stage" => stage, "reason" => reason)
         .increment(1);
 }

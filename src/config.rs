@@ -13,6 +13,7 @@
 //! | `broker` | `RANKSERVE_BROKER` | none (a shard list, `shards.toml`: `/v1/search` is answered by those shards, `docs/deploy.md`) |
 //! | `backend` | `RANKSERVE_BACKEND` | `auto` (`auto`, `cpu`, `gpu`) |
 //! | `fe_backend` | `RANKSERVE_FE_BACKEND` | `cpu` (where hit documents' features are extracted: `cpu`; `gpu`, fused with scoring on the GPU unless scoring is on the CPU; or `auto`, fused from the ranker's FE+scoring crossover on, or whenever scoring is on `gpu`) |
+//! | `gpus` | `RANKSERVE_GPUS` | `all` (the GPUs to use: `all` visible ones, or a list of CUDA ordinals such as `0,2`, counted after `CUDA_VISIBLE_DEVICES`) |
 //! | `admin_token` | `RANKSERVE_ADMIN_TOKEN` | none (admin routes disabled) |
 //! | `body_limit_bytes` | `RANKSERVE_BODY_LIMIT_BYTES` | 64 MiB |
 //! | `cpu_cache_bytes` | `RANKSERVE_CPU_CACHE_BYTES` | 1 GiB |
@@ -103,6 +104,45 @@ impl<T: clap::ValueEnum> FromStr for Named<T> {
     }
 }
 
+/// The GPUs a server uses.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Gpus {
+    /// Every device CUDA sees.
+    All,
+    /// These CUDA ordinals, in this order, each once.
+    Only(Vec<usize>),
+}
+
+impl Gpus {
+    /// The ordinals asked for, `None` for every device.
+    pub fn only(&self) -> Option<&[usize]> {
+        match self {
+            Gpus::All => None,
+            Gpus::Only(ordinals) => Some(ordinals),
+        }
+    }
+}
+
+impl FromStr for Gpus {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Gpus, String> {
+        if s.trim() == "all" {
+            return Ok(Gpus::All);
+        }
+        let mut ordinals = Vec::new();
+        for part in s.split(',') {
+            let ordinal: usize = part
+                .trim()
+                .parse()
+                .map_err(|_| format!("not an ordinal: {part:?}"))?;
+            if !ordinals.contains(&ordinal) {
+                ordinals.push(ordinal);
+            }
+        }
+        Ok(Gpus::Only(ordinals))
+    }
+}
+
 /// Recording a sample of live `/v1/rank` requests into a request log.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Sampling {
@@ -126,6 +166,8 @@ pub struct Config {
     pub backend: Backend,
     /// Where feature extraction of hit documents runs (`rank::engine::backends`).
     pub fe_backend: Backend,
+    /// The GPUs the server uses (one executor each, `gpu::executor`).
+    pub gpus: Gpus,
     /// `None`: admin routes answer 403 `admin_disabled`.
     pub admin_token: Option<String>,
     pub body_limit_bytes: usize,
@@ -168,6 +210,7 @@ impl Default for Config {
             broker: None,
             backend: Backend::Auto,
             fe_backend: Backend::Cpu,
+            gpus: Gpus::All,
             admin_token: None,
             body_limit_bytes: 64 << 20,
             cpu_cache_bytes: 1 << 30,
@@ -202,6 +245,7 @@ pub struct Layer {
     pub broker: Option<PathBuf>,
     pub backend: Option<String>,
     pub fe_backend: Option<String>,
+    pub gpus: Option<String>,
     pub admin_token: Option<String>,
     pub body_limit_bytes: Option<String>,
     pub cpu_cache_bytes: Option<String>,
@@ -255,6 +299,7 @@ impl Layer {
             broker: lookup("RANKSERVE_BROKER").map(PathBuf::from),
             backend: lookup("RANKSERVE_BACKEND"),
             fe_backend: lookup("RANKSERVE_FE_BACKEND"),
+            gpus: lookup("RANKSERVE_GPUS"),
             admin_token: lookup("RANKSERVE_ADMIN_TOKEN"),
             body_limit_bytes: lookup("RANKSERVE_BODY_LIMIT_BYTES"),
             cpu_cache_bytes: lookup("RANKSERVE_CPU_CACHE_BYTES"),
@@ -337,6 +382,15 @@ impl Resolver {
         if let Some(v) = layer.fe_backend {
             c.fe_backend = parse("fe_backend", &v, "one of auto, cpu, gpu", source, |_| true)
                 .map(|Named(backend)| backend)?;
+        }
+        if let Some(v) = layer.gpus {
+            c.gpus = parse(
+                "gpus",
+                &v,
+                "all, or CUDA device ordinals like 0,1",
+                source,
+                |_| true,
+            )?;
         }
         if let Some(v) = layer.admin_token {
             if v.is_empty() {
@@ -606,6 +660,26 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "sample_rate (from command line): expected a fraction in (0, 1], got \"1.5\""
+        );
+    }
+
+    #[test]
+    fn gpus_are_all_or_a_list_of_ordinals() {
+        assert_eq!(Config::default().gpus, Gpus::All);
+        for (value, want) in [
+            ("all", Gpus::All),
+            ("1", Gpus::Only(vec![1])),
+            ("0, 2,2", Gpus::Only(vec![0, 2])),
+        ] {
+            let c =
+                Config::resolve(None, env(&[("RANKSERVE_GPUS", value)]), Layer::default()).unwrap();
+            assert_eq!(c.gpus, want, "{value:?}");
+        }
+        let err =
+            Config::resolve(None, env(&[("RANKSERVE_GPUS", "0,x")]), Layer::default()).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "gpus (from environment variable RANKSERVE_GPUS): expected all, or CUDA device ordinals like 0,1, got \"0,x\""
         );
     }
 

@@ -11,7 +11,9 @@ use axum::http::{header, Request, StatusCode};
 use http_body_util::BodyExt;
 
 use crate::cli::{rankserve, root};
-use crate::http::{client, expect_error, json, live, post, send, server_with, TestServer, TOKEN};
+use crate::http::{
+    client, expect_error, hold_device, json, live, post, send, server_with, TestServer, TOKEN,
+};
 use crate::selection::{built, fixture_corpus};
 use rankserve::api::{
     IndexDescription, RankDocument, RankRequest, RankResponse, SearchRequest, SearchResponse,
@@ -1076,6 +1078,46 @@ async fn gpu_ranked_search_extracts_and_scores_like_the_cpu() {
     }
 }
 
+/// With several GPUs, a selection goes to a device that is free: while one device is held
+/// busy, `backend=gpu` queries select on another, exactly the CPU's hits, for each device in
+/// turn (on the held one they would wait `gpu_queue_ms` and run on the CPU). Needs two GPUs;
+/// skipped otherwise.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_gpu_selects_the_cpus_hits_while_another_is_busy() {
+    let test = "each_gpu_selects_the_cpus_hits_while_another_is_busy";
+    if rankserve::gpu::device::device_for_tests(test).is_none() {
+        return;
+    }
+    if std::env::var("RANKSERVE_FAULT_GPU").is_ok() {
+        return eprintln!("{test}: skipped under RANKSERVE_FAULT_GPU");
+    }
+    let (s, _dir, index) = search_server_on(Backend::Auto);
+    let executors = s.state.gpu_executors().to_vec();
+    if executors.len() < 2 {
+        return eprintln!("{test}: skipped with one GPU");
+    }
+    for busy in 0..executors.len() {
+        let (holder, release) = hold_device(&executors[busy]);
+        for text in QUERIES {
+            for mode in [Mode::And, Mode::Or, Mode::AndOr] {
+                let (status, body) = search_on(&s, text, mode, 7, Backend::Gpu).await;
+                assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+                let got: SearchResponse = serde_json::from_slice(&body).unwrap();
+                let want = search(&index, &Query::from_text(text, 7, mode))
+                    .unwrap()
+                    .hits;
+                assert_eq!(doc_scores(&got), want, "{text:?} {mode:?}, GPU {busy} busy");
+                assert_eq!(
+                    got.backends.select, "gpu",
+                    "{text:?} {mode:?}, GPU {busy} busy"
+                );
+            }
+        }
+        drop(release);
+        holder.join().unwrap();
+    }
+}
+
 /// A `backend=gpu` selection that finds the device held by other queries waits `gpu_queue_ms`,
 /// then runs on the CPU: the same hits, reported as selected on the CPU, long before the device
 /// is free (on a GPU; skipped without one, failing under `RANKSERVE_REQUIRE_GPU=1`).
@@ -1096,12 +1138,13 @@ async fn a_gpu_query_past_its_queue_deadline_runs_on_the_cpu() {
         c.gpu_queue_ms = 50;
     });
     let _dir = dir;
-    // Another query holds the device for 2 s.
+    // Other work holds every device for 2 s.
     let (held_tx, held_rx) = std::sync::mpsc::channel();
     let state = s.state.clone();
     let holder = std::thread::spawn(move || {
-        let executor = state.gpu_executor().expect("the probe found the GPU");
-        let _held = executor.turns().take();
+        let executors = state.gpu_executors();
+        assert!(!executors.is_empty(), "the probe found the GPU");
+        let _held: Vec<_> = executors.iter().map(|e| e.turns().take()).collect();
         held_tx.send(()).unwrap();
         std::thread::sleep(std::time::Duration::from_secs(2));
     });

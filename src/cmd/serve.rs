@@ -52,6 +52,10 @@ pub struct Args {
     /// ranker's scoring crossover on) [default: cpu].
     #[arg(long)]
     fe_backend: Option<String>,
+    /// The GPUs to use: all, or CUDA device ordinals like 0,1 (after CUDA_VISIBLE_DEVICES)
+    /// [default: all].
+    #[arg(long)]
+    gpus: Option<String>,
     /// Most bytes in a request body [default: 67108864].
     #[arg(long)]
     body_limit_bytes: Option<String>,
@@ -128,6 +132,7 @@ impl Args {
             broker: self.broker,
             backend: self.backend,
             fe_backend: self.fe_backend,
+            gpus: self.gpus,
             // The token is read from the file or the environment only: a flag shows in `ps`.
             admin_token: None,
             body_limit_bytes: self.body_limit_bytes,

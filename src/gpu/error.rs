@@ -56,6 +56,18 @@ pub enum GpuError {
     },
 }
 
+impl GpuError {
+    /// Whether the device itself failed (a driver or cuBLAS error, an injected fault), rather
+    /// than the work (too large for it) or a batch it ran in (whose first job reports the
+    /// device's error).
+    pub fn is_device_failure(&self) -> bool {
+        matches!(
+            self,
+            GpuError::Driver { .. } | GpuError::Cublas { .. } | GpuError::FaultInjected { .. }
+        )
+    }
+}
+
 /// Attaches the failing operation's name to a driver result.
 pub trait DriverResultExt<T> {
     /// Maps a [`DriverError`] to [`GpuError::Driver`] naming `op`.

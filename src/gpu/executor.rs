@@ -1,58 +1,94 @@
 //! One executor per device: the device and its turns. Every piece of work that uses a device
 //! (a ranking batch, a batch of selections, an upload into a cache, a crossover measurement)
-//! runs during a turn of that device's executor, one turn at a time: a device has one stream
-//! and one cuBLAS handle, and the stages' caches hold its buffers. A host with several GPUs has
-//! several executors; a stage picks one and submits to it.
+//! runs during a turn of that device's executor, one turn at a time and in the order they were
+//! asked for: a device has one stream and one cuBLAS handle, and the stages' caches hold its
+//! buffers. A host with several GPUs has several executors in a [`Fleet`], which picks one for
+//! each piece of work, takes a device that fails out of service and tries it again later.
 //!
 //! Work that may be batched with other callers' work waits in a [`Combiner`](super::Combiner),
 //! which runs each batch during one turn.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use parking_lot::{Mutex, MutexGuard};
 
-use super::GpuDevice;
+use super::{GpuDevice, GpuError};
 
-/// A device's turns: whoever holds one may use the device.
+/// How long a device that failed stays out of service before work tries it again.
+pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// A device's turns: whoever holds one may use the device. A turn ends by handing the device to
+/// the caller that has waited longest, so turns are taken in arrival order (a caller that just
+/// released it cannot take it back ahead of the queue).
 #[derive(Debug, Default)]
 pub struct Turns(Mutex<()>);
 
 /// A turn on a device, held until dropped.
-pub type Turn<'a> = MutexGuard<'a, ()>;
+pub struct Turn<'a>(Option<MutexGuard<'a, ()>>);
+
+impl Drop for Turn<'_> {
+    fn drop(&mut self) {
+        if let Some(guard) = self.0.take() {
+            MutexGuard::unlock_fair(guard);
+        }
+    }
+}
 
 impl Turns {
     /// Waits for the device's turn.
     pub fn take(&self) -> Turn<'_> {
-        self.0.lock()
+        Turn(Some(self.0.lock()))
     }
 
     /// Waits for the device's turn until `until`; `None` when it did not come by then.
     pub fn take_until(&self, until: Instant) -> Option<Turn<'_>> {
-        self.0.try_lock_until(until)
+        self.0.try_lock_until(until).map(|guard| Turn(Some(guard)))
     }
 }
 
-/// A device and its turns.
+/// A device, its turns, how much work waits for it, and whether it is in service.
 pub struct Executor {
     device: Arc<GpuDevice>,
     turns: Turns,
+    /// Pieces of work waiting for a turn or holding it.
+    load: AtomicUsize,
+    /// Until when the device is out of service after a failure.
+    out_until: Mutex<Option<Instant>>,
+    /// The device's ordinal, the `device` label of its metrics.
+    label: String,
 }
 
 impl std::fmt::Debug for Executor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Executor")
             .field("device", &self.device.name())
+            .field("ordinal", &self.device.ordinal())
             .finish()
+    }
+}
+
+/// Counts a piece of work in its executor's load until dropped.
+pub struct Queued<'a>(&'a AtomicUsize);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
 impl Executor {
     /// The executor of `device`.
     pub fn new(device: Arc<GpuDevice>) -> Arc<Executor> {
+        let label = device.ordinal().to_string();
+        metrics::gauge!("rankserve_gpu_device_up", "device" => label.clone()).set(1.0);
         Arc::new(Executor {
             device,
             turns: Turns::default(),
+            load: AtomicUsize::new(0),
+            out_until: Mutex::new(None),
+            label,
         })
     }
 
@@ -61,14 +97,208 @@ impl Executor {
         &self.device
     }
 
-    /// The device's turns, for a [`Combiner`](super::Combiner) that batches work for it.
+    /// The device's turns, for a [`Combiner`](super::Combiner) that batches work for it (call
+    /// [`Executor::queued`] first and [`Executor::during_turn`] inside the turn).
     pub fn turns(&self) -> &Turns {
         &self.turns
     }
 
+    /// Counts one more piece of work waiting for the device until the guard drops.
+    pub fn queued(&self) -> Queued<'_> {
+        self.load.fetch_add(1, Ordering::Relaxed);
+        Queued(&self.load)
+    }
+
+    /// Pieces of work waiting for the device or using it now.
+    pub fn load(&self) -> usize {
+        self.load.load(Ordering::Relaxed)
+    }
+
     /// Runs `work` on the device during a turn, waiting for it.
     pub fn run<T>(&self, work: impl FnOnce(&Arc<GpuDevice>) -> T) -> T {
+        let _queued = self.queued();
         let _turn = self.turns.take();
-        work(&self.device)
+        self.during_turn(work)
+    }
+
+    /// Runs `work` in a turn the caller holds: binds the device's context to this thread (raw
+    /// driver calls then reach this device) and counts the turn and its time in the device's
+    /// metrics. A context that cannot be bound fails the next driver call, which reports it.
+    pub fn during_turn<T>(&self, work: impl FnOnce(&Arc<GpuDevice>) -> T) -> T {
+        let started = Instant::now();
+        if let Err(err) = self.device.bind() {
+            tracing::warn!(device = %self.label, error = %err, "binding the device's context");
+        }
+        let done = work(&self.device);
+        let device = self.label.clone();
+        metrics::counter!("rankserve_gpu_device_turns_total", "device" => device.clone())
+            .increment(1);
+        metrics::counter!("rankserve_gpu_device_busy_microseconds_total", "device" => device)
+            .increment(started.elapsed().as_micros() as u64);
+        done
+    }
+
+    /// Whether work may be sent to the device: it has not failed, or failed over
+    /// [`RETRY_AFTER`] ago (the next piece of work tries it again).
+    pub fn in_service(&self) -> bool {
+        self.out_until
+            .lock()
+            .is_none_or(|until| Instant::now() >= until)
+    }
+
+    /// Records that work failed on the device with `err`: a failure of the device itself (a
+    /// driver or cuBLAS error, an injected fault) takes it out of service for [`RETRY_AFTER`],
+    /// logged and counted; an error of the work (too large for the device, a batch another job
+    /// failed) does not. Returns whether the device was taken out.
+    pub fn failed(&self, err: &GpuError) -> bool {
+        if !err.is_device_failure() {
+            return false;
+        }
+        *self.out_until.lock() = Some(Instant::now() + RETRY_AFTER);
+        tracing::warn!(device = %self.label, error = %err, retry_after_s = RETRY_AFTER.as_secs(), "GPU out of service");
+        metrics::counter!("rankserve_gpu_device_failures_total", "device" => self.label.clone())
+            .increment(1);
+        true
+    }
+
+    /// Brings the device's gauges up to date (`rankserve_gpu_device_up`,
+    /// `rankserve_gpu_device_load`).
+    pub fn record_gauges(&self) {
+        let device = self.label.clone();
+        metrics::gauge!("rankserve_gpu_device_up", "device" => device.clone())
+            .set(f64::from(u8::from(self.in_service())));
+        metrics::gauge!("rankserve_gpu_device_load", "device" => device).set(self.load() as f64);
+    }
+}
+
+/// Every device's executor, each with a stage's state on that device (`S`: its caches and
+/// buffers), and the choice of a device for each piece of work.
+pub struct Fleet<S> {
+    devices: Vec<(Arc<Executor>, S)>,
+}
+
+impl<S> Fleet<S> {
+    /// A fleet of `devices`, each executor with the stage's state on it.
+    pub fn new(devices: Vec<(Arc<Executor>, S)>) -> Fleet<S> {
+        Fleet { devices }
+    }
+
+    /// The devices and their states, in ordinal order.
+    pub fn iter(&self) -> impl Iterator<Item = &(Arc<Executor>, S)> {
+        self.devices.iter()
+    }
+
+    /// The first device in service, for work any device may do once (a measurement).
+    pub fn first(&self) -> Option<&(Arc<Executor>, S)> {
+        self.devices
+            .iter()
+            .find(|(executor, _)| executor.in_service())
+    }
+
+    /// The device for the next piece of work, among those in service and not in `tried`
+    /// ([`choose`]; `holds` says whether a device already has what the work needs).
+    pub fn pick(&self, tried: &[usize], holds: impl Fn(&S) -> bool) -> Option<&(Arc<Executor>, S)> {
+        let open: Vec<&(Arc<Executor>, S)> = (self.devices.iter())
+            .filter(|(executor, _)| {
+                !tried.contains(&executor.device().ordinal()) && executor.in_service()
+            })
+            .collect();
+        let candidates: Vec<(usize, bool)> = open
+            .iter()
+            .map(|(executor, state)| (executor.load(), holds(state)))
+            .collect();
+        choose(&candidates).map(|i| open[i])
+    }
+
+    /// Runs `work` during a turn of the device [`Fleet::pick`] chooses. When the device fails
+    /// (see [`Executor::failed`]) it is taken out and the work runs on the next device; the
+    /// error comes back when the work itself failed, or when no device in service was left.
+    ///
+    /// # Errors
+    /// The work's error, or the last device's failure; [`GpuError::Unavailable`] when every
+    /// device is out of service.
+    pub fn run<T>(
+        &self,
+        holds: impl Fn(&S) -> bool,
+        mut work: impl FnMut(&Arc<GpuDevice>, &S) -> Result<T, GpuError>,
+    ) -> Result<T, GpuError> {
+        let mut tried = Vec::new();
+        let mut last = None;
+        while let Some((executor, state)) = self.pick(&tried, &holds) {
+            match executor.run(|device| work(device, state)) {
+                Ok(done) => return Ok(done),
+                Err(err) if executor.failed(&err) => {
+                    tried.push(executor.device().ordinal());
+                    last = Some(err);
+                }
+                Err(err) => return Err(err),
+            }
+        }
+        Err(last.unwrap_or_else(|| GpuError::Unavailable {
+            reason: "every GPU is out of service after a failure".into(),
+        }))
+    }
+}
+
+/// Which of `candidates` (each a device's load and whether it holds what the work needs) takes
+/// the work: the least loaded holder, unless a device that does not hold it is less loaded —
+/// then that one, which loads it. Work that comes one piece at a time stays on the device that
+/// has its data (a cold ranker lives on one device); work that piles up on a holder spreads to
+/// idler devices, so that hot data ends up on every device. Ties go to the lower ordinal.
+pub fn choose(candidates: &[(usize, bool)]) -> Option<usize> {
+    let least = |want_holder: bool| {
+        (candidates.iter().enumerate())
+            .filter(|(_, &(_, holds))| holds || !want_holder)
+            .min_by_key(|(_, &(load, _))| load)
+            .map(|(i, _)| i)
+    };
+    match (least(true), least(false)) {
+        (Some(holder), Some(any)) if candidates[any].0 < candidates[holder].0 => Some(any),
+        (Some(holder), _) => Some(holder),
+        (None, any) => any,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_stays_with_its_data_until_the_holder_is_busier_than_another_device() {
+        assert_eq!(choose(&[]), None);
+        // One at a time: the holder, even when it is not the first device.
+        assert_eq!(choose(&[(0, false), (0, true)]), Some(1));
+        // Equal load: the holder.
+        assert_eq!(choose(&[(2, false), (2, true)]), Some(1));
+        // The holder busier than an idle device: the idle one takes it (and loads the data).
+        assert_eq!(choose(&[(0, false), (1, true)]), Some(0));
+        // Among holders, the least loaded; ties to the lower ordinal.
+        assert_eq!(choose(&[(3, true), (1, true), (1, true)]), Some(1));
+        // Nobody holds it: the least loaded.
+        assert_eq!(choose(&[(4, false), (2, false)]), Some(1));
+    }
+
+    #[test]
+    fn turns_are_taken_in_the_order_they_were_asked_for() {
+        let turns = Arc::new(Turns::default());
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let held = turns.take();
+        let waiters: Vec<_> = (0..4)
+            .map(|i| {
+                let (turns, order) = (Arc::clone(&turns), Arc::clone(&order));
+                let waiter = std::thread::spawn(move || {
+                    let _turn = turns.take();
+                    order.lock().push(i);
+                });
+                // Each waiter queues before the next starts.
+                std::thread::sleep(Duration::from_millis(30));
+                waiter
+            })
+            .collect();
+        drop(held);
+        for waiter in waiters {
+            waiter.join().unwrap();
+        }
+        assert_eq!(*order.lock(), vec![0, 1, 2, 3]);
     }
 }

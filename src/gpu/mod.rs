@@ -26,6 +26,6 @@ pub mod power;
 pub use combine::Combiner;
 pub use device::GpuDevice;
 pub use error::GpuError;
-pub use executor::{Executor, Turns};
+pub use executor::{Executor, Fleet, Turns};
 pub use mapped::MappedHost;
 pub use module::KernelModule;

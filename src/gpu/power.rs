@@ -22,6 +22,13 @@ pub enum PowerError {
         #[source]
         source: NvmlError,
     },
+    /// NVML knows no GPU at a CUDA device's PCI address.
+    #[error("NVML found no GPU at PCI address {address}: {source}")]
+    Address {
+        address: String,
+        #[source]
+        source: NvmlError,
+    },
     /// An NVML query failed.
     #[error("NVML {op} failed on GPU {index}: {source}")]
     Query {
@@ -71,6 +78,28 @@ impl PowerMeter {
     /// [`PowerError::Query`] when the GPU cannot be opened or does not report power.
     pub fn open(index: u32) -> Result<PowerMeter, PowerError> {
         let nvml = Nvml::init().map_err(|source| PowerError::Init { source })?;
+        PowerMeter::open_in(nvml, index)
+    }
+
+    /// Opens the GPU at PCI address `pci_bus_id` ([`GpuDevice::pci_bus_id`]): the same board
+    /// as a CUDA device whatever `CUDA_VISIBLE_DEVICES` renumbers.
+    ///
+    /// [`GpuDevice::pci_bus_id`]: super::GpuDevice::pci_bus_id
+    ///
+    /// # Errors
+    /// As [`PowerMeter::open`]; [`PowerError::Address`] when NVML knows no GPU there.
+    pub fn open_pci(pci_bus_id: &str) -> Result<PowerMeter, PowerError> {
+        let nvml = Nvml::init().map_err(|source| PowerError::Init { source })?;
+        let index = (nvml.device_by_pci_bus_id(pci_bus_id))
+            .and_then(|d| d.index())
+            .map_err(|source| PowerError::Address {
+                address: pci_bus_id.to_string(),
+                source,
+            })?;
+        PowerMeter::open_in(nvml, index)
+    }
+
+    fn open_in(nvml: Nvml, index: u32) -> Result<PowerMeter, PowerError> {
         let name = nvml
             .device_by_index(index)
             .and_then(|d| d.name())

@@ -1,8 +1,13 @@
 //! The document stage's engine: where a query runs, decided here once. It owns the scheduler
 //! (the CPU/GPU choice per query and per intersection step, [`Scheduler`]), the backlog of
-//! selections booked on each processor ([`Backlog`]), the device's posting cache and the GPU
+//! selections booked on each processor ([`Backlog`]), each device's posting cache and the GPU
 //! selections waiting for it (a [`Combiner`] whose batches run during the device's turns,
 //! [`schedule::run_gpu_batch`]), the wait for the device and the fallback to the CPU.
+//!
+//! With several GPUs every device caches the same lists (the longest, under its own budget), so
+//! a query's lists are resident on every device or on none, and a query bound for the GPU goes
+//! to the least loaded device in service ([`Fleet::pick`]). A device whose batch fails is taken
+//! out of service (its queries run on the CPU, counted) and tried again later.
 //!
 //! A caller routes a query ([`SelectEngine::route`]: the choice under the current load, before
 //! anything waits for the device, so that a query bound for the CPU never holds it), then runs
@@ -22,7 +27,7 @@ use super::gpu::{GpuSelectError, PostingCache, PostingCacheConfig, PostingCacheS
 use super::schedule::{self, Backlog, GpuJob, Load, Route, Scheduler};
 use super::{Query, SearchResult, SelectError};
 use crate::backend::{fell_back, Backend, Processor, Stage};
-use crate::gpu::{Combiner, Executor};
+use crate::gpu::{Combiner, Executor, Fleet};
 use crate::index::Index;
 
 /// Estimated CPU time under which a selection runs on the request's own task instead of the
@@ -45,8 +50,8 @@ pub struct SelectConfig {
     pub posting_cache_bytes: u64,
 }
 
-/// The answer to a query bound for the GPU: `None` when it did not run there.
-type GpuAnswer = Option<Result<SearchResult, GpuSelectError>>;
+/// The answer to a query run on the GPU.
+type GpuAnswer = Result<SearchResult, GpuSelectError>;
 
 /// A selection's hits and the processor that found them.
 #[derive(Debug)]
@@ -60,11 +65,9 @@ pub struct SelectEngine {
     scheduler: Scheduler,
     backlog: Backlog,
     config: SelectConfig,
-    /// The device's executor, once the probe found one.
-    executor: OnceLock<Arc<Executor>>,
-    /// The posting cache of the served index on the device (`None` without one), and the GPU
-    /// selections waiting for it.
-    gpu: Combiner<Option<PostingCache>, GpuJob, GpuAnswer>,
+    /// Each device's posting cache of the served index and the GPU selections waiting for it,
+    /// once the probe found a device.
+    gpu: OnceLock<Fleet<Combiner<PostingCache, GpuJob, GpuAnswer>>>,
 }
 
 impl SelectEngine {
@@ -78,59 +81,84 @@ impl SelectEngine {
             },
             backlog: Backlog::new(cpu_cores),
             config,
-            executor: OnceLock::new(),
-            gpu: Combiner::new(None, config.gpu_batch),
+            gpu: OnceLock::new(),
         }
     }
 
-    /// Selects on `executor`'s device from now on, with a posting cache loaded for `index`
-    /// when there is one (the first call counts). A cache that cannot be made is logged and
-    /// leaves selection on the CPU.
-    pub fn install_gpu(&self, executor: Arc<Executor>, index: Option<&Index>) {
+    /// Selects on `executors`' devices from now on, each with a posting cache loaded for
+    /// `index` when there is one (the first call with a device counts). A device whose cache
+    /// cannot be made is logged and left out; without any, selection stays on the CPU.
+    pub fn install_gpu(&self, executors: &[Arc<Executor>], index: Option<&Index>) {
         let config = PostingCacheConfig {
             budget_bytes: self.config.posting_cache_bytes,
             ..PostingCacheConfig::default()
         };
-        match PostingCache::longest_first(Arc::clone(executor.device()), config) {
-            Ok(cache) => {
-                if self.executor.set(executor).is_err() {
-                    return;
+        let devices: Vec<_> = (executors.iter())
+            .filter_map(|executor| {
+                let device = Arc::clone(executor.device());
+                match executor.run(|_| PostingCache::longest_first(device, config)) {
+                    Ok(cache) => Some((
+                        Arc::clone(executor),
+                        Combiner::new(cache, self.config.gpu_batch),
+                    )),
+                    Err(err) => {
+                        tracing::warn!(device = executor.device().ordinal(), error = %err, "no GPU posting cache: selection not on this device");
+                        None
+                    }
                 }
-                *self.gpu.lock() = Some(cache);
-                if let Some(index) = index {
-                    self.prepare(index);
-                }
-            }
-            Err(err) => tracing::warn!(error = %err, "no GPU posting cache: selection on the CPU"),
+            })
+            .collect();
+        if devices.is_empty() {
+            return;
+        }
+        self.backlog.set_gpu_devices(devices.len());
+        if self.gpu.set(Fleet::new(devices)).is_err() {
+            return;
+        }
+        if let Some(index) = index {
+            self.prepare(index);
         }
     }
 
-    /// Loads `index`'s resident lists into the posting cache (when there is one), so that no
-    /// query pays for it. A failure is logged; the cache then loads on the next GPU query,
-    /// which runs on the CPU if that fails too. Blocking: it waits for the device's turn.
+    /// Loads `index`'s resident lists into every device's posting cache (side by side), so
+    /// that no query pays for it. A failure is logged; that cache then loads on its next GPU
+    /// query, which runs on the CPU if that fails too. Blocking: it waits for the devices'
+    /// turns.
     pub fn prepare(&self, index: &Index) {
-        let Some(executor) = self.executor.get() else {
+        let Some(fleet) = self.gpu.get() else {
             return;
         };
-        let _turn = executor.turns().take();
-        if let Some(cache) = self.gpu.lock().as_mut() {
-            match cache.prepare(index) {
-                Ok(()) => {
-                    let stats = cache.stats();
-                    tracing::info!(
-                        lists = stats.resident_lists,
-                        bytes = stats.resident_bytes,
-                        "GPU posting cache loaded"
-                    )
-                }
-                Err(err) => tracing::warn!(error = %err, "GPU posting cache not loaded"),
+        std::thread::scope(|scope| {
+            for (executor, combiner) in fleet.iter() {
+                scope.spawn(move || {
+                    let _queued = executor.queued();
+                    let _turn = executor.turns().take();
+                    let device = executor.device().ordinal();
+                    let prepared = executor.during_turn(|_| {
+                        let mut cache = combiner.lock();
+                        cache.prepare(index).map(|()| cache.stats())
+                    });
+                    match prepared {
+                        Ok(stats) => tracing::info!(
+                            device,
+                            lists = stats.resident_lists,
+                            bytes = stats.resident_bytes,
+                            "GPU posting cache loaded"
+                        ),
+                        Err(err) => {
+                            tracing::warn!(device, error = %err, "GPU posting cache not loaded")
+                        }
+                    }
+                });
             }
-        }
+        });
     }
 
-    /// The posting cache's counters, when there is one.
-    pub fn posting_cache_stats(&self) -> Option<PostingCacheStats> {
-        self.gpu.lock().as_ref().map(PostingCache::stats)
+    /// Each device's ordinal and posting cache counters (none without a GPU).
+    pub fn posting_cache_stats(&self) -> Vec<(usize, PostingCacheStats)> {
+        (self.gpu.get().into_iter().flat_map(Fleet::iter))
+            .map(|(executor, combiner)| (executor.device().ordinal(), combiner.lock().stats()))
+            .collect()
     }
 
     /// The selections booked on each processor now.
@@ -198,21 +226,28 @@ impl SelectEngine {
         })
     }
 
-    /// Runs `job` on the device in a batch with the GPU selections waiting beside it: `None`
-    /// when there is no device, when no batch took it within `wait` (the device is busy: the
-    /// caller's CPU is free; counted in `rankserve_gpu_queue_timeouts_total`) or when its batch
-    /// ended without answering it.
-    fn on_gpu(&self, job: GpuJob, wait: Duration) -> Option<Result<SearchResult, GpuSelectError>> {
-        let executor = self.executor.get()?;
-        let ran = self.gpu.submit(executor.turns(), job, wait, |cache, jobs| {
-            metrics::histogram!("rankserve_select_gpu_batch_queries").record(jobs.len() as f64);
-            schedule::run_gpu_batch(cache.as_mut(), &self.scheduler, &jobs)
+    /// Runs `job` on the least loaded device in service, in a batch with the GPU selections
+    /// waiting beside it: `None` when there is no device in service, when no batch took it
+    /// within `wait` (the device is busy: the caller's CPU is free; counted in
+    /// `rankserve_gpu_queue_timeouts_total`) or when its batch ended without answering it. A
+    /// failure of the device takes it out of service.
+    fn on_gpu(&self, job: GpuJob, wait: Duration) -> Option<GpuAnswer> {
+        let (executor, combiner) = self.gpu.get()?.pick(&[], |_| true)?;
+        let _queued = executor.queued();
+        let ran = combiner.submit(executor.turns(), job, wait, |cache, jobs| {
+            executor.during_turn(|_| {
+                metrics::histogram!("rankserve_select_gpu_batch_queries").record(jobs.len() as f64);
+                schedule::run_gpu_batch(cache, &self.scheduler, &jobs)
+            })
         });
+        if let Some(Err(GpuSelectError::Gpu(err))) = &ran {
+            executor.failed(err);
+        }
         // A zero wait is a query that could not afford to wait: it gave nothing up.
         if ran.is_none() && !wait.is_zero() {
             metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
                 .increment(1);
         }
-        ran.flatten()
+        ran
     }
 }

@@ -297,6 +297,8 @@ impl Load {
 pub struct Backlog {
     /// Estimated microseconds of the queries booked on the device.
     gpu_us: AtomicU64,
+    /// Devices the GPU's selections are spread over: the wait is the booked time shared by them.
+    gpu_devices: AtomicUsize,
     cpu_running: AtomicUsize,
     cpu_cores: usize,
 }
@@ -306,15 +308,22 @@ impl Backlog {
     pub fn new(cpu_cores: usize) -> Backlog {
         Backlog {
             gpu_us: AtomicU64::new(0),
+            gpu_devices: AtomicUsize::new(1),
             cpu_running: AtomicUsize::new(0),
             cpu_cores: cpu_cores.max(1),
         }
     }
 
+    /// Spreads the GPU's selections over `devices` devices from now on.
+    pub fn set_gpu_devices(&self, devices: usize) {
+        self.gpu_devices.store(devices.max(1), Ordering::Relaxed);
+    }
+
     /// The queues now.
     pub fn load(&self) -> Load {
         Load {
-            gpu_queued_us: self.gpu_us.load(Ordering::Relaxed) as f64,
+            gpu_queued_us: self.gpu_us.load(Ordering::Relaxed) as f64
+                / self.gpu_devices.load(Ordering::Relaxed) as f64,
             cpu_running: self.cpu_running.load(Ordering::Relaxed),
             cpu_cores: self.cpu_cores,
         }
@@ -655,17 +664,13 @@ impl Route<'_> {
 
 /// Runs `jobs` on the GPU in batches ([`crate::select::gpu::search_batch`]), one per index
 /// (consecutive jobs of one index share a batch), each with the plan [`search_routed`] would
-/// give it; answers in job order, `None` for every job when there is no device. A batch's
-/// device error is the first job's answer; the others' say that their batch failed (each then
-/// runs on the CPU).
+/// give it; answers in job order. A batch's device error is the first job's answer; the
+/// others' say that their batch failed (each then runs on the CPU).
 pub fn run_gpu_batch(
-    cache: Option<&mut PostingCache>,
+    cache: &mut PostingCache,
     scheduler: &Scheduler,
     jobs: &[GpuJob],
-) -> Vec<Option<Result<SearchResult, GpuSelectError>>> {
-    let Some(cache) = cache else {
-        return jobs.iter().map(|_| None).collect();
-    };
+) -> Vec<Result<SearchResult, GpuSelectError>> {
     let mut answers = Vec::with_capacity(jobs.len());
     for group in jobs.chunk_by(|a, b| Arc::ptr_eq(&a.index, &b.index)) {
         let index = &*group[0].index;
@@ -687,13 +692,13 @@ pub fn run_gpu_batch(
             })
             .collect();
         match search_batch(cache, index, &batch) {
-            Ok(ran) => answers.extend(ran.into_iter().map(Some)),
+            Ok(ran) => answers.extend(ran),
             Err(err) => {
                 let reason = err.to_string();
-                answers.push(Some(Err(err.into())));
+                answers.push(Err(err.into()));
                 answers.extend((1..group.len()).map(|_| {
                     let reason = reason.clone();
-                    Some(Err(GpuError::BatchFailed { reason }.into()))
+                    Err(GpuError::BatchFailed { reason }.into())
                 }));
             }
         }

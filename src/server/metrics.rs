@@ -109,40 +109,57 @@ pub fn record_connection_error(err: &hyper::Error) {
 
 /// The Prometheus text, with the cache counters brought up to date.
 pub fn render(state: &State) -> String {
-    record_cache("cpu", state.store().cache_stats());
-    if let Some(gpu) = state.rank.gpu_rankers() {
-        record_cache("gpu", gpu.stats());
+    record_cache("cpu", None, state.store().cache_stats());
+    for (ordinal, gpu) in state.rank.gpu_rankers() {
+        record_cache("gpu", Some(ordinal), gpu.stats());
     }
-    if let Some(stats) = state.select.posting_cache_stats() {
-        metrics::counter!("rankserve_posting_cache_hits_total").absolute(stats.hits);
-        metrics::counter!("rankserve_posting_cache_misses_total").absolute(stats.misses);
-        metrics::counter!("rankserve_posting_cache_copied_bytes_total")
+    for (ordinal, stats) in state.select.posting_cache_stats() {
+        let device = ordinal.to_string();
+        metrics::counter!("rankserve_posting_cache_hits_total", "device" => device.clone())
+            .absolute(stats.hits);
+        metrics::counter!("rankserve_posting_cache_misses_total", "device" => device.clone())
+            .absolute(stats.misses);
+        metrics::counter!("rankserve_posting_cache_copied_bytes_total", "device" => device.clone())
             .absolute(stats.bytes_copied);
-        metrics::gauge!("rankserve_posting_cache_bytes").set(stats.resident_bytes as f64);
-        metrics::gauge!("rankserve_posting_cache_lists").set(stats.resident_lists as f64);
+        metrics::gauge!("rankserve_posting_cache_bytes", "device" => device.clone())
+            .set(stats.resident_bytes as f64);
+        metrics::gauge!("rankserve_posting_cache_lists", "device" => device)
+            .set(stats.resident_lists as f64);
+    }
+    for executor in state.gpu_executors() {
+        executor.record_gauges();
     }
     // The selection scheduler's view of the queues at this instant.
     let load = state.select.load();
     metrics::gauge!("rankserve_select_gpu_queued_microseconds").set(load.gpu_queued_us);
     metrics::gauge!("rankserve_select_cpu_running").set(load.cpu_running as f64);
-    if let Some(meter) = state.power() {
+    for (ordinal, meter) in state.power() {
+        let device = ordinal.to_string();
         match (meter.power_w(), meter.energy_j()) {
             (Ok(watts), Ok(joules)) => {
-                metrics::gauge!("rankserve_gpu_power_watts").set(watts);
-                metrics::gauge!("rankserve_gpu_energy_joules").set(joules);
+                metrics::gauge!("rankserve_gpu_power_watts", "device" => device.clone()).set(watts);
+                metrics::gauge!("rankserve_gpu_energy_joules", "device" => device).set(joules);
             }
-            (Err(err), _) | (_, Err(err)) => tracing::warn!(error = %err, "reading GPU power"),
+            (Err(err), _) | (_, Err(err)) => {
+                tracing::warn!(device, error = %err, "reading GPU power")
+            }
         }
     }
     handle().render()
 }
 
-fn record_cache(cache: &'static str, (stats, resident, budget): (LruStats, u64, u64)) {
-    metrics::counter!("rankserve_ranker_cache_hits_total", "cache" => cache).absolute(stats.hits);
-    metrics::counter!("rankserve_ranker_cache_misses_total", "cache" => cache)
-        .absolute(stats.misses);
-    metrics::counter!("rankserve_ranker_cache_evictions_total", "cache" => cache)
+fn record_cache(
+    cache: &'static str,
+    device: Option<usize>,
+    (stats, resident, budget): (LruStats, u64, u64),
+) {
+    // The CPU's cache has no device label; each GPU's has its ordinal.
+    let mut labels = vec![metrics::Label::new("cache", cache)];
+    labels.extend(device.map(|d| metrics::Label::new("device", d.to_string())));
+    metrics::counter!("rankserve_ranker_cache_hits_total", labels.clone()).absolute(stats.hits);
+    metrics::counter!("rankserve_ranker_cache_misses_total", labels.clone()).absolute(stats.misses);
+    metrics::counter!("rankserve_ranker_cache_evictions_total", labels.clone())
         .absolute(stats.evictions);
-    metrics::gauge!("rankserve_ranker_cache_bytes", "cache" => cache).set(resident as f64);
-    metrics::gauge!("rankserve_ranker_cache_budget_bytes", "cache" => cache).set(budget as f64);
+    metrics::gauge!("rankserve_ranker_cache_bytes", labels.clone()).set(resident as f64);
+    metrics::gauge!("rankserve_ranker_cache_budget_bytes", labels).set(budget as f64);
 }

@@ -248,10 +248,8 @@ pub(super) async fn list_rankers(
     Negotiated(format): Negotiated,
 ) -> Result<Reply<RankerList>, ApiError> {
     let mut rankers = state.store().list().map_err(store_error)?;
-    if let Some(gpu) = state.rank.gpu_rankers() {
-        for ranker in &mut rankers {
-            ranker.resident_gpu = gpu.contains(&ranker.name);
-        }
+    for ranker in &mut rankers {
+        ranker.resident_gpu = state.rank.resident_on_gpu(&ranker.name);
     }
     Ok(Reply(format, RankerList { rankers }))
 }
@@ -315,13 +313,7 @@ fn describe(state: &AppState, loaded: &LoadedRanker) -> RankerDescription {
         file_bytes: loaded.file_bytes,
         resident: [
             ("cpu", state.store().is_resident(&loaded.name)),
-            (
-                "gpu",
-                state
-                    .rank
-                    .gpu_rankers()
-                    .is_some_and(|gpu| gpu.contains(&loaded.name)),
-            ),
+            ("gpu", state.rank.resident_on_gpu(&loaded.name)),
         ]
         .into_iter()
         .filter(|&(_, here)| here)

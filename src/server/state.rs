@@ -41,10 +41,10 @@ pub struct State {
     admission: Mutex<HashMap<String, Arc<Semaphore>>>,
     ready: AtomicBool,
     gpu_probe: Mutex<Option<String>>,
-    /// The device's executor, once the probe found one (both engines hold it too).
-    executor: std::sync::OnceLock<Arc<Executor>>,
-    /// The GPU's power meter (NVML), when the probe found a GPU and NVML answers.
-    power: std::sync::OnceLock<PowerMeter>,
+    /// Each device's executor, once the probe found them (both engines hold them too).
+    executors: std::sync::OnceLock<Vec<Arc<Executor>>>,
+    /// Each device's ordinal and power meter (NVML), where NVML answers.
+    power: std::sync::OnceLock<Vec<(usize, PowerMeter)>>,
     sampler: Option<Sampler>,
     /// With `--broker`: the shards `/v1/search` fans out to.
     broker: Option<Broker>,
@@ -98,7 +98,7 @@ impl State {
             admission: Mutex::new(HashMap::new()),
             ready: AtomicBool::new(false),
             gpu_probe: Mutex::new(None),
-            executor: std::sync::OnceLock::new(),
+            executors: std::sync::OnceLock::new(),
             power: std::sync::OnceLock::new(),
             sampler,
             broker,
@@ -136,25 +136,33 @@ impl State {
         self.ready.store(true, Ordering::Release);
     }
 
-    /// Finds the GPU and hands its executor to both engines; says what it found.
+    /// Finds the configured GPUs and hands their executors to both engines; says what it
+    /// found.
     fn probe_gpu(&self) -> String {
         if self.config.backend == Backend::Cpu {
             return "not probed: the configured backend is cpu".to_string();
         }
-        match GpuDevice::probe() {
-            Ok(device) => {
-                let found = format!("{} ({})", device.name(), device.arch());
-                let executor = Executor::new(device);
-                let _ = self.executor.set(Arc::clone(&executor));
-                self.rank.install_gpu(Arc::clone(&executor));
-                self.select.install_gpu(executor, self.index().as_deref());
-                // NVML numbers GPUs as CUDA does by default; the device is GPU 0.
-                match PowerMeter::open(0) {
-                    Ok(meter) => {
-                        let _ = self.power.set(meter);
-                    }
-                    Err(err) => tracing::warn!(error = %err, "no GPU power readings"),
-                }
+        match GpuDevice::probe_all(self.config.gpus.only()) {
+            Ok(devices) => {
+                let found = (devices.iter())
+                    .map(|d| format!("GPU {}: {} ({})", d.ordinal(), d.name(), d.arch()))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                let executors: Vec<Arc<Executor>> =
+                    devices.iter().cloned().map(Executor::new).collect();
+                self.rank.install_gpu(&executors);
+                self.select.install_gpu(&executors, self.index().as_deref());
+                let meters = (devices.iter())
+                    .filter_map(|d| match PowerMeter::open_pci(d.pci_bus_id()) {
+                        Ok(meter) => Some((d.ordinal(), meter)),
+                        Err(err) => {
+                            tracing::warn!(device = d.ordinal(), error = %err, "no GPU power readings");
+                            None
+                        }
+                    })
+                    .collect();
+                let _ = self.power.set(meters);
+                let _ = self.executors.set(executors);
                 found
             }
             Err(err) => {
@@ -179,14 +187,14 @@ impl State {
         self.rank.store()
     }
 
-    /// The GPU's power meter, when there is one.
-    pub fn power(&self) -> Option<&PowerMeter> {
-        self.power.get()
+    /// Each device's ordinal and power meter (none without a GPU or NVML).
+    pub fn power(&self) -> &[(usize, PowerMeter)] {
+        self.power.get().map_or(&[], Vec::as_slice)
     }
 
-    /// The device's executor, once the probe found one.
-    pub fn gpu_executor(&self) -> Option<&Arc<Executor>> {
-        self.executor.get()
+    /// Each device's executor (none before the probe found one).
+    pub fn gpu_executors(&self) -> &[Arc<Executor>] {
+        self.executors.get().map_or(&[], Vec::as_slice)
     }
 
     /// Whether the probe found a GPU.

@@ -1,6 +1,12 @@
-//! Where a batch runs: the CPU (a dedicated rayon pool of `cpu_threads`, built once) or the
-//! GPU (a device's [`Executor`] and the ranker cache on it), chosen per batch, for feature
+//! Where a batch runs: the CPU (a dedicated rayon pool of `cpu_threads`, built once) or a GPU
+//! (a device's [`Executor`] and the ranker cache on it), chosen per batch, for feature
 //! extraction and for scoring.
+//!
+//! With several GPUs, each has its own ranker cache and FE buffers, and a batch goes to the
+//! device the [`Fleet`] picks: the least loaded one that holds the ranker, unless another device
+//! is less loaded (it then uploads the ranker: a hot ranker ends up on every device, a cold one
+//! stays on one). A device that fails is taken out of service and the batch runs on the next
+//! device, or on the CPU when none is left.
 //!
 //! Scoring:
 //! - `backend=cpu` never touches the GPU.
@@ -32,7 +38,7 @@ use parking_lot::Mutex;
 use super::batch::micros;
 use super::HitBatch;
 use crate::backend::{fell_back, Backend, Processor, Stage};
-use crate::gpu::{Executor, GpuError};
+use crate::gpu::{Executor, Fleet, GpuError};
 use crate::rank::fe::{FeatureResolver, HitError};
 use crate::rank::gpu::cache::GpuRankerCache;
 use crate::rank::gpu::crossover::{self, Crossover, HitSample};
@@ -46,7 +52,6 @@ const CROSSOVER_STEP_BUDGET: Duration = Duration::from_millis(200);
 
 /// The ranking stage's share of a device.
 struct GpuRanking {
-    executor: Arc<Executor>,
     rankers: GpuRankerCache,
     /// FE's device buffers, reused from batch to batch (used during the device's turn).
     fe: Mutex<GpuFe>,
@@ -106,7 +111,7 @@ pub struct Backends {
     pool: Option<rayon::ThreadPool>,
     threads: usize,
     fe_backend: Backend,
-    gpu: OnceLock<GpuRanking>,
+    gpu: OnceLock<Fleet<GpuRanking>>,
 }
 
 impl Backends {
@@ -133,20 +138,31 @@ impl Backends {
         }
     }
 
-    /// Makes `executor`'s device available with a ranker cache of `cache_bytes`; only the first
-    /// call counts.
-    pub fn install_gpu(&self, executor: Arc<Executor>, cache_bytes: u64) {
-        let rankers = GpuRankerCache::new(Arc::clone(executor.device()), cache_bytes);
-        let _ = self.gpu.set(GpuRanking {
-            executor,
-            rankers,
-            fe: Mutex::new(GpuFe::new()),
-        });
+    /// Makes `executors`' devices available, each with a ranker cache of `cache_bytes`; only
+    /// the first call with at least one device counts.
+    pub fn install_gpu(&self, executors: &[Arc<Executor>], cache_bytes: u64) {
+        if executors.is_empty() {
+            return;
+        }
+        let devices = (executors.iter())
+            .map(|executor| {
+                let rankers = GpuRankerCache::new(Arc::clone(executor.device()), cache_bytes);
+                let fe = Mutex::new(GpuFe::new());
+                (Arc::clone(executor), GpuRanking { rankers, fe })
+            })
+            .collect();
+        let _ = self.gpu.set(Fleet::new(devices));
     }
 
-    /// The GPU ranker cache, when there is a GPU.
-    pub fn gpu_rankers(&self) -> Option<&GpuRankerCache> {
-        self.gpu.get().map(|gpu| &gpu.rankers)
+    /// Whether there is a GPU.
+    pub fn has_gpu(&self) -> bool {
+        self.gpu.get().is_some()
+    }
+
+    /// Each device's ordinal and GPU ranker cache (none without a GPU).
+    pub fn gpu_rankers(&self) -> impl Iterator<Item = (usize, &GpuRankerCache)> {
+        (self.gpu.get().into_iter().flat_map(Fleet::iter))
+            .map(|(executor, gpu)| (executor.device().ordinal(), &gpu.rankers))
     }
 
     /// Threads CPU work uses.
@@ -186,7 +202,7 @@ impl Backends {
     /// Whether [`Backends::evaluate`] with `backend` runs on the CPU whatever the batch: the
     /// CPU was asked for, or there is no GPU.
     pub fn cpu_only(&self, backend: Backend) -> bool {
-        backend == Backend::Cpu || self.gpu.get().is_none()
+        backend == Backend::Cpu || !self.has_gpu()
     }
 
     /// Whether the scoring `backend` sends a batch of `n_docs` rows of `loaded` to the GPU.
@@ -202,7 +218,7 @@ impl Backends {
 
     /// How `n_docs` hit documents for `loaded`, scored on `backend`, run (see the module docs).
     pub fn hit_path(&self, loaded: &LoadedRanker, n_docs: usize, backend: Backend) -> HitPath {
-        HitPath::choose(self.fe_backend, backend, self.gpu.get().is_some(), || {
+        HitPath::choose(self.fe_backend, backend, self.has_gpu(), || {
             self.hits_crossover(loaded)
                 .is_some_and(|c| c.prefers_gpu(n_docs))
         })
@@ -248,17 +264,16 @@ impl Backends {
                 Err(GpuFeError::Gpu(err)) => fell_back(Stage::Fe, &loaded.name, &err),
                 Ok(layouts) => {
                     let waiting = Instant::now();
-                    let (scored, turn) = gpu.executor.run(|device| {
-                        let turn = Instant::now();
-                        let scored = (gpu.rankers)
-                            .get_or_upload(&loaded.name, loaded.version, &loaded.ranker)
-                            .and_then(|cached| {
-                                let fe = &mut gpu.fe.lock();
-                                cached
-                                    .gpu
-                                    .score_hits(device, fe, &layouts, false, keep_rows)
-                            });
-                        (scored, turn)
+                    let mut turn = waiting;
+                    let scored = gpu.run(holds(loaded), |device, gpu| {
+                        turn = Instant::now();
+                        let cached = (gpu.rankers).get_or_upload(
+                            &loaded.name,
+                            loaded.version,
+                            &loaded.ranker,
+                        )?;
+                        let fe = &mut gpu.fe.lock();
+                        (cached.gpu).score_hits(device, fe, &layouts, false, keep_rows)
                     });
                     match scored {
                         Ok(scored) => {
@@ -314,20 +329,28 @@ impl Backends {
             .map_err(|err| FeRefused::Ranker(err.to_string()))?;
         let mut rows = vec![f64::NAN; batch.docs.len() * resolver.len()];
         if let (true, Some(gpu)) = (on_gpu && !batch.docs.is_empty(), self.gpu.get()) {
-            let extracted = gpu.executor.run(|device| {
-                gpu.fe.lock().extract_batch(
-                    device,
-                    resolver,
-                    &batch.query,
-                    &batch.stats,
-                    &batch.docs,
-                    &mut rows,
-                )
-            });
-            match extracted {
-                Ok(()) => return Ok((rows, Processor::Gpu)),
-                Err(GpuFeError::Hits(err)) => return Err(FeRefused::Hits(err)),
-                Err(GpuFeError::Gpu(err)) => fell_back(Stage::Fe, &loaded.name, &err),
+            // An invalid batch is the caller's error, not the device's: it stops the work at
+            // once and comes back as it is.
+            let mut invalid = None;
+            let extracted = gpu.run(
+                |_| true,
+                |device, gpu| {
+                    let (query, stats) = (&batch.query, &batch.stats);
+                    let fe = &mut gpu.fe.lock();
+                    match fe.extract_batch(device, resolver, query, stats, &batch.docs, &mut rows) {
+                        Err(GpuFeError::Hits(err)) => {
+                            invalid = Some(err);
+                            Ok(())
+                        }
+                        Err(GpuFeError::Gpu(err)) => Err(err),
+                        Ok(()) => Ok(()),
+                    }
+                },
+            );
+            match (extracted, invalid) {
+                (_, Some(err)) => return Err(FeRefused::Hits(err)),
+                (Ok(()), None) => return Ok((rows, Processor::Gpu)),
+                (Err(err), None) => fell_back(Stage::Fe, &loaded.name, &err),
             }
         }
         resolver.extract_batch(
@@ -358,7 +381,7 @@ impl Backends {
     ) -> (Vec<f64>, Processor) {
         let on_gpu = self.prefers_gpu(loaded, n_docs, backend);
         if let (true, Some(gpu)) = (on_gpu && n_docs > 0, self.gpu.get()) {
-            let scored = gpu.executor.run(|device| {
+            let scored = gpu.run(holds(loaded), |device, gpu| {
                 let cached =
                     (gpu.rankers).get_or_upload(&loaded.name, loaded.version, &loaded.ranker)?;
                 cached.gpu.score(device, features, false)
@@ -374,9 +397,12 @@ impl Backends {
     /// The ranker's crossover, measured on first use when there is a GPU (`None` without one).
     /// A failed measurement is logged and keeps the ranker on the CPU under `auto`.
     pub fn crossover<'a>(&self, loaded: &'a LoadedRanker) -> Option<&'a Crossover> {
-        let gpu = self.gpu.get()?;
+        let fleet = self.gpu.get()?;
         Some(loaded.crossover.get_or_init(|| {
-            let measured = gpu.executor.run(|device| {
+            let Some((executor, gpu)) = fleet.first() else {
+                return no_crossover();
+            };
+            let measured = executor.run(|device| {
                 let cached =
                     (gpu.rankers).get_or_upload(&loaded.name, loaded.version, &loaded.ranker)?;
                 crossover::measure(
@@ -396,14 +422,17 @@ impl Backends {
     /// documents (`None` otherwise). A failed measurement is logged and keeps hit documents on
     /// the CPU under `auto`.
     pub fn hits_crossover<'a>(&self, loaded: &'a LoadedRanker) -> Option<&'a Crossover> {
-        let gpu = self.gpu.get()?;
+        let fleet = self.gpu.get()?;
         let resolver = loaded.fe.as_ref().ok()?;
         Some(loaded.hits_crossover.get_or_init(|| {
+            let Some((executor, gpu)) = fleet.first() else {
+                return no_crossover();
+            };
             let map = resolver.gather_map();
             let cpu = |sample: &HitSample<'_>| {
                 std::hint::black_box(self.cpu_hits(loaded, resolver, sample));
             };
-            let measured = gpu.executor.run(|device| {
+            let measured = executor.run(|device| {
                 let cached =
                     (gpu.rankers).get_or_upload(&loaded.name, loaded.version, &loaded.ranker)?;
                 let gpu_run = |s: &HitSample<'_>| -> Result<(), GpuError> {
@@ -472,12 +501,23 @@ fn found(loaded: &LoadedRanker, what: &str, measured: Result<Crossover, GpuError
         }
         Err(err) => {
             fell_back(Stage::Rank, &loaded.name, &err);
-            Crossover {
-                docs: None,
-                points: Vec::new(),
-            }
+            no_crossover()
         }
     }
+}
+
+/// No crossover: the ranker stays on the CPU under `auto`.
+fn no_crossover() -> Crossover {
+    Crossover {
+        docs: None,
+        points: Vec::new(),
+    }
+}
+
+/// Whether a device's ranker cache holds `loaded` (some version of it), for the [`Fleet`]'s
+/// choice of a device.
+fn holds(loaded: &LoadedRanker) -> impl Fn(&GpuRanking) -> bool + '_ {
+    |gpu| gpu.rankers.contains(&loaded.name)
 }
 
 /// Why feature extraction refused a batch.

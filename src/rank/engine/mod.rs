@@ -186,19 +186,24 @@ impl RankEngine {
         &self.backends
     }
 
-    /// Ranks on `executor`'s device from now on (the first call counts).
-    pub fn install_gpu(&self, executor: Arc<Executor>) {
-        self.backends.install_gpu(executor, self.gpu_cache_bytes);
+    /// Ranks on `executors`' devices from now on (the first call with a device counts).
+    pub fn install_gpu(&self, executors: &[Arc<Executor>]) {
+        self.backends.install_gpu(executors, self.gpu_cache_bytes);
     }
 
     /// Whether there is a GPU.
     pub fn has_gpu(&self) -> bool {
-        self.backends.gpu_rankers().is_some()
+        self.backends.has_gpu()
     }
 
-    /// The device's ranker cache, when there is a GPU.
-    pub fn gpu_rankers(&self) -> Option<&GpuRankerCache> {
+    /// Each device's ordinal and ranker cache (none without a GPU).
+    pub fn gpu_rankers(&self) -> impl Iterator<Item = (usize, &GpuRankerCache)> {
         self.backends.gpu_rankers()
+    }
+
+    /// Whether some device holds a copy of `name`.
+    pub fn resident_on_gpu(&self, name: &str) -> bool {
+        self.gpu_rankers().any(|(_, gpu)| gpu.contains(name))
     }
 
     /// Readies `loaded` for the GPU (when there is one): uploads it and measures its CPU/GPU
@@ -209,7 +214,7 @@ impl RankEngine {
 
     /// Forgets the device copy of `name` (after it was deleted from the store).
     pub fn forget(&self, name: &str) {
-        if let Some(gpu) = self.gpu_rankers() {
+        for (_, gpu) in self.gpu_rankers() {
             gpu.remove(name);
         }
     }
@@ -532,9 +537,9 @@ mod tests {
         let (cpu, loaded) = engine(Backend::Cpu, false);
         let executor = Executor::new(device);
         let (gpu, _) = engine(Backend::Gpu, true);
-        gpu.install_gpu(Arc::clone(&executor));
+        gpu.install_gpu(std::slice::from_ref(&executor));
         let (auto, _) = engine(Backend::Auto, true);
-        auto.install_gpu(executor);
+        auto.install_gpu(&[executor]);
         let over_limit = crate::rank::gpu::fe::MAX_TERMS + 1;
         // Under RANKSERVE_FAULT_GPU=1 every device call fails: every batch reruns on the CPU.
         let faulty = std::env::var("RANKSERVE_FAULT_GPU").is_ok_and(|v| v == "1");
@@ -606,7 +611,7 @@ mod tests {
         };
         let (cpu, loaded) = engine(Backend::Cpu, false);
         let (gpu, _) = engine(Backend::Gpu, false);
-        gpu.install_gpu(Executor::new(device));
+        gpu.install_gpu(&[Executor::new(device)]);
         let over_limit = crate::rank::gpu::fe::MAX_TERMS + 1;
         for (terms, fe_on) in [(3, Processor::Gpu), (over_limit, Processor::Cpu)] {
             let cpu_job = RankJob {

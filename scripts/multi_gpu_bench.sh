@@ -2,8 +2,9 @@
 # Issue 24's multi-GPU measurements, on a host with two or more GPUs: /v1/rank throughput and
 # latency with one GPU (`--gpus 0`) against every GPU (`--gpus all`), the same binary, runs
 # interleaved; then a device failure injected under load. RANKERS (default "medium large")
-# are served with `--backend gpu --fe-backend gpu` (hit documents extracted and scored on the
-# device), `rankserve replay` sends production-like requests of DOCS (default 1000) documents
+# are served with `--backend gpu` and each `--fe-backend` of FE_BACKENDS (default "gpu cpu":
+# hit documents extracted and scored in one device turn; extracted on the CPU and the rows
+# scored on the device through the batching lanes), `rankserve replay` sends production-like requests of DOCS (default 1000) documents
 # from each of CLIENTS (default "16 64") closed-loop clients for SECONDS (default 5), ROUNDS
 # (default 2) times. The failure run serves every GPU with RANKSERVE_FAULT_GPU=1@MS (GPU 1 fails
 # from MS = 2000 ms after start) while 64 clients replay for 3 × SECONDS: every request must
@@ -29,7 +30,7 @@ done
 serve() {
   local port=$1
   shift
-  "$bin" serve --addr "127.0.0.1:$port" --backend gpu --fe-backend gpu --rankers rankers "$@" \
+  "$bin" serve --addr "127.0.0.1:$port" --backend gpu --rankers rankers "$@" \
     >>"$out/serve-$port.log" 2>&1 &
   for _ in $(seq 600); do
     curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return
@@ -51,33 +52,35 @@ print(round(j["throughput_rps"]), lat["p50"], lat["p99"], j["ok"], sum(j["errors
 PY
 }
 
-serve 18801 --gpus 0
-serve 18802 --gpus all
 rows=()
-for round in $(seq "${ROUNDS:-2}"); do
-  for ranker in $rankers; do
-    for clients in ${CLIENTS:-16 64}; do
-      for gpus in one all; do
-        port=$([ $gpus = one ] && echo 18801 || echo 18802)
-        row=$(replay "$port" "$work/$ranker.msgpack" "$clients" "$seconds" \
-          "$out/rank-$ranker-$clients-$gpus-$round.json")
-        rows+=("$round $ranker $clients $gpus $row")
-        echo "round $round $ranker clients $clients gpus $gpus: rps p50 p99 ok errors = $row"
+for fe in ${FE_BACKENDS:-gpu cpu}; do
+  serve 18801 --gpus 0 --fe-backend "$fe"
+  serve 18802 --gpus all --fe-backend "$fe"
+  for round in $(seq "${ROUNDS:-2}"); do
+    for ranker in $rankers; do
+      for clients in ${CLIENTS:-16 64}; do
+        for gpus in one all; do
+          port=$([ $gpus = one ] && echo 18801 || echo 18802)
+          row=$(replay "$port" "$work/$ranker.msgpack" "$clients" "$seconds" \
+            "$out/rank-$fe-$ranker-$clients-$gpus-$round.json")
+          rows+=("$fe $round $ranker $clients $gpus $row")
+          echo "FE $fe round $round $ranker clients $clients gpus $gpus: rps p50 p99 ok errors = $row"
+        done
       done
     done
   done
+  for port in 18801 18802; do
+    curl -s "http://127.0.0.1:$port/metrics" | grep -E '^rankserve_gpu_(device|fallback)' \
+      >"$out/metrics-$fe-$port.txt"
+  done
+  kill $(jobs -p) 2>/dev/null
+  wait 2>/dev/null
 done
-for port in 18801 18802; do
-  curl -s "http://127.0.0.1:$port/metrics" | grep -E '^rankserve_gpu_(device|fallback)' \
-    >"$out/metrics-$port.txt"
-done
-kill $(jobs -p) 2>/dev/null
-wait 2>/dev/null
 
 # A device failure under load: GPU 1 fails from 2 s after start (the server is ready later,
 # so it fails at the first work it gets once the replay runs).
 fault_ms=${FAULT_MS:-2000}
-RANKSERVE_FAULT_GPU="1@$fault_ms" serve 18803 --gpus all
+RANKSERVE_FAULT_GPU="1@$fault_ms" serve 18803 --gpus all --fe-backend gpu
 fault=$(replay 18803 "$work/${rankers%% *}.msgpack" 64 $((3 * seconds)) "$out/fault.json")
 curl -s "http://127.0.0.1:18803/metrics" | grep -E '^rankserve_gpu_(device|fallback)' \
   >"$out/metrics-fault.txt"
@@ -85,11 +88,11 @@ kill $(jobs -p) 2>/dev/null
 wait 2>/dev/null
 
 echo
-echo "| round | ranker | clients | GPUs | req/s | p50 µs | p99 µs | ok | errors |"
-echo "|---|---|---:|---|---:|---:|---:|---:|---:|"
+echo "| FE | round | ranker | clients | GPUs | req/s | p50 µs | p99 µs | ok | errors |"
+echo "|---|---|---|---:|---|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
-  read -r round ranker clients gpus rps p50 p99 ok errors <<<"$r"
-  echo "| $round | $ranker | $clients | $gpus | $rps | $p50 | $p99 | $ok | $errors |"
+  read -r fe round ranker clients gpus rps p50 p99 ok errors <<<"$r"
+  echo "| $fe | $round | $ranker | $clients | $gpus | $rps | $p50 | $p99 | $ok | $errors |"
 done
 echo
 echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors = $fault"

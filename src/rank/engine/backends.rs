@@ -159,6 +159,11 @@ impl Backends {
         self.gpu.get().is_some()
     }
 
+    /// How many GPUs batches are spread over (0 without one).
+    pub fn gpu_devices(&self) -> usize {
+        self.gpu.get().map_or(0, |fleet| fleet.iter().count())
+    }
+
     /// Each device's ordinal and GPU ranker cache (none without a GPU).
     pub fn gpu_rankers(&self) -> impl Iterator<Item = (usize, &GpuRankerCache)> {
         (self.gpu.get().into_iter().flat_map(Fleet::iter))

@@ -6,9 +6,10 @@
 //! when that batch ends the queue is run as the next batch (at most `max_batch_docs` documents,
 //! jobs of the same ranker version and backend, in arrival order) by the same thread, which
 //! answers each job as its batch ends and keeps going until the queue is empty. Waiting jobs
-//! hold no thread: each awaits its answer. The
-//! device runs one batch at a time anyway; merging the jobs that wait for it shares a launch,
-//! and lets small requests together pass the ranker's crossover.
+//! hold no thread: each awaits its answer. A device runs one batch at a time anyway; merging
+//! the jobs that wait for it shares a launch, and lets small requests together pass the
+//! ranker's crossover. With several GPUs a ranker runs as many batches at once as there are
+//! devices (each goes to the least loaded device), so one busy ranker keeps them all working.
 //!
 //! A job that can only run on the CPU (`backend=cpu`, or no GPU) is never batched: the CPU
 //! scores rows independently at the same cost per row in a batch or alone, so a batch only
@@ -95,10 +96,10 @@ struct Queued {
     reply: Reply,
 }
 
-/// A ranker's batches: whether one is running, and the jobs that arrived meanwhile.
+/// A ranker's batches: how many are running, and the jobs that arrived meanwhile.
 #[derive(Default)]
 struct Lane {
-    running: bool,
+    running: usize,
     queued: VecDeque<Queued>,
 }
 
@@ -137,20 +138,21 @@ impl Batcher {
         }
     }
 
-    /// Scores `job` on the calling thread when its ranker has no batch running, answers it, and
-    /// goes on running, batch after batch, the jobs that queued meanwhile until none is left
-    /// (flat combining: whoever found the lane idle serves it); otherwise queues `job` for the
-    /// next batch, whose runner answers it. Blocking while it scores: call it from a thread that
-    /// may wait for the GPU's turn, not from the CPU pool.
+    /// Scores `job` on the calling thread when its ranker runs fewer batches than there are
+    /// GPUs (one without a GPU), answers it, and goes on running, batch after batch, the jobs
+    /// that queued meanwhile until none is left (flat combining: whoever found room in the lane
+    /// serves it); otherwise queues `job` for the next batch, whose runner answers it. Blocking
+    /// while it scores: call it from a thread that may wait for the GPU's turn, not from the
+    /// CPU pool.
     pub fn submit(&self, job: Job, reply: Reply) {
         let lane = self.lane_of(&job.ranker.name);
         {
             let mut state = lane.lock();
-            if state.running {
+            if state.running >= self.backends.gpu_devices().max(1) {
                 state.queued.push_back(Queued { job, reply });
                 return;
             }
-            state.running = true;
+            state.running += 1;
         }
         score_batch(vec![Queued { job, reply }], &self.backends);
         while lane_ends(&lane) {
@@ -168,12 +170,12 @@ impl Batcher {
     }
 }
 
-/// Ends a batch of `lane`: `true` when jobs queued meanwhile (the lane stays running, for its
-/// runner to run them next), else the lane is idle again.
+/// Ends a batch of `lane`: `true` when jobs queued meanwhile (the runner runs them next), else
+/// the runner leaves the lane.
 fn lane_ends(lane: &Mutex<Lane>) -> bool {
     let mut state = lane.lock();
     if state.queued.is_empty() {
-        state.running = false;
+        state.running -= 1;
         return false;
     }
     true
@@ -333,7 +335,7 @@ mod tests {
 
         // A batch holds the lane: jobs queue behind it.
         let lane = batcher.lane_of("small");
-        lane.lock().running = true;
+        lane.lock().running = 1;
         let jobs: Vec<Job> = (0..3).map(|i| rows(&small, 4 + i, 10 + i as u64)).collect();
         let want: Vec<_> = (jobs.iter()).map(|job| evaluate(&batcher, job)).collect();
         let mut answers: Vec<_> = (jobs.into_iter())
@@ -346,7 +348,7 @@ mod tests {
         assert!(answers.iter_mut().all(|a| a.try_recv().is_err()), "queued");
         // The next job to find the lane idle (here: after the batch ends) runs them: its own,
         // then the queue as one batch.
-        lane.lock().running = false;
+        lane.lock().running = 0;
         let (reply, last) = oneshot::channel();
         batcher.submit(rows(&small, 2, 20), reply);
         assert_eq!(last.await.unwrap().unwrap().batch_requests, 1);
@@ -355,7 +357,7 @@ mod tests {
             assert_eq!((scored.batch_requests, scored.batch_docs), (3, 4 + 5 + 6));
             assert_eq!(bits(&scored.scores), bits(&want));
         }
-        assert!(!lane.lock().running, "the runner left the lane running");
+        assert_eq!(lane.lock().running, 0, "the runner left the lane running");
     }
 
     /// A batch takes queued jobs in order while they share the first one's ranker version and

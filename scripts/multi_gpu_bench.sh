@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # Issue 24's multi-GPU measurements, on a host with two or more GPUs: /v1/rank throughput and
-# latency with one GPU (`--gpus 0`) against every GPU (`--gpus all`), the same binary, runs
-# interleaved; then a device failure injected under load. RANKERS (default "medium large")
-# are served with `--backend gpu` and each `--fe-backend` of FE_BACKENDS (default "gpu cpu":
-# hit documents extracted and scored in one device turn; extracted on the CPU and the rows
-# scored on the device through the batching lanes), `rankserve replay` sends production-like requests of DOCS (default 1000) documents
-# from each of CLIENTS (default "16 64") closed-loop clients for SECONDS (default 5), ROUNDS
-# (default 2) times. The failure run serves every GPU with RANKSERVE_FAULT_GPU=1@MS (GPU 1 fails
-# from MS = 2000 ms after start) while 64 clients replay for 3 × SECONDS: every request must
-# still be answered. Logs and the device lines of /metrics go to $OUT; a table is printed last.
+# latency with one GPU (`--gpus 0`) against every GPU (`--gpus all`), runs interleaved; then a
+# device failure injected under load. Each binary given (`PATH` or `NAME=PATH`, several for an
+# A/B) serves RANKERS (default "medium large") with `--backend gpu` and each `--fe-backend` of
+# FE_BACKENDS (default "gpu cpu": hit documents extracted and scored in one device turn;
+# extracted on the CPU and the rows scored on the device through the batching lanes);
+# `rankserve replay` (the first binary's) sends production-like requests of DOCS (default 1000)
+# documents from each of CLIENTS (default "16 64") closed-loop clients for SECONDS_PER_RUN
+# (default 5), ROUNDS (default 2) times. The failure run serves every GPU with the first binary
+# and RANKSERVE_FAULT_GPU=1@MS (GPU 1 fails from FAULT_MS = 2000 ms after start) while 64
+# clients replay for 3 × SECONDS_PER_RUN: every request must still be answered. Logs and the
+# device lines of /metrics go to $OUT; a table is printed last (server p99s: FE or layout,
+# queue for the device, scoring).
 #
 #   OUT=$OUT bash scripts/multi_gpu_bench.sh carry/rankserve
+#   OUT=$OUT FE_BACKENDS=gpu bash scripts/multi_gpu_bench.sh new=carry/rankserve old=carry/old/rankserve
 set -uo pipefail
 cd "$(dirname "$0")/.."
-bin=$1
+bins=()
+for arg in "$@"; do
+  case $arg in *=*) bins+=("$arg") ;; *) bins+=("$(basename "$(dirname "$arg")")=$arg") ;; esac
+done
+bin=${bins[0]#*=}
 out=${OUT:-$(mktemp -d)}
 mkdir -p "$out"
 seconds=${SECONDS_PER_RUN:-5}
@@ -26,11 +34,12 @@ for ranker in $rankers; do
     --out "$work/$ranker.msgpack" >/dev/null
 done
 
-# Starts `rankserve serve` on port $1 with the flags after it; waits until it is ready.
+# Starts binary $1's `rankserve serve` on port $2 with the flags after them; waits until it is
+# ready.
 serve() {
-  local port=$1
-  shift
-  "$bin" serve --addr "127.0.0.1:$port" --backend gpu --rankers rankers "$@" \
+  local server=$1 port=$2
+  shift 2
+  "$server" serve --addr "127.0.0.1:$port" --backend gpu --rankers rankers "$@" \
     >>"$out/serve-$port.log" 2>&1 &
   for _ in $(seq 600); do
     curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return
@@ -40,7 +49,7 @@ serve() {
 }
 
 # One replay against port $1 of log $2 with $3 clients for $4 seconds into $5 (JSON); prints a
-# table row "rps p50 p99 ok errors".
+# table row "rps p50 p99 ok errors fe_p99 queue_p99 me_p99".
 replay() {
   "$bin" replay --url "http://127.0.0.1:$1" --log "$2" --concurrency "$3" --duration "$4" \
     --json >"$5" 2>>"$out/replay.err"
@@ -48,30 +57,39 @@ replay() {
 import json, sys
 j = json.load(open(sys.argv[1]))
 lat = j["latency_us"]
-print(round(j["throughput_rps"]), lat["p50"], lat["p99"], j["ok"], sum(j["errors"].values()))
+print(round(j["throughput_rps"]), lat["p50"], lat["p99"], j["ok"], sum(j["errors"].values()),
+      j["server_fe_us"]["p99"], j["server_queue_us"]["p99"], j["server_me_us"]["p99"])
 PY
 }
 
 rows=()
 for fe in ${FE_BACKENDS:-gpu cpu}; do
-  serve 18801 --gpus 0 --fe-backend "$fe"
-  serve 18802 --gpus all --fe-backend "$fe"
+  servers=()
+  port=18800
+  for named in "${bins[@]}"; do
+    for gpus in one all; do
+      port=$((port + 1))
+      serve "${named#*=}" "$port" --gpus "$([ $gpus = one ] && echo 0 || echo all)" --fe-backend "$fe"
+      servers+=("${named%%=*}:$gpus:$port")
+    done
+  done
   for round in $(seq "${ROUNDS:-2}"); do
     for ranker in $rankers; do
       for clients in ${CLIENTS:-16 64}; do
-        for gpus in one all; do
-          port=$([ $gpus = one ] && echo 18801 || echo 18802)
+        for server in "${servers[@]}"; do
+          IFS=: read -r name gpus port <<<"$server"
           row=$(replay "$port" "$work/$ranker.msgpack" "$clients" "$seconds" \
-            "$out/rank-$fe-$ranker-$clients-$gpus-$round.json")
-          rows+=("$fe $round $ranker $clients $gpus $row")
-          echo "FE $fe round $round $ranker clients $clients gpus $gpus: rps p50 p99 ok errors = $row"
+            "$work/rank-$fe-$ranker-$clients-$name-$gpus-$round.json")
+          rows+=("$fe $round $ranker $clients $name $gpus $row")
+          echo "FE $fe round $round $ranker clients $clients $name gpus $gpus: $row"
         done
       done
     done
   done
-  for port in 18801 18802; do
+  for server in "${servers[@]}"; do
+    IFS=: read -r name gpus port <<<"$server"
     curl -s "http://127.0.0.1:$port/metrics" | grep -E '^rankserve_gpu_(device|fallback)' \
-      >"$out/metrics-$fe-$port.txt"
+      >"$out/metrics-$fe-$name-$gpus.txt"
   done
   kill $(jobs -p) 2>/dev/null
   wait 2>/dev/null
@@ -80,20 +98,19 @@ done
 # A device failure under load: GPU 1 fails from 2 s after start (the server is ready later,
 # so it fails at the first work it gets once the replay runs).
 fault_ms=${FAULT_MS:-2000}
-RANKSERVE_FAULT_GPU="1@$fault_ms" serve 18803 --gpus all --fe-backend gpu
-fault=$(replay 18803 "$work/${rankers%% *}.msgpack" 64 $((3 * seconds)) "$out/fault.json")
-curl -s "http://127.0.0.1:18803/metrics" | grep -E '^rankserve_gpu_(device|fallback)' \
+RANKSERVE_FAULT_GPU="1@$fault_ms" serve "$bin" 18899 --gpus all --fe-backend gpu
+fault=$(replay 18899 "$work/${rankers%% *}.msgpack" 64 $((3 * seconds)) "$work/fault.json")
+curl -s "http://127.0.0.1:18899/metrics" | grep -E '^rankserve_gpu_(device|fallback)' \
   >"$out/metrics-fault.txt"
 kill $(jobs -p) 2>/dev/null
 wait 2>/dev/null
 
 echo
-echo "| FE | round | ranker | clients | GPUs | req/s | p50 µs | p99 µs | ok | errors |"
-echo "|---|---|---|---:|---|---:|---:|---:|---:|---:|"
+echo "| FE | round | ranker | clients | binary | GPUs | req/s | p50 µs | p99 µs | ok | errors | server FE p99 | queue p99 | scoring p99 |"
+echo "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
-  read -r fe round ranker clients gpus rps p50 p99 ok errors <<<"$r"
-  echo "| $fe | $round | $ranker | $clients | $gpus | $rps | $p50 | $p99 | $ok | $errors |"
+  echo "| ${r// / | } |"
 done
 echo
-echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors = $fault"
+echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors fe_p99 queue_p99 me_p99 = $fault"
 cat "$out/metrics-fault.txt"

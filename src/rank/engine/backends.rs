@@ -559,4 +559,27 @@ mod tests {
             assert_eq!(backends.on_cpu_pool_task(|| 7).await.expect("ran"), 7);
         }
     }
+
+    /// An idle pool gives a task all its threads; two tasks in flight share them, and once
+    /// they end a task has them all again.
+    #[tokio::test]
+    async fn tasks_in_flight_share_the_pools_threads() {
+        let backends = Arc::new(Backends::new(4, Backend::Cpu));
+        assert_eq!(backends.width(), 4);
+        // Each task reads its width once both have started: neither has ended.
+        let both = Arc::new(std::sync::Barrier::new(2));
+        let task = || {
+            let (backends, both) = (Arc::clone(&backends), Arc::clone(&both));
+            move || {
+                both.wait();
+                backends.width()
+            }
+        };
+        let (first, second) = tokio::join!(
+            backends.on_cpu_pool_task(task()),
+            backends.on_cpu_pool_task(task())
+        );
+        assert_eq!((first.expect("ran"), second.expect("ran")), (2, 2));
+        assert_eq!(backends.width(), 4);
+    }
 }

@@ -566,13 +566,15 @@ mod tests {
     async fn tasks_in_flight_share_the_pools_threads() {
         let backends = Arc::new(Backends::new(4, Backend::Cpu));
         assert_eq!(backends.width(), 4);
-        // Each task reads its width once both have started: neither has ended.
+        // Each task reads its width once both have started, and ends once both have read it.
         let both = Arc::new(std::sync::Barrier::new(2));
         let task = || {
             let (backends, both) = (Arc::clone(&backends), Arc::clone(&both));
             move || {
                 both.wait();
-                backends.width()
+                let width = backends.width();
+                both.wait();
+                width
             }
         };
         let (first, second) = tokio::join!(

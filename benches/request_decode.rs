@@ -76,7 +76,7 @@ fn bench(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new("frame", &label), |b| {
                 b.iter(|| {
                     let mut framed = msgpack_rank::frame(bytes.clone()).expect("frames");
-                    assert!(framed.frame_documents());
+                    assert!(framed.frame_documents(rayon::current_num_threads()));
                     framed
                 })
             });
@@ -88,7 +88,7 @@ fn bench(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new("frame_fused_fe", &label), |b| {
                 b.iter(|| {
                     let mut framed = msgpack_rank::frame(bytes.clone()).expect("frames");
-                    assert!(framed.frame_documents());
+                    assert!(framed.frame_documents(rayon::current_num_threads()));
                     framed
                         .feature_matrix(loaded.fe.as_ref(), width, threads)
                         .expect("valid hits")

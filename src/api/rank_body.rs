@@ -54,17 +54,18 @@ impl RankBody {
     }
 
     /// Frames a framed body's documents ([`Framed::frame_documents`], in parallel on the
-    /// current rayon pool: the handler calls it on the CPU pool, before feature extraction).
+    /// current rayon pool over at most `threads`: the handler calls it on the CPU pool, before
+    /// feature extraction).
     /// Where they do not frame as the fields after them were read, the body is decoded in
     /// full instead.
     ///
     /// # Errors
     /// [`BodyError::BadBody`] when the body does not decode.
-    pub fn frame_documents(&mut self) -> Result<Framing, BodyError> {
+    pub fn frame_documents(&mut self, threads: usize) -> Result<Framing, BodyError> {
         let RankBody::Framed(framed) = self else {
             return Ok(Framing::AsRead);
         };
-        if framed.frame_documents() {
+        if framed.frame_documents(threads) {
             return Ok(Framing::AsRead);
         }
         let mut request = Format::Msgpack.decode_rank_request(framed.body())?;
@@ -165,7 +166,7 @@ impl RowSource for RankBody {
         loaded: &LoadedRanker,
         threads: usize,
     ) -> Result<Option<Vec<f64>>, BodyError> {
-        match self.frame_documents()? {
+        match self.frame_documents(threads)? {
             Framing::AsRead => self.feature_matrix(loaded, threads).map(Some),
             Framing::Reread => Ok(None),
         }

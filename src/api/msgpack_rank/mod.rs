@@ -141,7 +141,7 @@ pub fn frame(body: Bytes) -> Option<Framed> {
 /// where either fails.
 pub fn frame_in_tasks(body: Bytes, min_task: usize) -> Option<Framed> {
     let mut framed = frame(body)?;
-    framed.frame_documents_in_tasks(min_task).then_some(framed)
+    (framed.frame_documents_in_tasks(min_task, rayon::current_num_threads())).then_some(framed)
 }
 
 /// The fewest bytes a document that gives `features` or `hits` takes: a map marker, the key
@@ -158,20 +158,20 @@ impl Framed {
         self.len
     }
 
-    /// Finds where each document starts, in parallel on the current rayon pool (the caller's
-    /// walk is the true one, helpers' walks from guessed starts shorten it: see
-    /// [`frame_in_parallel`]). `false` when the documents do not frame or do not end where
-    /// [`frame`]'s reading of the fields after them assumed: the head may then be wrong, and
-    /// the body must be decoded in full.
-    pub fn frame_documents(&mut self) -> bool {
-        self.frame_documents_in_tasks(MIN_DOCUMENTS_PER_TASK)
+    /// Finds where each document starts, in parallel on the current rayon pool over at most
+    /// `threads` walks (the caller's walk is the true one, helpers' walks from guessed starts
+    /// shorten it: see [`frame_in_parallel`]). `false` when the documents do not frame or do
+    /// not end where [`frame`]'s reading of the fields after them assumed: the head may then be
+    /// wrong, and the body must be decoded in full.
+    pub fn frame_documents(&mut self, threads: usize) -> bool {
+        self.frame_documents_in_tasks(MIN_DOCUMENTS_PER_TASK, threads)
     }
 
-    fn frame_documents_in_tasks(&mut self, min_task: usize) -> bool {
+    fn frame_documents_in_tasks(&mut self, min_task: usize, threads: usize) -> bool {
         if !self.bounds.is_empty() {
             return true;
         }
-        let tasks = (self.len / min_task.max(1)).min(rayon::current_num_threads());
+        let tasks = (self.len / min_task.max(1)).min(threads);
         let bounds = match tasks >= 2 {
             true => frame_in_parallel(&self.body, self.first, self.len, tasks),
             // No helpers: the true walk alone.
@@ -479,7 +479,7 @@ mod tests {
             let (_, _, walked) = sequential_framing(&body);
             let mut framed = frame(Bytes::from(body)).expect("fields were read");
             assert_eq!(framed.end, *walked.unwrap().last().unwrap());
-            assert!(framed.frame_documents());
+            assert!(framed.frame_documents(rayon::current_num_threads()));
             let head = RankRequest {
                 documents: Vec::new(),
                 ..request
@@ -524,7 +524,7 @@ mod tests {
             (framed.head.k, framed.head.stats.is_some()),
             (Some(1), false)
         );
-        assert!(!framed.frame_documents());
+        assert!(!framed.frame_documents(rayon::current_num_threads()));
     }
 
     #[test]

@@ -30,6 +30,7 @@
 //! kernel's term limit) moves the work to the CPU, which gives the same answer; it is logged
 //! and counted by [`fell_back`], and the reply says `cpu`.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -110,6 +111,9 @@ pub struct HitsScored {
 pub struct Backends {
     pool: Option<rayon::ThreadPool>,
     threads: usize,
+    /// Tasks given to the pool by [`Backends::on_cpu_pool_task`] and not yet ended (queued or
+    /// running): what [`Backends::width`] shares the threads among.
+    in_flight: Arc<AtomicUsize>,
     fe_backend: Backend,
     gpu: OnceLock<Fleet<GpuRanking>>,
 }
@@ -133,6 +137,7 @@ impl Backends {
         Backends {
             pool,
             threads,
+            in_flight: Arc::new(AtomicUsize::new(0)),
             fe_backend,
             gpu: OnceLock::new(),
         }
@@ -175,6 +180,16 @@ impl Backends {
         self.threads
     }
 
+    /// Threads a pool task's parallel parts should spread over now: the pool's threads shared
+    /// among the tasks in flight, one at least. Under load every task runs on its own thread,
+    /// start to end: a task that waits for its parallel parts lets its thread pick up another
+    /// task (rayon steals while it waits), which then finishes first, so requests fanned out on
+    /// a busy pool are served out of arrival order, and the pool's queue is first in, first out
+    /// only for tasks that never wait.
+    pub fn width(&self) -> usize {
+        (self.threads / self.in_flight.load(Ordering::Relaxed).max(1)).max(1)
+    }
+
     /// Runs `work` on the CPU scoring pool and waits for it without holding an async worker or
     /// a blocking-pool thread: the pool's thread sends the result straight to the waiting task.
     /// Feature extraction runs there too, so that its parallel parts leave the scoring threads
@@ -195,8 +210,11 @@ impl Backends {
                 .map_err(|err| PoolTaskFailed(err.to_string()));
         };
         let (send, receive) = tokio::sync::oneshot::channel();
+        let in_flight = Arc::clone(&self.in_flight);
+        in_flight.fetch_add(1, Ordering::Relaxed);
         pool.spawn(move || {
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
+            in_flight.fetch_sub(1, Ordering::Relaxed);
             let _ = send.send(ran.map_err(|_| PoolTaskFailed("it panicked".into())));
         });
         receive
@@ -363,16 +381,17 @@ impl Backends {
             &batch.stats,
             &batch.docs,
             &mut rows,
-            self.threads,
+            self.width(),
         )?;
         Ok((rows, Processor::Cpu))
     }
 
-    /// Scores on the CPU.
+    /// Scores on the CPU: on the pool, in parallel unless [`Backends::width`] says one thread.
     pub fn cpu(&self, loaded: &LoadedRanker, features: &[f64]) -> Vec<f64> {
-        match &self.pool {
-            Some(pool) => pool.install(|| loaded.plan.score_batch(features, 0)),
-            None => loaded.plan.score_batch(features, 1),
+        match (&self.pool, self.width()) {
+            (Some(pool), 1) => pool.install(|| loaded.plan.score_batch(features, 1)),
+            (Some(pool), _) => pool.install(|| loaded.plan.score_batch(features, 0)),
+            (None, _) => loaded.plan.score_batch(features, 1),
         }
     }
 
@@ -584,5 +603,30 @@ mod tests {
             // The pool survives a task's panic.
             assert_eq!(backends.on_cpu_pool_task(|| 7).await.expect("ran"), 7);
         }
+    }
+
+    /// An idle pool gives a task all its threads; two tasks in flight share them, and once
+    /// they end a task has them all again.
+    #[tokio::test]
+    async fn tasks_in_flight_share_the_pools_threads() {
+        let backends = Arc::new(Backends::new(4, Backend::Cpu));
+        assert_eq!(backends.width(), 4);
+        // Each task reads its width once both have started, and ends once both have read it.
+        let both = Arc::new(std::sync::Barrier::new(2));
+        let task = || {
+            let (backends, both) = (Arc::clone(&backends), Arc::clone(&both));
+            move || {
+                both.wait();
+                let width = backends.width();
+                both.wait();
+                width
+            }
+        };
+        let (first, second) = tokio::join!(
+            backends.on_cpu_pool_task(task()),
+            backends.on_cpu_pool_task(task())
+        );
+        assert_eq!((first.expect("ran"), second.expect("ran")), (2, 2));
+        assert_eq!(backends.width(), 4);
     }
 }

@@ -409,7 +409,7 @@ fn rows_of<S: RowSource>(
         Documents::Rows(rows) => Ok(Some((std::mem::take(rows), Processor::Cpu))),
         Documents::Hits(batch) => Ok(Some(backends.extract(ranker, batch, fe_on_gpu)?)),
         Documents::Source(source) => Ok(source
-            .rows(ranker, backends.threads())
+            .rows(ranker, backends.width())
             .map_err(RankError::Source)?
             .map(|rows| (rows, Processor::Cpu))),
     }

@@ -749,8 +749,15 @@ fn check_fused(
         .unwrap_or_else(|e| panic!("{what}: CPU: {e}"));
     let expected = cpu::score_batch(ranker, &rows, 0);
     let map = resolver.gather_map();
-    let layouts = FeLayout::build_split(query, stats, docs, Some(&map), gpu.max_batch())
-        .unwrap_or_else(|e| panic!("{what}: layout: {e}"));
+    let layouts = FeLayout::build_split(
+        query,
+        stats,
+        docs,
+        Some(&map),
+        gpu.max_batch(),
+        rayon::current_num_threads(),
+    )
+    .unwrap_or_else(|e| panic!("{what}: layout: {e}"));
     let explain = docs.len() <= 2000;
     let got = gpu
         .score_hits(device, fe, &layouts, explain, true)
@@ -1063,16 +1070,16 @@ fn fused_fe_scoring_timing() {
             let max = gpu.max_batch();
             let fused = median_ms(15, &mut || {
                 let layouts =
-                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max).unwrap();
+                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max, 4).unwrap();
                 std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
                     .unwrap();
             });
             let layout = median_ms(15, &mut || {
                 std::hint::black_box(
-                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max).unwrap(),
+                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max, 4).unwrap(),
                 );
             });
-            let layouts = FeLayout::build_split(&query, &stats, &docs, Some(&map), max).unwrap();
+            let layouts = FeLayout::build_split(&query, &stats, &docs, Some(&map), max, 4).unwrap();
             let turn = median_ms(15, &mut || {
                 std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
                     .unwrap();

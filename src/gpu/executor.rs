@@ -1,7 +1,6 @@
 //! One executor per device: the device and its turns. Every piece of work that uses a device
 //! (a ranking batch, a batch of selections, an upload into a cache, a crossover measurement)
-//! runs during a turn of that device's executor, one turn at a time and in the order they were
-//! asked for: a device has one stream and one cuBLAS handle, and the stages' caches hold its
+//! runs during a turn of that device's executor, one turn at a time: a device has one stream and one cuBLAS handle, and the stages' caches hold its
 //! buffers. A host with several GPUs has several executors in a [`Fleet`], which picks one for
 //! each piece of work, takes a device that fails out of service and tries it again later.
 //!
@@ -19,32 +18,24 @@ use super::{GpuDevice, GpuError};
 /// How long a device that failed stays out of service before work tries it again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 
-/// A device's turns: whoever holds one may use the device. A turn ends by handing the device to
-/// the caller that has waited longest, so turns are taken in arrival order (a caller that just
-/// released it cannot take it back ahead of the queue).
+/// A device's turns: whoever holds one may use the device. The lock is parking_lot's, which is
+/// eventually fair: a thread that releases it may take it again ahead of the waiters, but one
+/// that has waited too long (about half a millisecond) is handed it directly.
 #[derive(Debug, Default)]
 pub struct Turns(Mutex<()>);
 
 /// A turn on a device, held until dropped.
-pub struct Turn<'a>(Option<MutexGuard<'a, ()>>);
-
-impl Drop for Turn<'_> {
-    fn drop(&mut self) {
-        if let Some(guard) = self.0.take() {
-            MutexGuard::unlock_fair(guard);
-        }
-    }
-}
+pub type Turn<'a> = MutexGuard<'a, ()>;
 
 impl Turns {
     /// Waits for the device's turn.
     pub fn take(&self) -> Turn<'_> {
-        Turn(Some(self.0.lock()))
+        self.0.lock()
     }
 
     /// Waits for the device's turn until `until`; `None` when it did not come by then.
     pub fn take_until(&self, until: Instant) -> Option<Turn<'_>> {
-        self.0.try_lock_until(until).map(|guard| Turn(Some(guard)))
+        self.0.try_lock_until(until)
     }
 }
 
@@ -276,29 +267,5 @@ mod tests {
         assert_eq!(choose(&[(3, true), (1, true), (1, true)]), Some(1));
         // Nobody holds it: the least loaded.
         assert_eq!(choose(&[(4, false), (2, false)]), Some(1));
-    }
-
-    #[test]
-    fn turns_are_taken_in_the_order_they_were_asked_for() {
-        let turns = Arc::new(Turns::default());
-        let order = Arc::new(Mutex::new(Vec::new()));
-        let held = turns.take();
-        let waiters: Vec<_> = (0..4)
-            .map(|i| {
-                let (turns, order) = (Arc::clone(&turns), Arc::clone(&order));
-                let waiter = std::thread::spawn(move || {
-                    let _turn = turns.take();
-                    order.lock().push(i);
-                });
-                // Each waiter queues before the next starts.
-                std::thread::sleep(Duration::from_millis(30));
-                waiter
-            })
-            .collect();
-        drop(held);
-        for waiter in waiters {
-            waiter.join().unwrap();
-        }
-        assert_eq!(*order.lock(), vec![0, 1, 2, 3]);
     }
 }

@@ -248,8 +248,17 @@ impl Backends {
     }
 
     /// Runs `work` on the CPU pool from a thread outside it, so that its parallel parts use the
-    /// pool (on the calling thread without a pool).
+    /// pool (on the calling thread without a pool), counted among the tasks in flight while it
+    /// runs ([`Backends::width`]).
     fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        struct InFlight<'a>(&'a AtomicUsize);
+        impl Drop for InFlight<'_> {
+            fn drop(&mut self) {
+                self.0.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        let _in_flight = InFlight(&self.in_flight);
         match &self.pool {
             Some(pool) => pool.install(work),
             None => work(),
@@ -279,8 +288,9 @@ impl Backends {
             let started = Instant::now();
             let map = resolver.gather_map();
             let laid_out = self.install(|| {
-                let (query, stats) = (&batch.query, &batch.stats);
-                FeLayout::build_split(query, stats, &batch.docs, Some(&map), DEFAULT_MAX_BATCH)
+                let (query, stats, docs) = (&batch.query, &batch.stats, &batch.docs);
+                let max = DEFAULT_MAX_BATCH;
+                FeLayout::build_split(query, stats, docs, Some(&map), max, self.width())
             });
             match laid_out {
                 Err(GpuFeError::Hits(err)) => return Err(FeRefused::Hits(err)),
@@ -318,7 +328,7 @@ impl Backends {
         let mut rows = vec![f64::NAN; batch.docs.len() * resolver.len()];
         self.install(|| {
             let (query, stats) = (&batch.query, &batch.stats);
-            resolver.extract_batch(query, stats, &batch.docs, &mut rows, self.threads)
+            resolver.extract_batch(query, stats, &batch.docs, &mut rows, self.width())
         })?;
         let extracted = Instant::now();
         let scores = self.cpu(loaded, &rows);
@@ -468,6 +478,7 @@ impl Backends {
                                 s.docs,
                                 Some(&map),
                                 DEFAULT_MAX_BATCH,
+                                self.threads,
                             )
                         })
                         .map_err(|err| match err {

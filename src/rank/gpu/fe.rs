@@ -168,12 +168,13 @@ impl FeLayout {
         docs: &[HitDocument],
         gather: Option<&GatherMap>,
     ) -> Result<FeLayout, GpuFeError> {
-        FeLayout::build_from(0, query, stats, docs, gather)
+        FeLayout::build_from(0, query, stats, docs, gather, rayon::current_num_threads())
     }
 
     /// [`FeLayout::build`] in layouts of at most `max_docs` documents each (a batch larger than
-    /// one device batch holds runs as several), in order; an invalid document is reported with
-    /// its index in `docs`, the lowest one, before any layout is returned.
+    /// one device batch holds runs as several), in order, each in parallel over at most
+    /// `threads` of the current rayon pool; an invalid document is reported with its index in
+    /// `docs`, the lowest one, before any layout is returned.
     ///
     /// # Errors
     /// As [`FeLayout::build`].
@@ -183,33 +184,40 @@ impl FeLayout {
         docs: &[HitDocument],
         gather: Option<&GatherMap>,
         max_docs: usize,
+        threads: usize,
     ) -> Result<Vec<FeLayout>, GpuFeError> {
         let max_docs = max_docs.max(1);
         if docs.is_empty() {
-            return Ok(vec![FeLayout::build_from(0, query, stats, docs, gather)?]);
+            return Ok(vec![FeLayout::build_from(
+                0, query, stats, docs, gather, threads,
+            )?]);
         }
         (docs.chunks(max_docs).enumerate())
-            .map(|(c, chunk)| FeLayout::build_from(c * max_docs, query, stats, chunk, gather))
+            .map(|(c, part)| {
+                FeLayout::build_from(c * max_docs, query, stats, part, gather, threads)
+            })
             .collect()
     }
 
-    /// [`FeLayout::build`] of `docs`, the documents from index `first` of the caller's batch.
+    /// [`FeLayout::build`] of `docs`, the documents from index `first` of the caller's batch, in
+    /// parts of at least [`CHUNK_DOCS`] documents spread over at most `threads` (one: no part
+    /// waits for another, which a busy pool needs to serve its tasks in order).
     fn build_from(
         first: usize,
         query: &QueryInfo,
         stats: &CorpusStats,
         docs: &[HitDocument],
         gather: Option<&GatherMap>,
+        threads: usize,
     ) -> Result<FeLayout, GpuFeError> {
         let prepared = Prepared::new(query, stats)?;
         let static_keys = gather.map_or(&[][..], |g| &g.static_keys[..]);
-        // Collected in chunk order, so the first error is the lowest-index document's.
+        let part_docs = CHUNK_DOCS.max(docs.len().div_ceil(threads.max(1)));
+        // Collected in part order, so the first error is the lowest-index document's.
         let parts: Vec<Result<Part, GpuFeError>> = docs
-            .par_chunks(CHUNK_DOCS)
+            .par_chunks(part_docs)
             .enumerate()
-            .map(|(c, chunk)| {
-                Part::build(first + c * CHUNK_DOCS, chunk, prepared.terms, static_keys)
-            })
+            .map(|(c, part)| Part::build(first + c * part_docs, part, prepared.terms, static_keys))
             .collect();
         let parts = parts.into_iter().collect::<Result<Vec<Part>, _>>()?;
         if prepared.terms > MAX_TERMS {
@@ -759,19 +767,20 @@ mod tests {
         let (n, r, s) = (None, Some(0.25), Some(-1.0));
         assert_eq!(statics, [n, n, r, n, n, n, n, n, n, s]);
 
-        let split = FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, Some(&map), 2)
-            .expect("valid");
+        let split =
+            FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, Some(&map), 2, 4)
+                .expect("valid");
         assert_eq!(
             split.iter().map(FeLayout::n_docs).collect::<Vec<_>>(),
             [2, 2, 1]
         );
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
         assert_eq!(bits(&split[2].statics), bits(&layout.statics[8..]));
-        let empty = FeLayout::build_split(&query(1), &CorpusStats::default(), &[], None, 2);
+        let empty = FeLayout::build_split(&query(1), &CorpusStats::default(), &[], None, 2, 4);
         assert_eq!(empty.expect("valid").len(), 1);
         docs[3] = doc(&[("body", stream(10, &[&[[0, 4], [0, 3]]]))]);
-        let err =
-            FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, None, 2).unwrap_err();
+        let err = FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, None, 2, 4)
+            .unwrap_err();
         assert!(err.to_string().starts_with("document 3, "), "{err}");
     }
 
@@ -786,7 +795,7 @@ mod tests {
         let docs = crate::rank::fe::synth_hit_documents(3 * CHUNK_DOCS + 17, 3, 9);
         let (q, stats) = (query(3), CorpusStats::default());
         let whole = FeLayout::build(&q, &stats, &docs, Some(&map)).expect("valid");
-        let ones = FeLayout::build_split(&q, &stats, &docs, Some(&map), 1).expect("valid");
+        let ones = FeLayout::build_split(&q, &stats, &docs, Some(&map), 1, 4).expect("valid");
         let (mut phrases, mut hits) = (0u32, 0u32);
         for (d, one) in ones.iter().enumerate() {
             let streams = d * STREAMS.len()..(d + 1) * STREAMS.len();

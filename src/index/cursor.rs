@@ -87,6 +87,16 @@ impl<'a> PostingCursor<'a> {
         self.dec.tfs[self.pos]
     }
 
+    /// The last docID of the block the cursor has decoded (a [`PostingCursor::seek`] to a
+    /// target up to it decodes nothing); [`TERMINATED`] once the list is exhausted.
+    #[inline]
+    pub fn block_last(&self) -> DocId {
+        match self.doc {
+            TERMINATED => TERMINATED,
+            _ => self.list.block_last(self.block),
+        }
+    }
+
     /// The number of postings in the list.
     pub fn df(&self) -> u32 {
         self.list.df

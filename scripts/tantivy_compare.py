@@ -22,6 +22,9 @@ labelled so in the report).
     python3 scripts/tantivy_compare.py --corpus corpus.jsonl --index idx --queries queries.txt \\
         --work tw [--rankserve target/release/rankserve] [--runner PATH] [--modes and,or]
 
+--baseline OLD_RANKSERVE runs a second rankserve binary in the same rounds (before/after beside
+Tantivy); --clock thread-cpu times both engines by the query thread's CPU time (on a shared machine).
+
 Without --runner the script builds the runner (scripts/build-tantivy-peer.sh, CARGO_TARGET_DIR
 as set). Tantivy's index is built once into WORK/tantivy-index and reused while it exists.
 """
@@ -99,6 +102,9 @@ def main():
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2, help="turns per engine, interleaved")
     ap.add_argument("--timing", choices=["passes", "back-to-back"], default="passes")
+    ap.add_argument("--clock", choices=["wall", "thread-cpu"], default="wall",
+                    help="what both engines read a query's time from (thread-cpu: the query thread's CPU "
+                         "time, leaving out waits for a core on a shared machine)")
     ap.add_argument("--index-threads", type=int, default=0, help="Tantivy's indexing threads (0: all)")
     ap.add_argument("--label", default="", help="a name for this query set in the report")
     args = ap.parse_args()
@@ -117,6 +123,7 @@ def main():
               f"({build['threads']} threads, merged into one segment): {build['index_bytes'] / 1e6:.0f} MB")
 
     report = {"label": args.label, "queries_file": args.queries, "k": args.k, "timing": args.timing,
+              "clock": args.clock,
               "passes": args.passes, "rounds": args.rounds, "tantivy_build": build, "modes": {}}
     stem = args.label or os.path.splitext(os.path.basename(args.queries))[0]
     for mode in args.modes.split(","):
@@ -130,12 +137,14 @@ def main():
                     binary = args.rankserve if engine == "rankserve" else args.baseline
                     run([binary, "bench", "selection", "--index", args.index, "--queries", args.queries,
                          "--mode", mode, "--k", str(args.k), "--k1", "1.2", "--b", "0.75",
-                         "--reps", str(args.passes), "--timing", args.timing, "--out", out], log)
+                         "--reps", str(args.passes), "--timing", args.timing, "--clock", args.clock,
+                         "--out", out], log)
                 else:
                     timing = (["--back-to-back", str(args.passes)] if args.timing == "back-to-back"
                               else ["--passes", str(args.passes)])
                     run([runner, "search", "--index", tantivy_index, "--queries", args.queries,
-                         "--mode", mode, "--k", str(args.k), "--count", "--out", out] + timing, log)
+                         "--mode", mode, "--k", str(args.k), "--clock", args.clock, "--count",
+                         "--out", out] + timing, log)
                 per_round[engine].append(read_runs(out))
         # A query's time: the median of its per-round medians.
         merged = {}
@@ -164,7 +173,7 @@ def main():
             result["baseline_top_k_differs"] = sum(a["ids"] != b["ids"] or a["scores"] != b["scores"]
                                                    for a, b in zip(ours, before))
         report["modes"][mode] = result
-        print(f"{len(ours)} {mode.upper()} queries ({stem}), top-{args.k}, one thread, {args.timing}"
+        print(f"{len(ours)} {mode.upper()} queries ({stem}), top-{args.k}, one thread, {args.timing}, {args.clock}"
               f" ({args.passes} per query, {args.rounds} interleaved rounds): top-{args.k} overlap "
               f"{result['mean_top_k_overlap']:.3f}, hit counts differ on {result['hit_count_mismatches']}")
         print("| µs per query | mean | p50 | p90 | p99 | max |")

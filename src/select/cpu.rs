@@ -16,6 +16,7 @@
 use super::bm25::TermScorer;
 use super::topk::TopK;
 use super::{Mode, Query, QueryTerms, SelectStats};
+use crate::index::codecs::BLOCK_LEN;
 use crate::index::{DocId, Index, PostingCursor, PostingList, TERMINATED};
 
 /// One distinct query term that is in the index.
@@ -166,6 +167,8 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
     let present = vec![true; n_distinct];
     // Per list after the leader: the sum of the block bounds of the lists after it.
     let mut rest_after = vec![0f64; terms.len()];
+    // The leader's postings of a window that may enter: docID, contribution, length.
+    let mut cands = [(0 as DocId, 0f32, 0u32); BLOCK_LEN];
     let mut doc = terms[0].cursor.doc();
     'windows: while doc != TERMINATED {
         let mut window_end = TERMINATED;
@@ -196,37 +199,51 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
             }
         }
         let (leader, others) = terms.split_first_mut().expect("at least one term");
-        let mut d = leader.cursor.seek(doc);
-        // TERMINATED is above every window.
-        while d <= window_end {
+        let first = leader.cursor.seek(doc);
+        if first > window_end {
+            doc = first;
+            continue;
+        }
+        // The leader's postings in the window, each with its exact contribution and length. Once
+        // k are held, only those whose contribution with the other lists' block bounds can beat
+        // the k-th score are kept: a branch-free pass whose length reads (a cache miss each,
+        // most of the time) overlap, as Tantivy's block-max intersection does.
+        let need = theta.map_or(f64::NEG_INFINITY, |theta| theta - others_bound);
+        let mut n_cands = 0;
+        {
+            let (docs, tfs) = leader.cursor.block_rest();
+            let end = docs.partition_point(|&d| d <= window_end);
+            for (&d, &tf) in docs[..end].iter().zip(&tfs[..end]) {
+                let dl = index.scoring_length(d);
+                let c = leader.scorer.contribution(tf, dl);
+                cands[n_cands] = (d, c, dl);
+                n_cands += (c as f64 > need) as usize;
+            }
+        }
+        for &(d, c, dl) in &cands[..n_cands] {
             let theta = top.threshold();
-            let dl = index.scoring_length(d);
-            let c = leader.scorer.contribution(leader.cursor.tf(), dl);
-            // The leader's own score first: most of its postings cannot win with any others.
-            let mut enters = theta.is_none_or(|theta| c as f64 + others_bound > theta);
-            if enters {
-                contrib[leader.qi] = c;
-                let mut partial = c as f64;
-                let n_others = others.len();
-                for (j, t) in others.iter_mut().enumerate() {
-                    let found = t.cursor.seek(d);
-                    if found != d {
-                        if found == TERMINATED {
-                            break 'windows;
-                        }
-                        enters = false;
-                        break;
+            contrib[leader.qi] = c;
+            let mut partial = c as f64;
+            let mut enters = true;
+            let n_others = others.len();
+            for (j, t) in others.iter_mut().enumerate() {
+                let found = t.cursor.seek(d);
+                if found != d {
+                    if found == TERMINATED {
+                        break 'windows;
                     }
-                    let c = t.scorer.contribution(t.cursor.tf(), dl);
-                    contrib[t.qi] = c;
-                    partial += c as f64;
-                    // Only while a list's bound remains (its slack covers the summation order).
-                    if j + 1 < n_others {
-                        if let Some(theta) = theta {
-                            if partial + rest_after[j + 1] <= theta {
-                                enters = false;
-                                break;
-                            }
+                    enters = false;
+                    break;
+                }
+                let c = t.scorer.contribution(t.cursor.tf(), dl);
+                contrib[t.qi] = c;
+                partial += c as f64;
+                // Only while a list's bound remains (its slack covers the summation order).
+                if j + 1 < n_others {
+                    if let Some(theta) = theta {
+                        if partial + rest_after[j + 1] <= theta {
+                            enters = false;
+                            break;
                         }
                     }
                 }
@@ -235,17 +252,11 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
                 stats.docs_scored += 1;
                 top.push(d, exact_score(&contrib, &present));
             }
-            if d == window_end {
-                break;
-            }
-            // Still in the block: its last docID is at least window_end.
-            d = leader.cursor.advance();
         }
         // The next window starts at the leader's next posting when its block, already decoded,
         // holds one; otherwise past this window, the leader's next block still undecoded.
-        doc = match d > window_end {
-            true => d,
-            false if window_end < leader.cursor.block_last() => leader.cursor.seek(window_end + 1),
+        doc = match window_end < leader.cursor.block_last() {
+            true => leader.cursor.seek(window_end + 1),
             false => window_end + 1,
         };
     }

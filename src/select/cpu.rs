@@ -354,7 +354,11 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
     // The live terms by window bound, ascending: the window's non-essential ones first.
     let mut order: Vec<usize> = Vec::with_capacity(n);
     let mut first_essential = 0usize;
-    let mut start = terms.iter().map(|t| t.cursor.doc()).min().unwrap_or(TERMINATED);
+    let mut start = terms
+        .iter()
+        .map(|t| t.cursor.doc())
+        .min()
+        .unwrap_or(TERMINATED);
     while start != TERMINATED {
         let theta = top.threshold();
         if let Some(theta) = theta {

@@ -22,6 +22,9 @@ labelled so in the report).
     python3 scripts/tantivy_compare.py --corpus corpus.jsonl --index idx --queries queries.txt \\
         --work tw [--rankserve target/release/rankserve] [--runner PATH] [--modes and,or]
 
+--baseline OLD_RANKSERVE runs a second rankserve binary in the same rounds (before/after beside
+Tantivy); --clock thread-cpu times both engines by the query thread's CPU time (on a shared machine).
+
 Without --runner the script builds the runner (scripts/build-tantivy-peer.sh, CARGO_TARGET_DIR
 as set). Tantivy's index is built once into WORK/tantivy-index and reused while it exists.
 """
@@ -92,11 +95,16 @@ def main():
     ap.add_argument("--work", required=True, help="directory for Tantivy's index, the runs and the report")
     ap.add_argument("--rankserve", default=os.path.join(ROOT, "target/release/rankserve"))
     ap.add_argument("--runner", help="a built tantivy-runner (default: build peers/tantivy)")
+    ap.add_argument("--baseline", help="another rankserve binary (before a change), run as a third engine "
+                    "in the same rounds on the same index: before/after beside Tantivy")
     ap.add_argument("--modes", default="and,or", help="comma-separated: and, or")
     ap.add_argument("--k", type=int, default=10)
     ap.add_argument("--passes", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2, help="turns per engine, interleaved")
     ap.add_argument("--timing", choices=["passes", "back-to-back"], default="passes")
+    ap.add_argument("--clock", choices=["wall", "thread-cpu"], default="wall",
+                    help="what both engines read a query's time from (thread-cpu: the query thread's CPU "
+                         "time, leaving out waits for a core on a shared machine)")
     ap.add_argument("--index-threads", type=int, default=0, help="Tantivy's indexing threads (0: all)")
     ap.add_argument("--label", default="", help="a name for this query set in the report")
     args = ap.parse_args()
@@ -115,23 +123,28 @@ def main():
               f"({build['threads']} threads, merged into one segment): {build['index_bytes'] / 1e6:.0f} MB")
 
     report = {"label": args.label, "queries_file": args.queries, "k": args.k, "timing": args.timing,
+              "clock": args.clock,
               "passes": args.passes, "rounds": args.rounds, "tantivy_build": build, "modes": {}}
     stem = args.label or os.path.splitext(os.path.basename(args.queries))[0]
     for mode in args.modes.split(","):
-        per_round = {"rankserve": [], "tantivy": []}
+        engines = ["rankserve", "baseline", "tantivy"] if args.baseline else ["rankserve", "tantivy"]
+        per_round = {e: [] for e in engines}
         for r in range(args.rounds):
-            order = ["rankserve", "tantivy"] if r % 2 == 0 else ["tantivy", "rankserve"]
+            order = engines if r % 2 == 0 else engines[::-1]
             for engine in order:
                 out = os.path.join(args.work, f"{stem}-{mode}-{engine}-{r}.jsonl")
-                if engine == "rankserve":
-                    run([args.rankserve, "bench", "selection", "--index", args.index, "--queries", args.queries,
+                if engine != "tantivy":
+                    binary = args.rankserve if engine == "rankserve" else args.baseline
+                    run([binary, "bench", "selection", "--index", args.index, "--queries", args.queries,
                          "--mode", mode, "--k", str(args.k), "--k1", "1.2", "--b", "0.75",
-                         "--reps", str(args.passes), "--timing", args.timing, "--out", out], log)
+                         "--reps", str(args.passes), "--timing", args.timing, "--clock", args.clock,
+                         "--out", out], log)
                 else:
                     timing = (["--back-to-back", str(args.passes)] if args.timing == "back-to-back"
                               else ["--passes", str(args.passes)])
                     run([runner, "search", "--index", tantivy_index, "--queries", args.queries,
-                         "--mode", mode, "--k", str(args.k), "--count", "--out", out] + timing, log)
+                         "--mode", mode, "--k", str(args.k), "--clock", args.clock, "--count",
+                         "--out", out] + timing, log)
                 per_round[engine].append(read_runs(out))
         # A query's time: the median of its per-round medians.
         merged = {}
@@ -146,19 +159,37 @@ def main():
         result = {"rankserve_us": s_ours, "tantivy_us": s_theirs, "per_round": rounds,
                   "ratio": {q: s_ours[q] / s_theirs[q] for q in s_ours if s_theirs[q] > 0},
                   "docs_scored_mean": statistics.fmean(r.get("docs_scored", 0) for r in ours),
+                  "blocks_decoded_mean": statistics.fmean(r.get("blocks_decoded", 0) for r in ours),
                   "hits_mean": statistics.fmean(r.get("hits", 0) or 0 for r in ours),
                   **compare(ours, theirs, args.k)}
+        if args.baseline:
+            before = merged["baseline"]
+            result["baseline_us"] = summary([r["us"] for r in before])
+            result["baseline_ratio"] = {q: result["baseline_us"][q] / s_theirs[q] for q in s_theirs
+                                        if s_theirs[q] > 0}
+            result["baseline_docs_scored_mean"] = statistics.fmean(r.get("docs_scored", 0) for r in before)
+            result["baseline_blocks_decoded_mean"] = statistics.fmean(r.get("blocks_decoded", 0) for r in before)
+            # The same top-k (ids and scores) before and after, query by query.
+            result["baseline_top_k_differs"] = sum(a["ids"] != b["ids"] or a["scores"] != b["scores"]
+                                                   for a, b in zip(ours, before))
         report["modes"][mode] = result
-        print(f"{len(ours)} {mode.upper()} queries ({stem}), top-{args.k}, one thread, {args.timing}"
+        print(f"{len(ours)} {mode.upper()} queries ({stem}), top-{args.k}, one thread, {args.timing}, {args.clock}"
               f" ({args.passes} per query, {args.rounds} interleaved rounds): top-{args.k} overlap "
               f"{result['mean_top_k_overlap']:.3f}, hit counts differ on {result['hit_count_mismatches']}")
         print("| µs per query | mean | p50 | p90 | p99 | max |")
         print("|---|---:|---:|---:|---:|---:|")
-        for name, s in (("tantivy", s_theirs), ("rankserve", s_ours)):
+        rows = [("tantivy", s_theirs), ("rankserve", s_ours)]
+        if args.baseline:
+            rows.insert(1, ("rankserve (baseline)", result["baseline_us"]))
+        for name, s in rows:
             print(f"| {name} | {s['mean']:.1f} | {s['p50']:.1f} | {s['p90']:.1f} | {s['p99']:.1f} | {s['max']:.1f} |")
         ratio = result["ratio"]
         print(f"| rankserve / tantivy | {ratio['mean']:.2f} | {ratio['p50']:.2f} | {ratio['p90']:.2f} | "
               f"{ratio['p99']:.2f} | {ratio['max']:.2f} |")
+        print(f"docs scored per query {result['docs_scored_mean']:.0f}, blocks decoded {result['blocks_decoded_mean']:.0f}"
+              + (f" (baseline {result['baseline_docs_scored_mean']:.0f}, {result['baseline_blocks_decoded_mean']:.0f}; "
+                 f"top-k differs from the baseline's on {result['baseline_top_k_differs']} queries)"
+                 if args.baseline else ""))
     with open(os.path.join(args.work, f"report-{stem}.json"), "w", encoding="utf-8") as f:
         json.dump(report, f, indent=1)
     return 0

@@ -66,6 +66,40 @@ impl Timing {
     }
 }
 
+/// What a query's time is read from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Clock {
+    /// Wall time.
+    #[default]
+    Wall,
+    /// The calling thread's CPU time (`CLOCK_THREAD_CPUTIME_ID`): on a machine shared with
+    /// other work it leaves out the time the thread waits for a core, not the cache misses its
+    /// neighbours cause. Also the Tantivy peer's `--clock thread-cpu`.
+    ThreadCpu,
+}
+
+impl Clock {
+    /// Microseconds on this clock since an arbitrary origin (differences only).
+    pub fn now_us(self) -> f64 {
+        match self {
+            Clock::Wall => {
+                static ORIGIN: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+                ORIGIN.get_or_init(Instant::now).elapsed().as_secs_f64() * 1e6
+            }
+            Clock::ThreadCpu => {
+                let mut ts = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 0,
+                };
+                // SAFETY: clock_gettime writes one timespec through the valid pointer given;
+                // CLOCK_THREAD_CPUTIME_ID exists on every Linux this crate runs on.
+                unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+                ts.tv_sec as f64 * 1e6 + ts.tv_nsec as f64 / 1e3
+            }
+        }
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct SelectionConfig {
@@ -77,6 +111,8 @@ pub struct SelectionConfig {
     /// In passes over the query set or back to back ([`run`] only; the GPU's step timings are
     /// back to back).
     pub timing: Timing,
+    /// What [`run`] reads a query's time from.
+    pub clock: Clock,
     /// Whether [`run`] counts each query's hits (every matching document: an exhaustive search,
     /// untimed).
     pub count_hits: bool,
@@ -232,9 +268,9 @@ pub fn run(
     for (q, timed) in config.timing.schedule(queries.len(), config.reps) {
         let mut ran_now = Vec::with_capacity(backends.len());
         for (b, &backend) in backends.iter().enumerate() {
-            let started = Instant::now();
+            let started = config.clock.now_us();
             let ran = schedule::search(index, &parsed[q], backend, gpu.as_deref_mut(), scheduler)?;
-            let us = started.elapsed().as_secs_f64() * 1e6;
+            let us = config.clock.now_us() - started;
             if let Some(source) = ran.fallback {
                 return Err(BenchSelectError::Fallback {
                     query: queries[q].clone(),

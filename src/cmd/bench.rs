@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rankserve::backend::Backend;
 use rankserve::bench::ranking::{self, BenchConfig, BenchRanker, PowerConfig};
-use rankserve::bench::selection::{self, LatencySummary, SelectionConfig, Timing};
+use rankserve::bench::selection::{self, Clock, LatencySummary, SelectionConfig, Timing};
 use rankserve::gpu::GpuDevice;
 use rankserve::index::Index;
 use rankserve::rank::import::load_any;
@@ -311,6 +311,10 @@ pub struct SelectionArgs {
     /// Passes over the whole query set, or each query's runs back to back.
     #[arg(long, value_enum, default_value_t = Timing::Passes)]
     timing: Timing,
+    /// What a query's time is read from: wall time, or the query thread's CPU time (leaves out
+    /// waiting for a core on a shared machine).
+    #[arg(long, value_enum, default_value_t = Clock::Wall)]
+    clock: Clock,
     /// Write one JSON line per query (query, us, ids, scores, work counters, hits: every
     /// document it matches, counted untimed) here.
     #[arg(long, value_name = "FILE.jsonl")]
@@ -421,6 +425,7 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         },
         reps: args.reps,
         timing: args.timing,
+        clock: args.clock,
         count_hits: args.out.is_some(),
     };
     let scheduler = Scheduler {

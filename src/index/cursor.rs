@@ -87,6 +87,30 @@ impl<'a> PostingCursor<'a> {
         self.dec.tfs[self.pos]
     }
 
+    /// The last docID of the block the cursor has decoded (a [`PostingCursor::seek`] to a
+    /// target up to it decodes nothing); [`TERMINATED`] once the list is exhausted.
+    #[inline]
+    pub fn block_last(&self) -> DocId {
+        match self.doc {
+            TERMINATED => TERMINATED,
+            _ => self.list.block_last(self.block),
+        }
+    }
+
+    /// The postings from the current one to the end of the decoded block, as docIDs and term
+    /// frequencies (decoding the tfs on first use); empty once the list is exhausted. The
+    /// cursor does not move.
+    pub fn block_rest(&mut self) -> (&[DocId], &[u32]) {
+        if self.doc == TERMINATED {
+            return (&[], &[]);
+        }
+        self.tf();
+        (
+            &self.dec.docs[self.pos..self.n],
+            &self.dec.tfs[self.pos..self.n],
+        )
+    }
+
     /// The number of postings in the list.
     pub fn df(&self) -> u32 {
         self.list.df

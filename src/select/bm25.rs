@@ -61,7 +61,7 @@ pub struct TermScorer {
     g_scale: f64,
 }
 
-/// Relative inflation of [`TermScorer::bound`] over the f32 contribution (see the module doc).
+/// Relative inflation of [`TermScorer::max_bound`] over the real-valued contribution (see the module doc).
 pub const BOUND_SLACK: f64 = 1e-5;
 
 impl TermScorer {
@@ -125,13 +125,6 @@ impl TermScorer {
         let tf = tf as f32;
         let norm = self.k1 * (self.one_minus_b + self.b * (dl as f32 / self.avgdl));
         self.idf * ((tf * self.k1_plus_1) / (tf + norm))
-    }
-
-    /// An upper bound (f64) of [`TermScorer::contribution`] over every posting with
-    /// `tf ≤ max_tf` in a document of length `dl` (the contribution grows with tf).
-    #[inline]
-    pub fn bound(&self, max_tf: u32, dl: u32) -> f64 {
-        self.contribution(max_tf, dl) as f64 * (1.0 + BOUND_SLACK)
     }
 
     /// An upper bound (f64) of [`TermScorer::contribution`] over every posting that `m`
@@ -201,10 +194,6 @@ mod tests {
             let min_len = postings.iter().map(|p| p.1).min().unwrap();
             let skip = BlockMax::from_skip(crate::index::codecs::SkipEntry { max_tf, min_len, ..Default::default() });
             prop_assert!(bound <= s.max_bound(&skip) * (1.0 + 1e-12));
-            // At a known length, the block's largest tf bounds every posting of that length.
-            for &(tf, dl) in &postings {
-                prop_assert!((s.contribution(tf, dl) as f64) <= s.bound(max_tf, dl));
-            }
         }
 
         /// Entries chosen at a shard's mean length bound the contributions scored with the

@@ -1,17 +1,22 @@
 //! CPU query processing with dynamic pruning over block-max bounds (`index::blockmax`): AND by
-//! a skipping intersection that also skips every docID range whose blocks' bounds sum to no
-//! more than the k-th score, OR by block-max MaxScore, AND_OR on top of both. The reference the
-//! GPU path must match.
+//! block-max intersection (Tantivy's shape: windows of docIDs skipped on their blocks' bounds,
+//! then each of the shortest list's postings scored before the other lists are sought), OR by
+//! block-max MaxScore in windows (Lucene's shape: the essential lists chosen per window from the
+//! blocks' bounds), AND_OR on top of both. The reference the GPU path must match.
 //!
 //! Every algorithm walks documents in increasing docID order, so a document reaching a full
 //! top-k must score strictly above its threshold (an equal score loses to the smaller docIDs
 //! already held): pruning drops a document only when an upper bound of its score is ≤ the
-//! threshold. Scores are always recomputed exactly (contributions summed in query order) before
-//! a document is offered to the heap.
+//! threshold, and every such bound holds at least one term's block bound, whose slack
+//! (`bm25::BOUND_SLACK`) covers the rounding of summing in another order. Scores are always
+//! recomputed exactly (contributions summed in query order) before a document is offered to the
+//! heap. Blocks are decoded only where a candidate is sought: a window whose bounds cannot beat
+//! the threshold is passed over on the skip entries alone.
 
 use super::bm25::TermScorer;
 use super::topk::TopK;
 use super::{Mode, Query, QueryTerms, SelectStats};
+use crate::index::codecs::BLOCK_LEN;
 use crate::index::{DocId, Index, PostingCursor, PostingList, TERMINATED};
 
 /// One distinct query term that is in the index.
@@ -21,12 +26,10 @@ struct Term<'a> {
     scorer: TermScorer,
     cursor: PostingCursor<'a>,
     /// Block-max place, ahead of (or at) the cursor's block: block `shallow` spans docIDs up to
-    /// `shallow_last`, each of whose contributions is at most `shallow_bound`; its largest tf
-    /// is `shallow_max_tf`.
+    /// `shallow_last`, each of whose contributions is at most `shallow_bound`.
     shallow: usize,
     shallow_last: DocId,
     shallow_bound: f64,
-    shallow_max_tf: u32,
 }
 
 impl<'a> Term<'a> {
@@ -38,7 +41,6 @@ impl<'a> Term<'a> {
             shallow: 0,
             shallow_last: list.block_last(0),
             shallow_bound: scorer.max_bound(&list.block_max(0)),
-            shallow_max_tf: list.skip(0).max_tf,
         }
     }
 
@@ -52,19 +54,8 @@ impl<'a> Term<'a> {
             self.shallow = j;
             self.shallow_last = list.block_last(j);
             self.shallow_bound = self.scorer.max_bound(&list.block_max(j));
-            self.shallow_max_tf = list.skip(j).max_tf;
         }
         Some((self.shallow_last, self.shallow_bound))
-    }
-
-    /// The bound of the term's contribution to a document of length `dl` in the block last
-    /// passed to [`Term::block_bound`]: BM25 falls with length, so a long document is bounded
-    /// far below the block's best posting.
-    #[inline]
-    fn bound_at(&self, dl: u32) -> f64 {
-        self.scorer
-            .bound(self.shallow_max_tf, dl)
-            .min(self.shallow_bound)
     }
 
     /// An upper bound of the term's contribution to any document.
@@ -156,14 +147,14 @@ fn exact_score(contrib: &[f32], present: &[bool]) -> f64 {
     s
 }
 
-/// AND: intersect starting from the shortest list; every other list is `seek`ed to the
-/// candidate, which decodes only the one block (found through the skip entries) that can hold
-/// it. Once k documents are held, the blocks of every list that hold the next target span
-/// docIDs up to the smallest of their last docIDs; when their bounds sum to no more than the
-/// k-th score, nothing up to there can enter and the whole range is skipped, undecoded. (A
-/// candidate is not bounded at its own length before the other lists are sought, as OR's are:
-/// that reads the length of every candidate of the shortest list, most of which the other
-/// lists reject, and cost more CPU time than it saved on the synth corpus at 1 M documents.)
+/// AND: block-max intersection led by the shortest list. At `doc`, every list's block holding
+/// it is found on the skip entries; the smallest of their last docIDs ends a window over which
+/// each list's block bound holds. A window whose bounds sum to no more than the k-th score is
+/// passed over undecoded. In another, the leader's postings are walked: once k documents are
+/// held, each posting's exact contribution plus the other lists' block bounds must beat the
+/// k-th score before any other list is sought (a posting of the leader alone decodes nothing
+/// else), and after each list found, the exact part plus the bounds of the lists still to seek.
+/// Only blocks a sought candidate lands in are decoded.
 fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectStats) -> TopK {
     let mut top = TopK::new(query.k);
     let (mut terms, n_distinct, all_known) = prepare(index, query, lists);
@@ -171,52 +162,103 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
         return top;
     }
     terms.sort_by_key(|t| (t.cursor.df(), t.qi));
+    let lists_bound: f64 = terms.iter().map(Term::list_bound).sum();
     let mut contrib = vec![0f32; n_distinct];
     let present = vec![true; n_distinct];
-    let mut target = terms[0].cursor.doc();
-    'outer: while target != TERMINATED {
-        // The last docID the block bounds were checked up to (none until k are held).
-        let mut checked_to = TERMINATED;
-        if let Some(theta) = top.threshold() {
-            let mut sum = 0f64;
-            for t in terms.iter_mut() {
-                let Some((last, bound)) = t.block_bound(target) else {
-                    break 'outer;
-                };
-                sum += bound;
-                checked_to = checked_to.min(last);
+    // Per list after the leader: the sum of the block bounds of the lists after it.
+    let mut rest_after = vec![0f64; terms.len()];
+    // The leader's postings of a window that may enter: docID, contribution, length.
+    let mut cands = [(0 as DocId, 0f32, 0u32); BLOCK_LEN];
+    let mut doc = terms[0].cursor.doc();
+    'windows: while doc != TERMINATED {
+        let mut window_end = TERMINATED;
+        let mut leader_bound = 0f64;
+        let mut others_bound = 0f64;
+        for (i, t) in terms.iter_mut().enumerate().rev() {
+            let Some((last, bound)) = t.block_bound(doc) else {
+                break 'windows;
+            };
+            window_end = window_end.min(last);
+            match i {
+                0 => leader_bound = bound,
+                _ => {
+                    rest_after[i] = others_bound;
+                    others_bound += bound;
+                }
             }
-            if sum <= theta {
-                // checked_to is some list's docID, below N < TERMINATED.
-                target = checked_to + 1;
+        }
+        let theta = top.threshold();
+        if let Some(theta) = theta {
+            if lists_bound <= theta {
+                break;
+            }
+            if leader_bound + others_bound <= theta {
+                // window_end is some list's docID, below N < TERMINATED.
+                doc = window_end + 1;
                 continue;
             }
         }
-        let candidate = terms[0].cursor.seek(target);
-        if candidate == TERMINATED {
-            break;
-        }
-        if candidate > checked_to {
-            target = candidate;
+        let (leader, others) = terms.split_first_mut().expect("at least one term");
+        let first = leader.cursor.seek(doc);
+        if first > window_end {
+            doc = first;
             continue;
         }
-        for t in terms[1..].iter_mut() {
-            let d = t.cursor.seek(candidate);
-            if d != candidate {
-                if d == TERMINATED {
-                    break 'outer;
-                }
-                target = d;
-                continue 'outer;
+        // The leader's postings in the window, each with its exact contribution and length. Once
+        // k are held, only those whose contribution with the other lists' block bounds can beat
+        // the k-th score are kept: a branch-free pass whose length reads (a cache miss each,
+        // most of the time) overlap, as Tantivy's block-max intersection does.
+        let need = theta.map_or(f64::NEG_INFINITY, |theta| theta - others_bound);
+        let mut n_cands = 0;
+        {
+            let (docs, tfs) = leader.cursor.block_rest();
+            let end = docs.partition_point(|&d| d <= window_end);
+            for (&d, &tf) in docs[..end].iter().zip(&tfs[..end]) {
+                let dl = index.scoring_length(d);
+                let c = leader.scorer.contribution(tf, dl);
+                cands[n_cands] = (d, c, dl);
+                n_cands += (c as f64 > need) as usize;
             }
         }
-        let dl = index.scoring_length(candidate);
-        for t in terms.iter_mut() {
-            contrib[t.qi] = t.scorer.contribution(t.cursor.tf(), dl);
+        for &(d, c, dl) in &cands[..n_cands] {
+            let theta = top.threshold();
+            contrib[leader.qi] = c;
+            let mut partial = c as f64;
+            let mut enters = true;
+            let n_others = others.len();
+            for (j, t) in others.iter_mut().enumerate() {
+                let found = t.cursor.seek(d);
+                if found != d {
+                    if found == TERMINATED {
+                        break 'windows;
+                    }
+                    enters = false;
+                    break;
+                }
+                let c = t.scorer.contribution(t.cursor.tf(), dl);
+                contrib[t.qi] = c;
+                partial += c as f64;
+                // Only while a list's bound remains (its slack covers the summation order).
+                if j + 1 < n_others {
+                    if let Some(theta) = theta {
+                        if partial + rest_after[j + 1] <= theta {
+                            enters = false;
+                            break;
+                        }
+                    }
+                }
+            }
+            if enters {
+                stats.docs_scored += 1;
+                top.push(d, exact_score(&contrib, &present));
+            }
         }
-        stats.docs_scored += 1;
-        top.push(candidate, exact_score(&contrib, &present));
-        target = terms[0].cursor.advance();
+        // The next window starts at the leader's next posting when its block, already decoded,
+        // holds one; otherwise past this window, the leader's next block still undecoded.
+        doc = match window_end < leader.cursor.block_last() {
+            true => leader.cursor.seek(window_end + 1),
+            false => window_end + 1,
+        };
     }
     stats.blocks_decoded += terms.iter().map(|t| t.cursor.blocks_decoded()).sum::<u64>();
     top
@@ -275,137 +317,157 @@ pub fn and_finish(
     (top.into_sorted(), stats)
 }
 
-/// OR: block-max MaxScore. Terms sorted by their list's bound; the shortest prefix whose
-/// bounds sum to no more than the k-th score is non-essential (Turtle & Flood's MaxScore):
-/// candidates come from the other, essential lists only. Before a candidate is scored, the
-/// block-max bounds of the blocks holding it are summed, first over every list (when no more
-/// than the k-th score, every essential list skips to the end of the shortest of those blocks),
-/// then over the lists that can hold it, first as the blocks bound them, then at the
-/// candidate's length with each block's largest tf (no more: the candidate is dropped); the non-essential
-/// lists are sought last to first while their block bounds can still lift it above the k-th
-/// score.
+/// OR: block-max MaxScore in windows. The lists are ordered by their bound; the prefix whose
+/// bounds sum to no more than the k-th score is non-essential for the whole query (Turtle and
+/// Flood's MaxScore) and is only ever sought for a candidate. The other lists' blocks at `start`
+/// end a window (at the smallest of their last docIDs) over which their block bounds hold; in
+/// it, the lists are split again by those bounds (Lucene's MaxScore over windows): the
+/// smallest-bound lists whose bounds sum to no more than the k-th score are non-essential there,
+/// candidates come from the others' postings in the window only (a window with none is passed
+/// over undecoded), and a candidate's non-essential lists are sought, largest bound first, only
+/// while its exact part plus the bounds still to seek can beat the k-th score.
 fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectStats) -> TopK {
     let mut top = TopK::new(query.k);
     let (mut terms, n_distinct, _) = prepare(index, query, lists);
     if terms.is_empty() {
         return top;
     }
-    let ub: Vec<f64> = terms.iter().map(Term::list_bound).collect();
-    // Sorted by bound, ascending (ties by query position, for determinism).
-    let mut order: Vec<usize> = (0..terms.len()).collect();
-    order.sort_by(|&a, &b| ub[a].total_cmp(&ub[b]).then(terms[a].qi.cmp(&terms[b].qi)));
-    let mut taken: Vec<Option<Term>> = terms.drain(..).map(Some).collect();
-    let mut terms: Vec<Term> = order
+    // Ascending by list bound (ties by query position, for determinism).
+    let mut by_bound: Vec<(f64, Term)> = terms.drain(..).map(|t| (t.list_bound(), t)).collect();
+    by_bound.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.qi.cmp(&b.1.qi)));
+    let (ub, mut terms): (Vec<f64>, Vec<Term>) = by_bound.into_iter().unzip();
+    let n = terms.len();
+    // cum[i] = ub[0] + ... + ub[i].
+    let cum: Vec<f64> = ub
         .iter()
-        .map(|&i| taken[i].take().expect("each index once"))
-        .collect();
-    // cum[i] = ub[0] + ... + ub[i], in sorted order.
-    let cum: Vec<f64> = order
-        .iter()
-        .scan(0f64, |s, &i| {
-            *s += ub[i];
+        .scan(0f64, |s, &u| {
+            *s += u;
             Some(*s)
         })
         .collect();
     let mut contrib = vec![0f32; n_distinct];
     let mut present = vec![false; n_distinct];
-    // Per sorted term, its block bound at the candidate (0 when its list has ended).
-    let mut block = vec![0f64; terms.len()];
+    // Per term: whether its list may still hold a document at `start`, and its bound in the
+    // window (its list's bound while it is non-essential for the whole query).
+    let mut live = vec![true; n];
+    let mut bound = vec![0f64; n];
+    // The live terms by window bound, ascending: the window's non-essential ones first.
+    let mut order: Vec<usize> = Vec::with_capacity(n);
     let mut first_essential = 0usize;
-    loop {
+    let mut start = terms
+        .iter()
+        .map(|t| t.cursor.doc())
+        .min()
+        .unwrap_or(TERMINATED);
+    while start != TERMINATED {
         let theta = top.threshold();
         if let Some(theta) = theta {
-            while first_essential < terms.len() && cum[first_essential] <= theta {
+            while first_essential < n && cum[first_essential] <= theta {
                 first_essential += 1;
             }
         }
-        if first_essential == terms.len() {
-            break;
-        }
-        let doc = terms[first_essential..]
-            .iter()
-            .map(|t| t.cursor.doc())
-            .min()
-            .unwrap_or(TERMINATED);
-        if doc == TERMINATED {
-            break;
-        }
-        if let Some(theta) = theta {
-            let (mut all, mut at_doc, mut upto) = (0f64, 0f64, TERMINATED);
-            for (i, t) in terms.iter_mut().enumerate() {
-                let (last, bound) = t.block_bound(doc).unwrap_or((TERMINATED, 0.0));
-                block[i] = bound;
-                all += bound;
-                upto = upto.min(last);
-                if i < first_essential || t.cursor.doc() == doc {
-                    at_doc += bound;
-                }
-            }
-            if all <= theta {
-                // upto is some list's docID (`all` > 0 otherwise... or every list ended).
-                let next = upto.saturating_add(1);
-                for t in terms[first_essential..].iter_mut() {
-                    t.cursor.seek(next);
-                }
+        let mut window_end = TERMINATED;
+        for (i, t) in terms.iter_mut().enumerate() {
+            if !live[i] {
                 continue;
             }
-            let mut drop = at_doc <= theta;
-            if !drop {
-                // The candidate's own length bounds it closer than the blocks do.
-                let dl = index.scoring_length(doc);
-                at_doc = 0.0;
-                for (i, t) in terms.iter().enumerate() {
-                    if i < first_essential || t.cursor.doc() == doc {
-                        block[i] = t.bound_at(dl);
-                        at_doc += block[i];
+            bound[i] = match i < first_essential {
+                true => ub[i],
+                false => match t.block_bound(start) {
+                    Some((last, b)) => {
+                        window_end = window_end.min(last);
+                        b
                     }
-                }
-                drop = at_doc <= theta;
-            }
-            if drop {
-                for t in terms[first_essential..].iter_mut() {
-                    if t.cursor.doc() == doc {
-                        t.cursor.advance();
+                    None => {
+                        live[i] = false;
+                        0.0
                     }
-                }
-                continue;
-            }
+                },
+            };
         }
-        let dl = index.scoring_length(doc);
-        let mut estimate = 0f64;
-        for t in terms[first_essential..].iter_mut() {
-            if t.cursor.doc() == doc {
-                let c = t.scorer.contribution(t.cursor.tf(), dl);
-                contrib[t.qi] = c;
-                present[t.qi] = true;
-                estimate += c as f64;
-                t.cursor.advance();
-            }
+        // Every list essential for the query has ended (or there is none): nothing left can
+        // beat the k-th score.
+        if window_end == TERMINATED {
+            break;
         }
-        let mut pruned = false;
+        order.clear();
+        order.extend((0..n).filter(|&i| live[i]));
+        order.sort_by(|&a, &b| bound[a].total_cmp(&bound[b]).then(a.cmp(&b)));
+        let mut non_essential = 0;
         if let Some(theta) = theta {
-            // rest = the non-essential block bounds not yet replaced by exact contributions.
-            let mut rest: f64 = block[..first_essential].iter().sum();
-            for i in (0..first_essential).rev() {
-                if estimate + rest <= theta {
-                    pruned = true;
-                    break;
-                }
-                rest -= block[i];
+            let mut sum = 0f64;
+            while non_essential < order.len() && sum + bound[order[non_essential]] <= theta {
+                sum += bound[order[non_essential]];
+                non_essential += 1;
+            }
+        }
+        if non_essential == order.len() {
+            // window_end is some list's docID, below N < TERMINATED.
+            start = window_end + 1;
+            continue;
+        }
+        let (lesser, essential) = order.split_at(non_essential);
+        for &i in essential {
+            terms[i].cursor.seek(start);
+        }
+        loop {
+            let cand = (essential.iter())
+                .map(|&i| terms[i].cursor.doc())
+                .min()
+                .unwrap_or(TERMINATED);
+            if cand > window_end {
+                break;
+            }
+            let dl = index.scoring_length(cand);
+            let mut score = 0f64;
+            for &i in essential {
                 let t = &mut terms[i];
-                if t.cursor.seek(doc) == doc {
+                if t.cursor.doc() == cand {
                     let c = t.scorer.contribution(t.cursor.tf(), dl);
                     contrib[t.qi] = c;
                     present[t.qi] = true;
-                    estimate += c as f64;
+                    score += c as f64;
+                    // At the window's end the next posting may lie in a block not yet needed.
+                    if cand < window_end {
+                        t.cursor.advance();
+                    }
                 }
             }
+            let mut enters = true;
+            if let Some(theta) = top.threshold() {
+                let mut rest: f64 = lesser.iter().map(|&i| bound[i]).sum();
+                for &i in lesser.iter().rev() {
+                    let t = &mut terms[i];
+                    // A list non-essential for the query is bounded by its block at cand.
+                    let here = match i < first_essential {
+                        true => t.block_bound(cand).map_or(0.0, |(_, b)| b),
+                        false => bound[i],
+                    };
+                    // Only while a bound remains (its slack covers the summation order).
+                    let remaining = rest - bound[i] + here;
+                    if remaining > 0.0 && score + remaining <= theta {
+                        enters = false;
+                        break;
+                    }
+                    rest -= bound[i];
+                    if t.cursor.seek(cand) == cand {
+                        let c = t.scorer.contribution(t.cursor.tf(), dl);
+                        contrib[t.qi] = c;
+                        present[t.qi] = true;
+                        score += c as f64;
+                    }
+                }
+            }
+            if enters {
+                stats.docs_scored += 1;
+                top.push(cand, exact_score(&contrib, &present));
+            }
+            present.iter_mut().for_each(|p| *p = false);
+            if cand == window_end {
+                break;
+            }
         }
-        if !pruned {
-            stats.docs_scored += 1;
-            top.push(doc, exact_score(&contrib, &present));
-        }
-        present.iter_mut().for_each(|p| *p = false);
+        start = window_end + 1;
     }
     stats.blocks_decoded += terms.iter().map(|t| t.cursor.blocks_decoded()).sum::<u64>();
     top

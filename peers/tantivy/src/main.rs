@@ -26,6 +26,7 @@ use std::time::Instant;
 
 use anyhow::{bail, Context};
 use clap::{Parser, Subcommand, ValueEnum};
+use rankserve::bench::selection::Clock;
 use rankserve::index::corpus::{parse_line, CorpusReader, RawLine};
 use rankserve::index::tokenize::Tokenizer;
 use rayon::prelude::*;
@@ -96,6 +97,10 @@ struct SearchArgs {
     /// Client threads, each running one query at a time.
     #[arg(long, default_value_t = 1)]
     threads: usize,
+    /// What a query's time is read from: wall time, or the query thread's CPU time (rankserve's
+    /// `bench selection --clock`).
+    #[arg(long, value_enum, default_value_t = Clock::Wall)]
+    clock: Clock,
     /// Time each query this many times in a row instead of in passes (the "back-to-back" mode).
     #[arg(long, value_name = "REPS", conflicts_with = "passes")]
     back_to_back: Option<usize>,
@@ -309,9 +314,9 @@ fn search(args: &SearchArgs) -> anyhow::Result<()> {
     }
 
     let run_one = |q: &dyn Query| -> anyhow::Result<f64> {
-        let started = Instant::now();
+        let started = args.clock.now_us();
         let hits = searcher.search(q, &top)?;
-        let us = started.elapsed().as_secs_f64() * 1e6;
+        let us = args.clock.now_us() - started;
         std::hint::black_box(hits);
         Ok(us)
     };

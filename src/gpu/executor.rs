@@ -1,8 +1,9 @@
 //! One executor per device: the device and its turns. Every piece of work that uses a device
 //! (a ranking batch, a batch of selections, an upload into a cache, a crossover measurement)
-//! runs during a turn of that device's executor, one turn at a time: a device has one stream and one cuBLAS handle, and the stages' caches hold its
-//! buffers. A host with several GPUs has several executors in a [`Fleet`], which picks one for
-//! each piece of work, takes a device that fails out of service and tries it again later.
+//! runs during a turn of that device's executor, one turn at a time: a device has one stream
+//! and one cuBLAS handle, and the stages' caches hold its buffers. A host with several GPUs has
+//! several executors in a [`Fleet`], which picks one for each piece of work, takes a device
+//! that fails out of service and tries it again later.
 //!
 //! Work that may be batched with other callers' work waits in a [`Combiner`](super::Combiner),
 //! which runs each batch during one turn.

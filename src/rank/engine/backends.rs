@@ -222,10 +222,12 @@ impl Backends {
             .map_err(|_| PoolTaskFailed("the pool dropped it".into()))?
     }
 
-    /// Whether [`Backends::evaluate`] with `backend` runs on the CPU whatever the batch: the
-    /// CPU was asked for, or there is no GPU.
-    pub fn cpu_only(&self, backend: Backend) -> bool {
-        backend == Backend::Cpu || !self.has_gpu()
+    /// Whether [`Backends::evaluate`] with `backend` runs every batch of `loaded` of up to
+    /// `max_docs` rows on the CPU: the CPU was asked for, there is no GPU, or under `auto` the
+    /// ranker's crossover lies beyond `max_docs` (a host whose cores outrun the device for
+    /// every batch the engine forms; or no crossover).
+    pub fn cpu_only(&self, loaded: &LoadedRanker, backend: Backend, max_docs: usize) -> bool {
+        backend == Backend::Cpu || !self.has_gpu() || !self.prefers_gpu(loaded, max_docs, backend)
     }
 
     /// Whether the scoring `backend` sends a batch of `n_docs` rows of `loaded` to the GPU.

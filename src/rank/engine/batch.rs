@@ -11,7 +11,8 @@
 //! ranker's crossover. With several GPUs a ranker runs as many batches at once as there are
 //! devices (each goes to the least loaded device), so one busy ranker keeps them all working.
 //!
-//! A job that can only run on the CPU (`backend=cpu`, or no GPU) is never batched: the CPU
+//! A job that can only run on the CPU (`backend=cpu`, no GPU, or `auto` for a ranker whose
+//! crossover lies beyond `max_batch_docs`) is never batched: the CPU
 //! scores rows independently at the same cost per row in a batch or alone, so a batch only
 //! serialises requests that the pool would score side by side. Measured (docs/benchmarks.md,
 //! "Batching", the 2-core development machine): CPU batches formed under load cost 19–27 % of
@@ -119,14 +120,28 @@ impl Batcher {
         }
     }
 
-    /// Whether a job of `n_docs` documents on `backend` is scored at once, never queued:
-    /// batching is off, the request asked for the CPU itself (`bypass`), the job can only run
-    /// on the CPU, or it fills a batch alone.
-    pub fn scores_at_once(&self, n_docs: usize, backend: Backend, bypass: bool) -> bool {
+    /// Whether a job of `n_docs` documents for `loaded` on `backend` is scored at once, never
+    /// queued: batching is off, the request asked for the CPU itself (`bypass`), the job can
+    /// only run on the CPU ([`Batcher::on_cpu_only`]), or it fills a batch alone.
+    pub fn scores_at_once(
+        &self,
+        loaded: &LoadedRanker,
+        n_docs: usize,
+        backend: Backend,
+        bypass: bool,
+    ) -> bool {
         bypass
             || !self.config.batching
-            || self.backends.cpu_only(backend)
+            || self.on_cpu_only(loaded, n_docs, backend)
             || n_docs >= self.config.max_docs
+    }
+
+    /// Whether a job of `n_docs` documents for `loaded`, and every batch this batcher could
+    /// put it in, runs on the CPU on `backend` ([`Backends::cpu_only`] at the larger of
+    /// `n_docs` and `max_batch_docs`): then a batch only serialises requests that the pool
+    /// would score side by side, and the job never waits for the GPU.
+    pub fn on_cpu_only(&self, loaded: &LoadedRanker, n_docs: usize, backend: Backend) -> bool {
+        (self.backends).cpu_only(loaded, backend, n_docs.max(self.config.max_docs))
     }
 
     /// Answers `job` into `reply`: at once when `at_once` ([`Batcher::scores_at_once`]), else as

@@ -256,10 +256,12 @@ impl RankEngine {
             (documents, _) => documents,
         };
         let fe_on_gpu = path == HitPath::Rows { fe_on_gpu: true };
-        let at_once = self.batcher.scores_at_once(n_docs, backend, asked_cpu);
+        let at_once = self
+            .batcher
+            .scores_at_once(&ranker, n_docs, backend, asked_cpu);
         // A job that stays on the CPU is scored in the same trip to the pool as its FE; one
         // that may wait for the GPU's turn is scored from a blocking thread instead.
-        let on_pool = self.backends.cpu_only(backend) && !fe_on_gpu;
+        let on_pool = self.batcher.on_cpu_only(&ranker, n_docs, backend) && !fe_on_gpu;
         let fe_started = Instant::now();
         let produce = {
             let (backends, batcher) = (Arc::clone(&self.backends), Arc::clone(&self.batcher));

@@ -1596,7 +1596,7 @@ async fn gpu_backend_ranks_like_the_cpu_and_reports_itself() {
         "rankserve_gpu_power_watts",
         "rankserve_gpu_energy_joules",
         "rankserve_ranker_cache_bytes{cache=\"gpu\",device=\"0\"}",
-        "rankserve_gpu_device_up{device=\"0\"} 1",
+        "rankserve_gpu_device_up{device=\"0\"}",
         "rankserve_gpu_device_turns_total{device=\"0\"}",
         "rankserve_gpu_device_busy_microseconds_total{device=\"0\"}",
     ] {
@@ -1690,8 +1690,9 @@ async fn each_gpu_ranks_like_the_cpu_and_one_out_of_service_gets_no_work() {
     )
     .await;
     let metrics = String::from_utf8(body).unwrap();
+    // The registry is the process's: other tests' servers hold executors of the same devices,
+    // so gauges are not read back here (the executors' state is, above); counters only grow.
     for wanted in [
-        "rankserve_gpu_device_up{device=\"0\"} 0",
         "rankserve_gpu_device_failures_total{device=\"0\"}",
         "rankserve_gpu_fallback_total{stage=\"rank\",reason=\"out_of_service\"}",
     ] {

@@ -204,22 +204,39 @@ impl Backends {
         &self,
         work: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolTaskFailed> {
-        let Some(pool) = &self.pool else {
+        if self.pool.is_none() {
             return tokio::task::spawn_blocking(work)
                 .await
                 .map_err(|err| PoolTaskFailed(err.to_string()));
-        };
+        }
         let (send, receive) = tokio::sync::oneshot::channel();
-        let in_flight = Arc::clone(&self.in_flight);
-        in_flight.fetch_add(1, Ordering::Relaxed);
-        pool.spawn(move || {
+        self.spawn_on_cpu_pool(move || {
             let ran = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
-            in_flight.fetch_sub(1, Ordering::Relaxed);
             let _ = send.send(ran.map_err(|_| PoolTaskFailed("it panicked".into())));
         });
         receive
             .await
             .map_err(|_| PoolTaskFailed("the pool dropped it".into()))?
+    }
+
+    /// Starts `work` on the CPU scoring pool and returns at once, the task counted among those
+    /// in flight until it ends ([`Backends::width`]); without a pool `work` runs on the calling
+    /// thread. A panic in `work` is logged and ends only `work`.
+    pub fn spawn_on_cpu_pool(&self, work: impl FnOnce() + Send + 'static) {
+        fn run(work: impl FnOnce()) {
+            if std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)).is_err() {
+                tracing::error!("a CPU pool task panicked");
+            }
+        }
+        let Some(pool) = &self.pool else {
+            return run(work);
+        };
+        let in_flight = Arc::clone(&self.in_flight);
+        in_flight.fetch_add(1, Ordering::Relaxed);
+        pool.spawn(move || {
+            run(work);
+            in_flight.fetch_sub(1, Ordering::Relaxed);
+        });
     }
 
     /// Whether [`Backends::evaluate`] with `backend` runs every batch of `loaded` of up to

@@ -8,11 +8,14 @@
 //! answers each job as its batch ends and keeps going until the queue is empty. Waiting jobs
 //! hold no thread: each awaits its answer. A device runs one batch at a time anyway; merging
 //! the jobs that wait for it shares a launch, and lets small requests together pass the
-//! ranker's crossover. With several GPUs a ranker runs as many batches at once as there are
-//! devices (each goes to the least loaded device), so one busy ranker keeps them all working.
+//! ranker's crossover. A ranker runs two batches at once per GPU (each goes to the least loaded
+//! device): while one holds its device's turn the other's runner merges its rows or answers its
+//! callers, so the device does not wait for the host between batches, and one busy ranker keeps
+//! every device working.
 //!
 //! A job that can only run on the CPU (`backend=cpu`, no GPU, or `auto` for a ranker whose
-//! crossover lies beyond `max_batch_docs`) is never batched: the CPU
+//! crossover lies beyond `max_batch_docs`) is never batched, and a batch formed in the lane that
+//! the crossover sends to the CPU is handed to the CPU pool while the lane runs on: the CPU
 //! scores rows independently at the same cost per row in a batch or alone, so a batch only
 //! serialises requests that the pool would score side by side. Measured (docs/benchmarks.md,
 //! "Batching", the 2-core development machine): CPU batches formed under load cost 19–27 % of
@@ -40,6 +43,10 @@ use tokio::sync::oneshot;
 use super::backends::Backends;
 use crate::backend::{Backend, Processor};
 use crate::rank::store::LoadedRanker;
+
+/// Batches a ranker's lane runs at once per GPU: two, so that one batch's host work (merging
+/// its rows, answering its callers, forming the next batch) overlaps the other's device turn.
+const BATCHES_PER_DEVICE: usize = 2;
 
 /// Batching parameters.
 #[derive(Debug, Clone, Copy)]
@@ -153,8 +160,8 @@ impl Batcher {
         }
     }
 
-    /// Scores `job` on the calling thread when its ranker runs fewer batches than there are
-    /// GPUs (one without a GPU), answers it, and goes on running, batch after batch, the jobs
+    /// Scores `job` on the calling thread when its ranker runs fewer batches than it may at
+    /// once (two per GPU), answers it, and goes on running, batch after batch, the jobs
     /// that queued meanwhile until none is left (flat combining: whoever found room in the lane
     /// serves it); otherwise queues `job` for the next batch, whose runner answers it. Blocking
     /// while it scores: call it from a thread that may wait for the GPU's turn, not from the
@@ -163,16 +170,42 @@ impl Batcher {
         let lane = self.lane_of(&job.ranker.name);
         {
             let mut state = lane.lock();
-            if state.running >= self.backends.gpu_devices().max(1) {
+            if state.running >= self.batches_at_once() {
                 state.queued.push_back(Queued { job, reply });
                 return;
             }
             state.running += 1;
         }
-        score_batch(vec![Queued { job, reply }], &self.backends);
-        while lane_ends(&lane) {
-            let batch = next_batch(&mut lane.lock(), self.config.max_docs);
-            score_batch(batch, &self.backends);
+        let mut batch = vec![Queued { job, reply }];
+        loop {
+            self.score(batch);
+            let mut state = lane.lock();
+            if state.queued.is_empty() {
+                state.running -= 1;
+                return;
+            }
+            batch = next_batch(&mut state, self.config.max_docs);
+        }
+    }
+
+    /// Batches a ranker's lane runs at once: [`BATCHES_PER_DEVICE`] per GPU.
+    fn batches_at_once(&self) -> usize {
+        self.backends.gpu_devices().max(1) * BATCHES_PER_DEVICE
+    }
+
+    /// Scores `batch` on this thread when it goes to the GPU. One that the crossover sends to
+    /// the CPU goes to the pool instead, and the lane runs on: it holds no device turn, and on
+    /// the runner's thread the CPU's batches would run one after another, each over the pool's
+    /// width under load (one thread), where scoring them at once spreads them over the cores.
+    fn score(&self, batch: Vec<Queued>) {
+        let Some(first) = batch.first() else { return };
+        let docs = batch.iter().map(|queued| queued.job.n_docs).sum();
+        match (self.backends).cpu_only(&first.job.ranker, first.job.backend, docs) {
+            true => {
+                let backends = Arc::clone(&self.backends);
+                (self.backends).spawn_on_cpu_pool(move || score_batch(batch, &backends));
+            }
+            false => score_batch(batch, &self.backends),
         }
     }
 
@@ -183,17 +216,6 @@ impl Batcher {
             None => Arc::clone(lanes.entry(name.to_string()).or_default()),
         }
     }
-}
-
-/// Ends a batch of `lane`: `true` when jobs queued meanwhile (the runner runs them next), else
-/// the runner leaves the lane.
-fn lane_ends(lane: &Mutex<Lane>) -> bool {
-    let mut state = lane.lock();
-    if state.queued.is_empty() {
-        state.running -= 1;
-        return false;
-    }
-    true
 }
 
 /// The next batch of `lane`: the first queued job and those after it of the same ranker version
@@ -350,7 +372,7 @@ mod tests {
 
         // A batch holds the lane: jobs queue behind it.
         let lane = batcher.lane_of("small");
-        lane.lock().running = 1;
+        lane.lock().running = batcher.batches_at_once();
         let jobs: Vec<Job> = (0..3).map(|i| rows(&small, 4 + i, 10 + i as u64)).collect();
         let want: Vec<_> = (jobs.iter()).map(|job| evaluate(&batcher, job)).collect();
         let mut answers: Vec<_> = (jobs.into_iter())
@@ -373,6 +395,56 @@ mod tests {
             assert_eq!(bits(&scored.scores), bits(&want));
         }
         assert_eq!(lane.lock().running, 0, "the runner left the lane running");
+    }
+
+    /// A batch the crossover sends to the CPU goes to the pool: the runner does not wait for it
+    /// (here the pool's threads are all taken when it is submitted) and leaves the lane; the
+    /// job is answered, with its scores alone, once the pool gets to it.
+    #[tokio::test]
+    async fn a_batch_for_the_cpu_goes_to_the_pool_and_the_runner_moves_on() {
+        let (_store, small) = small();
+        let config = BatchConfig {
+            batching: true,
+            max_docs: 4096,
+        };
+        let backends = Arc::new(Backends::new(2, Backend::Cpu));
+        let batcher = Batcher::new(config, Arc::clone(&backends));
+        let job = rows(&small, 7, 3);
+        let want = evaluate(&batcher, &job);
+        // Both pool threads wait for the gate.
+        let gate = Arc::new((std::sync::Mutex::new(false), std::sync::Condvar::new()));
+        let (started, taken) = std::sync::mpsc::channel();
+        for _ in 0..2 {
+            let (gate, started) = (Arc::clone(&gate), started.clone());
+            backends.spawn_on_cpu_pool(move || {
+                started.send(()).unwrap();
+                let (open, opened) = &*gate;
+                let _open = opened.wait_while(open.lock().unwrap(), |open| !*open);
+            });
+        }
+        taken.recv().unwrap();
+        taken.recv().unwrap();
+        let (reply, mut answer) = oneshot::channel();
+        let batcher = Arc::new(batcher);
+        let (returned, submit_returned) = std::sync::mpsc::channel();
+        std::thread::spawn({
+            let batcher = Arc::clone(&batcher);
+            move || {
+                batcher.submit(job, reply);
+                let _ = returned.send(());
+            }
+        });
+        let waited = submit_returned.recv_timeout(Duration::from_secs(10));
+        assert!(waited.is_ok(), "the runner waited for the CPU's batch");
+        assert!(
+            answer.try_recv().is_err(),
+            "scored while the pool was taken"
+        );
+        assert_eq!(batcher.lane_of("small").lock().running, 0);
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        let scored = answer.await.unwrap().unwrap();
+        assert_eq!(bits(&scored.scores), bits(&want));
     }
 
     /// A batch takes queued jobs in order while they share the first one's ranker version and

@@ -12,7 +12,9 @@
 #   bash scripts/batching_ab.sh NEW OLD [SECONDS] [ROUNDS]    # default 3 s, 2 rounds
 #
 # BACKEND (default cpu; auto uses the GPU where the crossover says so) is every server's;
-# LOAD_ARGS are added to the load server's (e.g. "--max-batch-docs 1024").
+# LOAD_ARGS are added to the load server's (e.g. "--max-batch-docs 1024"). CANDIDATE, a third
+# binary, adds a fourth server `candidate` run with its defaults like `load` (a variant of NEW
+# measured in the same minutes); the last columns still compare `load`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 new=$1
@@ -31,7 +33,8 @@ for docs in $sizes; do
   "$new" requests synth --ranker medium --docs "$docs" --count 64 --out "$work/medium-$docs.msgpack" >/dev/null
 done
 
-declare -A port=([window]=18601 [off]=18602 [load]=18603)
+declare -A port=([window]=18601 [off]=18602 [load]=18603 [candidate]=18604)
+names="window off load${CANDIDATE:+ candidate}"
 # Each server its own data directory: they start together and each builds the demo index.
 serve() {
   "$1" serve --addr "127.0.0.1:${port[$2]}" --backend "$backend" --rankers rankers \
@@ -41,7 +44,8 @@ RANKSERVE_BATCH_WINDOW_US=200 serve "$old" window
 RANKSERVE_BATCHING=false serve "$new" off
 # shellcheck disable=SC2086
 serve "$new" load ${LOAD_ARGS:-}
-for name in window off load; do
+[ -n "${CANDIDATE:-}" ] && serve "$CANDIDATE" candidate
+for name in $names; do
   for _ in $(seq 300); do
     curl -sf "http://127.0.0.1:${port[$name]}/readyz" >/dev/null && break
     sleep 0.1
@@ -51,7 +55,7 @@ done
 for round in $(seq "$rounds"); do
   for docs in $sizes; do
     for clients in $loads; do
-      for name in window off load; do
+      for name in $names; do
         "$new" replay --url "http://127.0.0.1:${port[$name]}" --log "$work/medium-$docs.msgpack" \
           --concurrency "$clients" --duration "$seconds" --json \
           >"$out/r$round-$docs-$clients-$name.json"
@@ -60,11 +64,22 @@ for round in $(seq "$rounds"); do
   done
 done
 
-python3 - "$out" "$rounds" "$sizes" "$loads" "$backend" <<'PY'
+# The crossover each server measured for the ranker (auto: which batches went to the GPU).
+for name in $names; do
+  curl -sf "http://127.0.0.1:${port[$name]}/v1/rankers/medium" >"$out/ranker-$name.json" || true
+done
+
+python3 - "$out" "$rounds" "$sizes" "$loads" "$backend" "$names" <<'PY'
 import json, statistics, sys
 out, rounds, sizes, loads, backend = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split(), sys.argv[5]
-names = ["window", "off", "load"]
+names = sys.argv[6].split()
 print(f"backend {backend}; medians of {rounds} rounds; p50 / p99 µs, throughput requests/s")
+for n in names:
+    try:
+        crossover = json.load(open(f"{out}/ranker-{n}.json")).get("crossover") or {}
+        print(f"{n}: crossover {crossover.get('docs')} documents")
+    except (OSError, ValueError):
+        print(f"{n}: no crossover read back")
 print("| documents | clients | " + " | ".join(f"{n}: p50 / p99 / rps" for n in names) + " | load p50 vs off | load rps vs best other |")
 print("|---|---|" + "---|" * (len(names) + 2))
 for docs in sizes:

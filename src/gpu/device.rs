@@ -93,6 +93,8 @@ fn compile_modules(arch: &str) -> Result<Vec<Ptx>, GpuError> {
 pub struct GpuDevice {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
+    /// A second stream, for copies that overlap the work queued on `stream`.
+    copy_stream: Arc<CudaStream>,
     blas: CudaBlas,
     name: String,
     arch: String,
@@ -185,6 +187,13 @@ impl GpuDevice {
         ptx_by_arch: &mut HashMap<String, Vec<Ptx>>,
     ) -> Result<Arc<GpuDevice>, GpuError> {
         let ctx = CudaContext::new(ordinal).during("context creation")?;
+        // SAFETY: with event tracking off, cudarc leaves ordering across streams to the caller.
+        // Every stage queues its work on the one stream (`stream`); the only work on
+        // `copy_stream` is ordered against it by explicit events (`GpuRanker`'s overlapped
+        // batches), and nothing is freed while a copy on it may still read it. Left on, the
+        // second stream would make cudarc record and wait for events around every use of
+        // every buffer.
+        unsafe { ctx.disable_event_tracking() };
         let name = ctx.name().during("device name")?;
         let (major, minor) = ctx.compute_capability().during("compute capability")?;
         let arch = format!("sm_{major}{minor}");
@@ -196,6 +205,7 @@ impl GpuDevice {
             .max(1) as usize;
         let pci_bus_id = pci_bus_id(&ctx)?;
         let stream = ctx.default_stream();
+        let copy_stream = ctx.new_stream().during("stream creation")?;
         let blas = CudaBlas::new(stream.clone()).map_err(|source| GpuError::Cublas {
             op: "handle creation",
             source,
@@ -221,6 +231,7 @@ impl GpuDevice {
         Ok(Arc::new(GpuDevice {
             ctx,
             stream,
+            copy_stream,
             blas,
             ordinal,
             pci_bus_id,
@@ -275,6 +286,13 @@ impl GpuDevice {
     /// The stream every stage's work is queued on.
     pub fn stream(&self) -> &Arc<CudaStream> {
         &self.stream
+    }
+
+    /// A stream for copies in that overlap the work on [`GpuDevice::stream`]: ordered against it
+    /// by events only (cudarc's event tracking is off), and not synchronised by
+    /// [`GpuDevice::synchronize`].
+    pub fn copy_stream(&self) -> &Arc<CudaStream> {
+        &self.copy_stream
     }
 
     /// The cuBLAS handle, bound to [`GpuDevice::stream`]. Its math mode is cuBLAS's default, so

@@ -35,22 +35,23 @@ done
 
 declare -A port=([window]=18601 [off]=18602 [load]=18603 [candidate]=18604)
 names="window off load${CANDIDATE:+ candidate}"
-# Each server its own data directory: they start together and each builds the demo index.
+# Each server its own data directory, started once the one before is ready: a ranker's crossover
+# is measured as it loads, and servers starting together (each building the demo index) would
+# measure it on a loaded host.
 serve() {
   "$1" serve --addr "127.0.0.1:${port[$2]}" --backend "$backend" --rankers rankers \
     --data-dir "$work/data-$2" "${@:3}" >"$out/serve-$2.log" 2>&1 &
+  for _ in $(seq 600); do
+    curl -sf "http://127.0.0.1:${port[$2]}/readyz" >/dev/null && return
+    sleep 0.1
+  done
+  echo "$2 never became ready" >&2
 }
 RANKSERVE_BATCH_WINDOW_US=200 serve "$old" window
 RANKSERVE_BATCHING=false serve "$new" off
 # shellcheck disable=SC2086
 serve "$new" load ${LOAD_ARGS:-}
 [ -n "${CANDIDATE:-}" ] && serve "$CANDIDATE" candidate
-for name in $names; do
-  for _ in $(seq 300); do
-    curl -sf "http://127.0.0.1:${port[$name]}/readyz" >/dev/null && break
-    sleep 0.1
-  done
-done
 
 for round in $(seq "$rounds"); do
   for docs in $sizes; do

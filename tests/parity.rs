@@ -1132,34 +1132,47 @@ fn split_and_pooled_batches_gpu_match_cpu() {
 }
 
 /// A large batch of rows is scored in parts whose copy in overlaps the scoring of the part
-/// before (two buffer sets, the device's copy stream, events between them): the scores are the
-/// one-part-at-a-time path's (`score_timed`), bit for bit, and the CPU's, for part counts of two
-/// to four and a short last part.
+/// before (two buffer sets, the device's copy stream, events between them), for part counts of
+/// two to four and a short last part: the scores are the CPU's, and for a ranker of trees alone
+/// those of the one-part-at-a-time path (`score_timed`) bit for bit. With NN layers they may
+/// differ from that path in the last bits of a layer's f32 sums, as any two batch sizes may on
+/// the GPU (cuBLAS picks its kernel by size), so there they are held to the CPU's tolerance.
 #[test]
 fn overlapped_parts_gpu_match_serial_batches_and_cpu() {
     let what = "overlapped parts";
     let Some(device) = device_for_tests(what) else {
         return;
     };
-    for (path, seed) in [("rankers/large.json", 40), ("rankers/medium.json", 41)] {
+    for (path, seed, has_layers) in [
+        ("fixtures/trees/lgb_lambdarank.model.json", 40, false),
+        ("rankers/large.json", 41, true),
+    ] {
         let ranker = load(path);
+        assert_eq!(!ranker.layers.is_empty(), has_layers, "{path}");
         let gpu = GpuRanker::upload(&device, &ranker, PlanOptions::default()).unwrap();
         for n_docs in [4096, 9001, 10_000] {
             let features = adversarial_features(&ranker, n_docs, seed + n_docs as u64);
             let expected = cpu::score_batch(&ranker, &features, 0);
             let got = gpu.score(&device, &features, false).unwrap();
             let (serial, _) = gpu.score_timed(&device, &features).unwrap();
-            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             assert_eq!(got.scores.len(), n_docs);
-            assert_eq!(
-                bits(&got.scores),
-                bits(&serial.scores),
-                "{path}, {n_docs} documents: overlapped and serial scores differ"
-            );
-            for (d, (&g, &c)) in got.scores.iter().zip(&expected).enumerate() {
+            if !has_layers {
+                let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
                 assert!(
-                    relative_error(g, c) <= 1e-4,
-                    "{path}, {n_docs} documents: document {d}: GPU {g} vs CPU {c}"
+                    bits(&got.scores) == bits(&serial.scores),
+                    "{path}, {n_docs} documents: overlapped and serial scores differ"
+                );
+            }
+            for (d, ((&g, &s), &c)) in got
+                .scores
+                .iter()
+                .zip(&serial.scores)
+                .zip(&expected)
+                .enumerate()
+            {
+                assert!(
+                    relative_error(g, c) <= 1e-4 && relative_error(g, s) <= 1e-4,
+                    "{path}, {n_docs} documents: document {d}: GPU {g} (serial {s}) vs CPU {c}"
                 );
             }
         }

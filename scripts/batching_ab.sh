@@ -13,8 +13,8 @@
 #
 # BACKEND (default cpu; auto uses the GPU where the crossover says so) is every server's;
 # LOAD_ARGS are added to the load server's (e.g. "--max-batch-docs 1024"). CANDIDATE, a third
-# binary, adds a fourth server `candidate` run with its defaults like `load` (a variant of NEW
-# measured in the same minutes); the last columns still compare `load`.
+# binary, adds a fourth server `candidate` run like `load` with CANDIDATE_ARGS (a variant of NEW,
+# or NEW with other settings, measured in the same minutes); the last columns compare `load`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 new=$1
@@ -51,7 +51,8 @@ RANKSERVE_BATCH_WINDOW_US=200 serve "$old" window
 RANKSERVE_BATCHING=false serve "$new" off
 # shellcheck disable=SC2086
 serve "$new" load ${LOAD_ARGS:-}
-[ -n "${CANDIDATE:-}" ] && serve "$CANDIDATE" candidate
+# shellcheck disable=SC2086
+[ -n "${CANDIDATE:-}" ] && serve "$CANDIDATE" candidate ${CANDIDATE_ARGS:-}
 
 for round in $(seq "$rounds"); do
   for docs in $sizes; do

@@ -8,10 +8,8 @@
 //! answers each job as its batch ends and keeps going until the queue is empty. Waiting jobs
 //! hold no thread: each awaits its answer. A device runs one batch at a time anyway; merging
 //! the jobs that wait for it shares a launch, and lets small requests together pass the
-//! ranker's crossover. A ranker runs two batches at once per GPU (each goes to the least loaded
-//! device): while one holds its device's turn the other's runner merges its rows or answers its
-//! callers, so the device does not wait for the host between batches, and one busy ranker keeps
-//! every device working.
+//! ranker's crossover. With several GPUs a ranker runs as many batches at once as there are
+//! devices (each goes to the least loaded device), so one busy ranker keeps them all working.
 //!
 //! A job that can only run on the CPU (`backend=cpu`, no GPU, or `auto` for a ranker whose
 //! crossover lies beyond `max_batch_docs`) is never batched, and a batch formed in the lane that
@@ -27,7 +25,9 @@
 //!
 //! Work nobody will read is skipped: a queued job whose caller has gone (its deadline fired and
 //! the handler answered 504) or whose deadline has passed is dropped when its batch is formed.
-//! A document's score never depends on its batch-mates: both backends score rows independently.
+//! A document's score never depends on its batch-mates' values: both backends score rows
+//! independently. On the GPU the batch's size may move the last bits of a sum (the tree kernel's
+//! launch shape and cuBLAS's kernel follow it), within DESIGN §2's tolerance.
 //!
 //! Bypass (scored at once, never queued): batching off, a job that can only run on the CPU
 //! (`backend=cpu` asked for by the request or configured, or no GPU), and jobs that fill a
@@ -43,10 +43,6 @@ use tokio::sync::oneshot;
 use super::backends::Backends;
 use crate::backend::{Backend, Processor};
 use crate::rank::store::LoadedRanker;
-
-/// Batches a ranker's lane runs at once per GPU: two, so that one batch's host work (merging
-/// its rows, answering its callers, forming the next batch) overlaps the other's device turn.
-const BATCHES_PER_DEVICE: usize = 2;
 
 /// Batching parameters.
 #[derive(Debug, Clone, Copy)]
@@ -160,8 +156,8 @@ impl Batcher {
         }
     }
 
-    /// Scores `job` on the calling thread when its ranker runs fewer batches than it may at
-    /// once (two per GPU), answers it, and goes on running, batch after batch, the jobs
+    /// Scores `job` on the calling thread when its ranker runs fewer batches than there are
+    /// GPUs (one without a GPU), answers it, and goes on running, batch after batch, the jobs
     /// that queued meanwhile until none is left (flat combining: whoever found room in the lane
     /// serves it); otherwise queues `job` for the next batch, whose runner answers it. Blocking
     /// while it scores: call it from a thread that may wait for the GPU's turn, not from the
@@ -188,9 +184,11 @@ impl Batcher {
         }
     }
 
-    /// Batches a ranker's lane runs at once: [`BATCHES_PER_DEVICE`] per GPU.
+    /// Batches a ranker's lane runs at once: one per GPU (one without a GPU). Two per GPU, so
+    /// that one batch's host work would overlap the other's device turn, measured worse on an
+    /// H100 host (docs/benchmarks.md, "Batching"): smaller batches, more turns.
     fn batches_at_once(&self) -> usize {
-        self.backends.gpu_devices().max(1) * BATCHES_PER_DEVICE
+        self.backends.gpu_devices().max(1)
     }
 
     /// Scores `batch` on this thread when it goes to the GPU. One that the crossover sends to

@@ -12,6 +12,7 @@ pub mod cursor;
 pub mod error;
 pub mod format;
 pub mod forward;
+pub mod lengths;
 pub mod manifest;
 pub mod postings;
 pub mod queries;

@@ -357,7 +357,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
     let mut live = vec![true; n];
     let mut bound = vec![0f64; n];
     // The live terms by window bound, ascending: the window's non-essential ones first.
-    let mut order: Vec<usize> = Vec::with_capacity(n);
+    let mut order: Vec<usize> = (0..n).collect();
     let mut first_essential = 0usize;
     let mut start = terms
         .iter()
@@ -395,9 +395,13 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
         if window_end == TERMINATED {
             break;
         }
-        order.clear();
-        order.extend((0..n).filter(|&i| live[i]));
-        order.sort_by(|&a, &b| bound[a].total_cmp(&bound[b]).then(a.cmp(&b)));
+        // Last window's order, less the lists that ended, is most often still in order: sorted
+        // only when it is not.
+        order.retain(|&i| live[i]);
+        let by_bound = |&a: &usize, &b: &usize| bound[a].total_cmp(&bound[b]).then(a.cmp(&b));
+        if !order.is_sorted_by(|a, b| by_bound(a, b).is_le()) {
+            order.sort_by(by_bound);
+        }
         let mut non_essential = 0;
         if let Some(theta) = theta {
             let mut sum = 0f64;

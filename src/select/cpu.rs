@@ -151,10 +151,12 @@ fn exact_score(contrib: &[f32], present: &[bool]) -> f64 {
 /// it is found on the skip entries; the smallest of their last docIDs ends a window over which
 /// each list's block bound holds. A window whose bounds sum to no more than the k-th score is
 /// passed over undecoded. In another, the leader's postings are walked: once k documents are
-/// held, each posting's exact contribution plus the other lists' block bounds must beat the
-/// k-th score before any other list is sought (a posting of the leader alone decodes nothing
-/// else), and after each list found, the exact part plus the bounds of the lists still to seek.
-/// Only blocks a sought candidate lands in are decoded.
+/// held, each posting's contribution plus the other lists' block bounds must beat the k-th
+/// score before any other list is sought (a posting of the leader alone decodes nothing else),
+/// and after each list found, the part found plus the bounds of the lists still to seek. Those
+/// contributions are bounded at the document's length floor; the exact length is read, and the
+/// score computed, only for a document every list holds. Only blocks a sought candidate lands
+/// in are decoded.
 fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectStats) -> TopK {
     let mut top = TopK::new(query.k);
     let (mut terms, n_distinct, all_known) = prepare(index, query, lists);

@@ -356,11 +356,22 @@ proptest! {
     }
 }
 
+/// How [`random_corpus`] pads its bodies.
+#[derive(Debug, Clone, Copy)]
+enum Pad {
+    /// Up to 200 words: bodies of 1 to ~200 words.
+    Varied,
+    /// To 200 words: scores depend on the tfs alone and tie by the hundred.
+    Tied,
+    /// Up to ~8 000 words, spread over powers of two: lengths across many of the one-byte
+    /// length floors' codes (`index::lengths`), whose steps grow with the length.
+    Spread,
+}
+
 /// A corpus of `n` documents over an 8-word vocabulary, word `w` in a document with probability
-/// ~1/(w+1) and repeated up to ~16 times, bodies 1 to ~200 words: long lists with varied tf and
-/// length, so that block bounds differ from block to block. With `tied`, every body is 200
-/// words long, so that scores depend on the tfs alone and tie by the hundred.
-fn random_corpus(dir: &Path, n: usize, seed: u64, tied: bool) -> PathBuf {
+/// ~1/(w+1) and repeated up to ~16 times, then padded (`pad`): long lists with varied tf and
+/// length, so that block bounds differ from block to block.
+fn random_corpus(dir: &Path, n: usize, seed: u64, pad: Pad) -> PathBuf {
     let mut x = seed | 1;
     let mut next = |m: u64| {
         x ^= x << 13;
@@ -378,9 +389,13 @@ fn random_corpus(dir: &Path, n: usize, seed: u64, tied: bool) -> PathBuf {
                 words.extend(std::iter::repeat_n(format!("w{w}"), tf));
             }
         }
-        let pad = match tied {
-            true => 200 - words.len(),
-            false => next(200) as usize,
+        let pad = match pad {
+            Pad::Varied => next(200) as usize,
+            Pad::Tied => 200 - words.len(),
+            Pad::Spread => {
+                let bits = next(14);
+                next(1 << bits) as usize
+            }
         };
         words.extend(std::iter::repeat_n("pad".to_string(), pad));
         let body = words.join(" ");
@@ -404,7 +419,7 @@ proptest! {
             prop_oneof![Just(1.2f32), 0f32..3.0], prop_oneof![Just(0.75f32), Just(0.4), 0f32..=1.0]), 12),
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let corpus = random_corpus(dir.path(), n, seed, false);
+        let corpus = random_corpus(dir.path(), n, seed, Pad::Varied);
         for codec in [Codec::Ef, Codec::Pfor] {
             let (_d, index) = built(&corpus, "random", codec);
             let old = version_2_copy(&index);
@@ -433,7 +448,31 @@ proptest! {
             prop_oneof![Just(1.2f32), 0f32..3.0], prop_oneof![Just(0.75f32), 0f32..=1.0]), 16),
     ) {
         let dir = tempfile::tempdir().unwrap();
-        let corpus = random_corpus(dir.path(), n, seed, tied);
+        let corpus = random_corpus(dir.path(), n, seed, if tied { Pad::Tied } else { Pad::Varied });
+        let (_d, index) = built(&corpus, "random", if seed % 2 == 0 { Codec::Ef } else { Codec::Pfor });
+        for (words, k, mode, k1, b) in &queries {
+            let terms = words.iter().map(|w| if *w == 8 { "pad".to_string() } else { format!("w{w}") }).collect();
+            let mut q = Query::new(terms, *k, MODES[*mode as usize]);
+            q.params = Bm25Params { k1: *k1, b: *b };
+            prop_assert_eq!(&search(&index, &q).unwrap().hits, &reference(&index, &q), "query {:?}", q);
+        }
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(6))]
+    /// Lengths from 0 to ~8 000 words, where the one-byte length floors that AND prunes on
+    /// (and its exact lengths only for what may enter) are up to a sixteenth below the exact
+    /// lengths: small k over long lists, every answer equal to the reference, score bits and
+    /// ties by smaller docID included.
+    #[test]
+    fn length_floor_pruning_matches_the_reference(
+        n in 500usize..2000, seed in any::<u64>(),
+        queries in proptest::collection::vec((proptest::collection::vec(0u8..9, 1..6), 1usize..12, 0u8..3,
+            prop_oneof![Just(1.2f32), 0f32..3.0], prop_oneof![Just(0.75f32), 0f32..=1.0]), 16),
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let corpus = random_corpus(dir.path(), n, seed, Pad::Spread);
         let (_d, index) = built(&corpus, "random", if seed % 2 == 0 { Codec::Ef } else { Codec::Pfor });
         for (words, k, mode, k1, b) in &queries {
             let terms = words.iter().map(|w| if *w == 8 { "pad".to_string() } else { format!("w{w}") }).collect();
@@ -450,7 +489,7 @@ proptest! {
 #[test]
 fn block_max_bounds_prune_and_and_or() {
     let dir = tempfile::tempdir().unwrap();
-    let corpus = random_corpus(dir.path(), 20_000, 7, false);
+    let corpus = random_corpus(dir.path(), 20_000, 7, Pad::Varied);
     let (_d, index) = built(&corpus, "random", Codec::Pfor);
     let old = version_2_copy(&index);
     for (mode, words) in [(Mode::And, ["w0", "w1"]), (Mode::Or, ["w1", "w2"])] {

@@ -8,7 +8,7 @@
 //! Term frequencies are decoded lazily, only for blocks where [`PostingCursor::tf`] is called.
 
 use super::codecs::BlockDecoder;
-use super::reader::PostingList;
+use super::postings::PostingList;
 use super::DocId;
 
 /// The docID of an exhausted cursor (no index has 2³² − 1 documents).

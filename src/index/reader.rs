@@ -1,5 +1,6 @@
 //! Opens an index directory through mmap, checks every file and offset once at open, and
-//! serves the dictionary, posting lists, per-document data and the forward index.
+//! serves the dictionary, posting lists (`super::postings`), per-document data and the forward
+//! index (`super::forward`).
 //!
 //! After [`Index::open`] succeeds, every offset the accessors use has been range-checked, so
 //! a truncated or corrupted file is refused at open (naming the file and the check) rather
@@ -7,13 +8,14 @@
 
 use std::path::{Path, PathBuf};
 
-use super::blockmax::{BlockMax, BLOCK_MAX_BYTES};
-use super::codecs::{
-    block_len, bounds_of, read_u32, BlockBounds, Codec, SkipEntry, BLOCK_LEN, SKIP_ENTRY_BYTES,
-};
-use super::cursor::PostingCursor;
+use super::blockmax::BLOCK_MAX_BYTES;
+use super::codecs::{block_len, read_u32, Codec, BLOCK_LEN, SKIP_ENTRY_BYTES};
 use super::format::MappedFile;
+use super::forward;
+pub use super::forward::{ForwardIndex, ForwardStream, StreamHits, KIND_FORWARD};
+use super::lengths::LengthFloors;
 pub use super::manifest::{Manifest, MANIFEST_VERSION};
+pub use super::postings::{PostingList, TermInfo};
 use super::{DocId, IndexError, TermId};
 
 /// The manifest's file name.
@@ -40,177 +42,6 @@ pub const KIND_SKIPS: [u8; 4] = *b"SKIP";
 pub const KIND_BLOCK_MAX: [u8; 4] = *b"BMAX";
 /// Container kind of `docs.bin`.
 pub const KIND_DOCS: [u8; 4] = *b"DOCS";
-/// Container kind of `forward.bin`.
-pub const KIND_FORWARD: [u8; 4] = *b"FWDX";
-
-/// A term's entry in the dictionary (32 bytes on disk: df u32, n_blocks u32,
-/// postings_offset u64, postings_len u64, skip_start u64; little-endian).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct TermInfo {
-    /// Documents whose scoring stream contains the term (0 for a term seen only elsewhere).
-    pub df: u32,
-    /// Blocks in its list: ceil(df / 128).
-    pub n_blocks: u32,
-    /// Offset of its first block in `postings.bin`'s payload.
-    pub postings_offset: u64,
-    /// Bytes of its list.
-    pub postings_len: u64,
-    /// Index of its first skip entry in `skips.bin`.
-    pub skip_start: u64,
-}
-
-impl TermInfo {
-    /// Bytes on disk.
-    pub const BYTES: usize = 32;
-
-    /// Appends the 32 bytes.
-    pub fn write(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(&self.df.to_le_bytes());
-        out.extend_from_slice(&self.n_blocks.to_le_bytes());
-        out.extend_from_slice(&self.postings_offset.to_le_bytes());
-        out.extend_from_slice(&self.postings_len.to_le_bytes());
-        out.extend_from_slice(&self.skip_start.to_le_bytes());
-    }
-
-    fn read(b: &[u8]) -> Self {
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        TermInfo {
-            df: read_u32(b, 0),
-            n_blocks: read_u32(b, 4),
-            postings_offset: u64_at(8),
-            postings_len: u64_at(16),
-            skip_start: u64_at(24),
-        }
-    }
-}
-
-/// One term's posting list: its blocks and skip entries, borrowed from the mapped files.
-#[derive(Debug, Clone, Copy)]
-pub struct PostingList<'a> {
-    /// The codec of the blocks.
-    pub codec: Codec,
-    /// Number of postings.
-    pub df: u32,
-    bytes: &'a [u8],
-    skips: &'a [u8],
-    /// Its blocks' `blockmax.bin` entries, or empty (an index made before manifest version 3,
-    /// or a list made by [`PostingList::from_parts`]).
-    maxes: &'a [u8],
-    /// The whole list's entry, or empty (no entries, or a list of one block).
-    list_entry: &'a [u8],
-}
-
-impl<'a> PostingList<'a> {
-    /// An empty list (for terms not in the index).
-    pub fn empty(codec: Codec) -> Self {
-        Self {
-            codec,
-            df: 0,
-            bytes: &[],
-            skips: &[],
-            maxes: &[],
-            list_entry: &[],
-        }
-    }
-
-    /// Builds a list over raw bytes (tests and benchmarks); `skips` holds 16-byte entries.
-    pub fn from_parts(codec: Codec, df: u32, bytes: &'a [u8], skips: &'a [u8]) -> Self {
-        Self {
-            codec,
-            df,
-            bytes,
-            skips,
-            maxes: &[],
-            list_entry: &[],
-        }
-    }
-
-    /// The whole list's block-max entry, when the index has them.
-    pub fn list_max(&self) -> Option<BlockMax> {
-        match (self.maxes.is_empty(), self.list_entry.is_empty()) {
-            (true, _) => None,
-            (false, true) => Some(self.block_max(0)),
-            (false, false) => Some(BlockMax::read(self.list_entry)),
-        }
-    }
-
-    /// Block `j`'s block-max entry, or what its skip entry bounds when the index has none.
-    #[inline]
-    pub fn block_max(&self, j: usize) -> BlockMax {
-        match self.maxes.is_empty() {
-            true => BlockMax::from_skip(self.skip(j)),
-            false => BlockMax::read(&self.maxes[j * BLOCK_MAX_BYTES..]),
-        }
-    }
-
-    /// Number of blocks.
-    pub fn n_blocks(&self) -> usize {
-        self.skips.len() / SKIP_ENTRY_BYTES
-    }
-
-    /// Skip entry `j`.
-    #[inline]
-    pub fn skip(&self, j: usize) -> SkipEntry {
-        SkipEntry::read(&self.skips[j * SKIP_ENTRY_BYTES..(j + 1) * SKIP_ENTRY_BYTES])
-    }
-
-    /// Last docID of block `j` (reads 4 bytes).
-    #[inline]
-    pub fn block_last(&self, j: usize) -> DocId {
-        read_u32(self.skips, j * SKIP_ENTRY_BYTES)
-    }
-
-    /// Block `j`'s bytes.
-    pub fn block_bytes(&self, j: usize) -> &'a [u8] {
-        let start = read_u32(self.skips, j * SKIP_ENTRY_BYTES + 4) as usize;
-        let end = if j + 1 < self.n_blocks() {
-            read_u32(self.skips, (j + 1) * SKIP_ENTRY_BYTES + 4) as usize
-        } else {
-            self.bytes.len()
-        };
-        &self.bytes[start..end]
-    }
-
-    /// Block `j`'s docID bounds.
-    pub fn bounds(&self, j: usize) -> BlockBounds {
-        bounds_of(|k| self.skip(k), j, self.df as usize)
-    }
-
-    /// The list's encoded bytes (all blocks).
-    pub fn bytes(&self) -> &'a [u8] {
-        self.bytes
-    }
-
-    /// A cursor on the first posting.
-    pub fn cursor(self) -> PostingCursor<'a> {
-        PostingCursor::new(self)
-    }
-}
-
-/// One stream of a document in the forward index.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ForwardStream {
-    /// Index into [`Manifest::streams`].
-    pub stream: u32,
-    /// Tokens in the stream (positions are `0..length`).
-    pub length: u32,
-    /// Tokens per phrase, in order (they sum to `length`).
-    pub phrase_lens: Vec<u32>,
-    /// The term id at each position.
-    pub terms: Vec<TermId>,
-}
-
-/// A stream's hits for one query: DESIGN §5's `{"length", "phrases": [[[term index, position], ...], ...]}`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct StreamHits {
-    /// The stream's name.
-    pub stream: String,
-    /// Tokens in the stream.
-    pub length: u32,
-    /// Per phrase that holds at least one query term, its hits `[query term index, position]`
-    /// in position order. Phrases without hits are left out.
-    pub phrases: Vec<Vec<[u32; 2]>>,
-}
 
 /// The first `i` in `0..n` with `!below(i)` (`below` true then false over `0..n`).
 fn partition_point_u32(n: usize, below: impl Fn(usize) -> bool) -> usize {
@@ -238,7 +69,9 @@ pub struct Index {
     /// their skip entries alone.
     block_max: Option<MappedFile>,
     docs: MappedFile,
-    forward: Option<MappedFile>,
+    forward: Option<ForwardIndex>,
+    /// A byte per document bounding its scoring length from below (made at open).
+    length_floors: LengthFloors,
     avg_scoring_length: f64,
     generation: u64,
 }
@@ -267,18 +100,18 @@ impl Index {
             false => None,
         };
         let docs = MappedFile::open(&dir.join(DOCS_FILE), KIND_DOCS, 5)?;
+        let n = manifest.num_docs;
         let forward = if manifest.has_forward {
-            Some(MappedFile::open(&dir.join(FORWARD_FILE), KIND_FORWARD, 2)?)
+            Some(ForwardIndex::open(&dir.join(FORWARD_FILE), n)?)
         } else {
             None
         };
-        let n = manifest.num_docs;
         let avg_scoring_length = if n == 0 {
             0.0
         } else {
             manifest.total_scoring_length as f64 / n as f64
         };
-        let index = Self {
+        let mut index = Self {
             dir: dir.to_path_buf(),
             manifest,
             terms,
@@ -287,12 +120,13 @@ impl Index {
             block_max,
             docs,
             forward,
+            length_floors: LengthFloors::default(),
             avg_scoring_length,
             generation: NEXT_GENERATION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         };
         index.check_terms()?;
         index.check_docs()?;
-        index.check_forward()?;
+        index.length_floors = LengthFloors::new((0..n as u32).map(|d| index.scoring_length(d)));
         Ok(index)
     }
 
@@ -440,12 +274,12 @@ impl Index {
             let end = if j + 1 < list.n_blocks() {
                 list.skip(j + 1).offset as u64
             } else {
-                list.bytes.len() as u64
+                list.bytes().len() as u64
             };
-            if end < s.offset as u64 || end > list.bytes.len() as u64 {
+            if end < s.offset as u64 || end > list.bytes().len() as u64 {
                 return Err(bad_skip(
                     j,
-                    format!("block ends at {end}, list has {} bytes", list.bytes.len()),
+                    format!("block ends at {end}, list has {} bytes", list.bytes().len()),
                 ));
             }
             if let Some(f) = self.block_max.as_ref() {
@@ -475,7 +309,7 @@ impl Index {
                     ),
                 ));
             }
-            let block = &list.bytes[s.offset as usize..end as usize];
+            let block = &list.bytes()[s.offset as usize..end as usize];
             match block_len(list.codec, block, bounds) {
                 Ok(l) if l == block.len() => {}
                 Ok(l) => {
@@ -563,14 +397,6 @@ impl Index {
                 m.scoring,
                 scoring_lengths[d as usize]
             )));
-        }
-        Ok(())
-    }
-
-    fn check_forward(&self) -> Result<(), IndexError> {
-        if let Some(f) = &self.forward {
-            f.expect_len(1, "document offsets", self.manifest.num_docs + 1, 8)?;
-            check_offsets(f, 1, 0, "document offsets")?;
         }
         Ok(())
     }
@@ -663,16 +489,16 @@ impl Index {
         let info = self.term_info(id);
         let p = info.postings_offset as usize;
         let s = info.skip_start as usize * SKIP_ENTRY_BYTES;
-        PostingList {
-            codec: self.manifest.codec,
-            df: info.df,
-            bytes: &self.postings.section(0)[p..p + info.postings_len as usize],
-            skips: &self.skips.section(0)[s..s + info.n_blocks as usize * SKIP_ENTRY_BYTES],
-            maxes: self.block_max.as_ref().map_or(&[], |f| {
+        PostingList::mapped(
+            self.manifest.codec,
+            info.df,
+            &self.postings.section(0)[p..p + info.postings_len as usize],
+            &self.skips.section(0)[s..s + info.n_blocks as usize * SKIP_ENTRY_BYTES],
+            self.block_max.as_ref().map_or(&[], |f| {
                 let m = info.skip_start as usize * BLOCK_MAX_BYTES;
                 &f.section(0)[m..m + info.n_blocks as usize * BLOCK_MAX_BYTES]
             }),
-            list_entry: match (&self.block_max, info.n_blocks >= 2) {
+            match (&self.block_max, info.n_blocks >= 2) {
                 (Some(f), true) => {
                     let ids = f.section(1);
                     let n = ids.len() / 4;
@@ -684,13 +510,37 @@ impl Index {
                 }
                 _ => &[],
             },
-        }
+        )
     }
 
     /// Document `d`'s scoring length (dl in BM25).
     #[inline]
     pub fn scoring_length(&self, d: DocId) -> u32 {
         read_u32(self.docs.section(0), d as usize * 4)
+    }
+
+    /// Asks for document `d`'s scoring length to be brought into the cache ahead of
+    /// [`Index::scoring_length`]: a hint, nothing where the architecture has no prefetch.
+    #[inline]
+    pub fn prefetch_scoring_length(&self, d: DocId) {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(p) = self.docs.section(0).get(d as usize * 4) {
+            // SAFETY: a prefetch never faults, and the address is inside the mapping.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    (p as *const u8).cast(),
+                )
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = d;
+    }
+
+    /// A floor of document `d`'s scoring length (`super::lengths`): a quarter of the bytes of
+    /// [`Index::scoring_length`], for bounds only.
+    #[inline]
+    pub fn scoring_length_floor(&self, d: DocId) -> u32 {
+        self.length_floors.floor(d)
     }
 
     /// Document `d`'s length in stream `stream` (an index into the manifest's streams).
@@ -734,53 +584,10 @@ impl Index {
     /// # Errors
     /// [`IndexError::Corrupt`] when the document's bytes do not decode.
     pub fn forward_doc(&self, d: DocId) -> Result<Option<Vec<ForwardStream>>, IndexError> {
-        let Some(f) = &self.forward else {
-            return Ok(None);
-        };
-        let o = f.section(1);
-        let at = |k: usize| {
-            u64::from_le_bytes(o[k * 8..k * 8 + 8].try_into().expect("8 bytes")) as usize
-        };
-        let bytes = &f.section(0)[at(d as usize)..at(d as usize + 1)];
-        let bad = |what: &str| f.corrupt(format!("document {d}: {what}"));
-        let mut r = VarintReader { bytes, at: 0 };
-        let n_streams = r.next().ok_or_else(|| bad("truncated stream count"))?;
-        // The count is read from the file: it sizes nothing beyond the streams an index has.
-        let mut streams = Vec::with_capacity((n_streams as usize).min(self.manifest.streams.len()));
-        for _ in 0..n_streams {
-            let stream = r.next().ok_or_else(|| bad("truncated stream number"))?;
-            if stream as usize >= self.manifest.streams.len() {
-                return Err(bad("stream number out of range"));
-            }
-            let length = r.next().ok_or_else(|| bad("truncated length"))?;
-            let n_phrases = r.next().ok_or_else(|| bad("truncated phrase count"))?;
-            if n_phrases > length {
-                return Err(bad("more phrases than tokens"));
-            }
-            let phrase_lens = (0..n_phrases)
-                .map(|_| r.next().ok_or_else(|| bad("truncated phrase length")))
-                .collect::<Result<Vec<_>, _>>()?;
-            if phrase_lens.iter().map(|&p| p as u64).sum::<u64>() != length as u64 {
-                return Err(bad("phrase lengths do not sum to the stream length"));
-            }
-            if length as usize > bytes.len() {
-                return Err(bad("stream longer than its bytes"));
-            }
-            let terms = (0..length)
-                .map(|_| {
-                    r.next()
-                        .filter(|&t| t < self.num_terms())
-                        .ok_or_else(|| bad("term id truncated or out of range"))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            streams.push(ForwardStream {
-                stream,
-                length,
-                phrase_lens,
-                terms,
-            });
-        }
-        Ok(Some(streams))
+        self.forward
+            .as_ref()
+            .map(|f| f.doc(d, self.manifest.streams.len(), self.num_terms()))
+            .transpose()
     }
 
     /// The hits of document `d` for a query whose `i`-th term has id `query[i]` (`None` for a
@@ -794,40 +601,20 @@ impl Index {
         d: DocId,
         query: &[Option<TermId>],
     ) -> Result<Option<Vec<StreamHits>>, IndexError> {
-        let Some(streams) = self.forward_doc(d)? else {
-            return Ok(None);
-        };
-        let mut out = Vec::with_capacity(streams.len());
-        for s in streams {
-            let mut phrases = Vec::new();
-            let mut pos = 0usize;
-            for &len in &s.phrase_lens {
-                let mut hits = Vec::new();
-                for p in pos..pos + len as usize {
-                    for (qi, q) in query.iter().enumerate() {
-                        if *q == Some(s.terms[p]) {
-                            hits.push([qi as u32, p as u32]);
-                        }
-                    }
-                }
-                if !hits.is_empty() {
-                    phrases.push(hits);
-                }
-                pos += len as usize;
-            }
-            out.push(StreamHits {
-                stream: self.manifest.streams[s.stream as usize].clone(),
-                length: s.length,
-                phrases,
-            });
-        }
-        Ok(Some(out))
+        Ok(self
+            .forward_doc(d)?
+            .map(|streams| forward::hits(streams, &self.manifest.streams, query)))
     }
 }
 
 /// Checks that section `i` of `f` holds non-decreasing u64 offsets starting at 0 and ending at
 /// the length of section `target`.
-fn check_offsets(f: &MappedFile, i: usize, target: usize, name: &str) -> Result<(), IndexError> {
+pub(super) fn check_offsets(
+    f: &MappedFile,
+    i: usize,
+    target: usize,
+    name: &str,
+) -> Result<(), IndexError> {
     let o = f.section(i);
     let n = o.len() / 8;
     let end = f.section(target).len() as u64;
@@ -845,26 +632,6 @@ fn check_offsets(f: &MappedFile, i: usize, target: usize, name: &str) -> Result<
         return Err(f.corrupt(format!("{name} end at {prev}, data has {end} bytes")));
     }
     Ok(())
-}
-
-struct VarintReader<'a> {
-    bytes: &'a [u8],
-    at: usize,
-}
-
-impl VarintReader<'_> {
-    fn next(&mut self) -> Option<u32> {
-        let mut v = 0u64;
-        for shift in (0..35).step_by(7) {
-            let b = *self.bytes.get(self.at)?;
-            self.at += 1;
-            v |= ((b & 0x7f) as u64) << shift;
-            if b < 0x80 {
-                return u32::try_from(v).ok();
-            }
-        }
-        None
-    }
 }
 
 #[cfg(test)]

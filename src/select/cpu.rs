@@ -13,7 +13,7 @@
 //! heap. Blocks are decoded only where a candidate is sought: a window whose bounds cannot beat
 //! the threshold is passed over on the skip entries alone.
 
-use super::bm25::TermScorer;
+use super::bm25::{TermScorer, BOUND_SLACK};
 use super::topk::TopK;
 use super::{Mode, Query, QueryTerms, SelectStats};
 use crate::index::codecs::BLOCK_LEN;
@@ -151,10 +151,12 @@ fn exact_score(contrib: &[f32], present: &[bool]) -> f64 {
 /// it is found on the skip entries; the smallest of their last docIDs ends a window over which
 /// each list's block bound holds. A window whose bounds sum to no more than the k-th score is
 /// passed over undecoded. In another, the leader's postings are walked: once k documents are
-/// held, each posting's exact contribution plus the other lists' block bounds must beat the
-/// k-th score before any other list is sought (a posting of the leader alone decodes nothing
-/// else), and after each list found, the exact part plus the bounds of the lists still to seek.
-/// Only blocks a sought candidate lands in are decoded.
+/// held, each posting's contribution plus the other lists' block bounds must beat the k-th
+/// score before any other list is sought (a posting of the leader alone decodes nothing else),
+/// and after each list found, the part found plus the bounds of the lists still to seek. Those
+/// contributions are bounded at the document's length floor; the exact length is read, and the
+/// score computed, only for a document every list holds. Only blocks a sought candidate lands
+/// in are decoded.
 fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectStats) -> TopK {
     let mut top = TopK::new(query.k);
     let (mut terms, n_distinct, all_known) = prepare(index, query, lists);
@@ -167,7 +169,8 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
     let present = vec![true; n_distinct];
     // Per list after the leader: the sum of the block bounds of the lists after it.
     let mut rest_after = vec![0f64; terms.len()];
-    // The leader's postings of a window that may enter: docID, contribution, length.
+    // The leader's postings of a window that may enter: docID, contribution at the document's
+    // length floor, tf.
     let mut cands = [(0 as DocId, 0f32, 0u32); BLOCK_LEN];
     let mut doc = terms[0].cursor.doc();
     'windows: while doc != TERMINATED {
@@ -204,28 +207,31 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
             doc = first;
             continue;
         }
-        // The leader's postings in the window, each with its exact contribution and length. Once
-        // k are held, only those whose contribution with the other lists' block bounds can beat
-        // the k-th score are kept: a branch-free pass whose length reads (a cache miss each,
-        // most of the time) overlap, as Tantivy's block-max intersection does.
+        // The leader's postings in the window. Once k are held, only those whose contribution
+        // with the other lists' block bounds may beat the k-th score are kept, bounded at their
+        // documents' length floors (a byte each, mostly in cache: `index::lengths`) in one
+        // branch-free pass whose reads overlap. The other lists are sought for each, their
+        // contributions bounded at the floor too; only a document that every list holds and
+        // whose bound beats the k-th score has its exact length read (a cache miss, most of
+        // the time) and is scored exactly.
         let need = theta.map_or(f64::NEG_INFINITY, |theta| theta - others_bound);
         let mut n_cands = 0;
         {
             let (docs, tfs) = leader.cursor.block_rest();
             let end = docs.partition_point(|&d| d <= window_end);
             for (&d, &tf) in docs[..end].iter().zip(&tfs[..end]) {
-                let dl = index.scoring_length(d);
-                let c = leader.scorer.contribution(tf, dl);
-                cands[n_cands] = (d, c, dl);
-                n_cands += (c as f64 > need) as usize;
+                let bound = leader
+                    .scorer
+                    .contribution(tf, index.scoring_length_floor(d));
+                cands[n_cands] = (d, bound, tf);
+                n_cands += (bound as f64 > need) as usize;
             }
         }
-        for &(d, c, dl) in &cands[..n_cands] {
+        for &(d, bound, leader_tf) in &cands[..n_cands] {
             let theta = top.threshold();
-            contrib[leader.qi] = c;
-            let mut partial = c as f64;
+            let floor = index.scoring_length_floor(d);
+            let mut partial = bound as f64;
             let mut enters = true;
-            let n_others = others.len();
             for (j, t) in others.iter_mut().enumerate() {
                 let found = t.cursor.seek(d);
                 if found != d {
@@ -235,20 +241,21 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
                     enters = false;
                     break;
                 }
-                let c = t.scorer.contribution(t.cursor.tf(), dl);
-                contrib[t.qi] = c;
-                partial += c as f64;
-                // Only while a list's bound remains (its slack covers the summation order).
-                if j + 1 < n_others {
-                    if let Some(theta) = theta {
-                        if partial + rest_after[j + 1] <= theta {
-                            enters = false;
-                            break;
-                        }
+                partial += t.scorer.contribution(t.cursor.tf(), floor) as f64;
+                // The slack covers the summation order of the exact score.
+                if let Some(theta) = theta {
+                    if partial * (1.0 + BOUND_SLACK) + rest_after[j + 1] <= theta {
+                        enters = false;
+                        break;
                     }
                 }
             }
             if enters {
+                let dl = index.scoring_length(d);
+                contrib[leader.qi] = leader.scorer.contribution(leader_tf, dl);
+                for t in others.iter_mut() {
+                    contrib[t.qi] = t.scorer.contribution(t.cursor.tf(), dl);
+                }
                 stats.docs_scored += 1;
                 top.push(d, exact_score(&contrib, &present));
             }
@@ -352,7 +359,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
     let mut live = vec![true; n];
     let mut bound = vec![0f64; n];
     // The live terms by window bound, ascending: the window's non-essential ones first.
-    let mut order: Vec<usize> = Vec::with_capacity(n);
+    let mut order: Vec<usize> = (0..n).collect();
     let mut first_essential = 0usize;
     let mut start = terms
         .iter()
@@ -390,9 +397,13 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
         if window_end == TERMINATED {
             break;
         }
-        order.clear();
-        order.extend((0..n).filter(|&i| live[i]));
-        order.sort_by(|&a, &b| bound[a].total_cmp(&bound[b]).then(a.cmp(&b)));
+        // Last window's order, less the lists that ended, is most often still in order: sorted
+        // only when it is not.
+        order.retain(|&i| live[i]);
+        let by_bound = |&a: &usize, &b: &usize| bound[a].total_cmp(&bound[b]).then(a.cmp(&b));
+        if !order.is_sorted_by(|a, b| by_bound(a, b).is_le()) {
+            order.sort_by(by_bound);
+        }
         let mut non_essential = 0;
         if let Some(theta) = theta {
             let mut sum = 0f64;
@@ -407,8 +418,16 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
             continue;
         }
         let (lesser, essential) = order.split_at(non_essential);
+        let lesser_bound: f64 = lesser.iter().map(|&i| bound[i]).sum();
+        // Every candidate of the window is one of the essential lists' postings in it, and
+        // each needs its length (a cache miss, most of the time): asked for all at once here,
+        // the reads overlap rather than stall one candidate at a time.
         for &i in essential {
             terms[i].cursor.seek(start);
+            let (docs, _) = terms[i].cursor.block_rest();
+            for &d in &docs[..docs.partition_point(|&d| d <= window_end)] {
+                index.prefetch_scoring_length(d);
+            }
         }
         loop {
             let cand = (essential.iter())
@@ -435,7 +454,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
             }
             let mut enters = true;
             if let Some(theta) = top.threshold() {
-                let mut rest: f64 = lesser.iter().map(|&i| bound[i]).sum();
+                let mut rest = lesser_bound;
                 for &i in lesser.iter().rev() {
                     let t = &mut terms[i];
                     // A list non-essential for the query is bounded by its block at cand.

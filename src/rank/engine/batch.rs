@@ -207,19 +207,6 @@ impl Batcher {
         }
     }
 
-    /// Queues `job` for its ranker's next batch when the lane runs all the batches it may, and
-    /// gives it back otherwise, to be [`Batcher::submit`]ted from a thread that may wait for the
-    /// GPU. Non-blocking: under load most jobs queue, and they need no thread to do it.
-    pub fn queue_if_busy(&self, job: Job, reply: Reply) -> Option<(Job, Reply)> {
-        let lane = self.lane_of(&job.ranker.name);
-        let mut state = lane.lock();
-        if state.running >= self.batches_at_once() {
-            state.queued.push_back(Queued { job, reply });
-            return None;
-        }
-        Some((job, reply))
-    }
-
     fn lane_of(&self, name: &str) -> Arc<Mutex<Lane>> {
         let mut lanes = self.lanes.lock();
         match lanes.get(name) {
@@ -406,25 +393,6 @@ mod tests {
             assert_eq!(bits(&scored.scores), bits(&want));
         }
         assert_eq!(lane.lock().running, 0, "the runner left the lane running");
-    }
-
-    /// A job joins a busy lane's queue without a thread, and is given back by an idle one.
-    #[test]
-    fn a_job_queues_without_a_thread_only_behind_a_running_batch() {
-        let (_store, small) = small();
-        let config = BatchConfig {
-            batching: true,
-            max_docs: 4096,
-        };
-        let batcher = Batcher::new(config, Arc::new(Backends::new(1, Backend::Auto)));
-        let (reply, _answer) = oneshot::channel();
-        let given_back = batcher.queue_if_busy(rows(&small, 3, 1), reply);
-        assert!(given_back.is_some(), "an idle lane queued a job");
-        assert!(batcher.lane_of("small").lock().queued.is_empty());
-        batcher.lane_of("small").lock().running = batcher.batches_at_once();
-        let (reply, _answer) = oneshot::channel();
-        assert!(batcher.queue_if_busy(rows(&small, 3, 2), reply).is_none());
-        assert_eq!(batcher.lane_of("small").lock().queued.len(), 1);
     }
 
     /// A batch the crossover sends to the CPU goes to the pool: the runner does not wait for it

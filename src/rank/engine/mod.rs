@@ -327,18 +327,11 @@ impl RankEngine {
         let answer = match scoring {
             Scoring::Answer(answer) => answer,
             // The thread that finds the ranker's lane idle may go on running the batches queued
-            // behind this job: its answer comes through the channel, not the task's end. A job
-            // that finds the lane full joins its queue from here, with no blocking thread.
+            // behind this job: its answer comes through the channel, not the task's end.
             Scoring::Later(job) => {
                 let (reply, answer) = oneshot::channel();
-                let waiting = match at_once {
-                    true => Some((job, reply)),
-                    false => self.batcher.queue_if_busy(job, reply),
-                };
-                if let Some((job, reply)) = waiting {
-                    let batcher = Arc::clone(&self.batcher);
-                    tokio::task::spawn_blocking(move || batcher.run(job, at_once, reply));
-                }
+                let batcher = Arc::clone(&self.batcher);
+                tokio::task::spawn_blocking(move || batcher.run(job, at_once, reply));
                 answer
             }
         };

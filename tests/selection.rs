@@ -407,6 +407,19 @@ fn random_corpus(dir: &Path, n: usize, seed: u64, pad: Pad) -> PathBuf {
     p
 }
 
+/// A query of the random corpora's words (`8` is the padding word), with BM25's k1 and b.
+fn random_query(words: &[u8], k: usize, mode: u8, k1: f32, b: f32) -> Query {
+    let terms = (words.iter())
+        .map(|&w| match w {
+            8 => "pad".to_string(),
+            w => format!("w{w}"),
+        })
+        .collect();
+    let mut q = Query::new(terms, k, MODES[mode as usize]);
+    q.params = Bm25Params { k1, b };
+    q
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(12))]
     /// Random corpora (each built with both codecs), random queries, k, k1 and b (on and off
@@ -424,9 +437,7 @@ proptest! {
             let (_d, index) = built(&corpus, "random", codec);
             let old = version_2_copy(&index);
             for (words, k, mode, k1, b) in &queries {
-                let terms = words.iter().map(|w| if *w == 8 { "pad".to_string() } else { format!("w{w}") }).collect();
-                let mut q = Query::new(terms, *k, MODES[*mode as usize]);
-                q.params = Bm25Params { k1: *k1, b: *b };
+                let q = random_query(words, *k, *mode, *k1, *b);
                 let want = reference(&index, &q);
                 prop_assert_eq!(&search(&index, &q).unwrap().hits, &want, "query {:?}", q);
                 prop_assert_eq!(&search(&old.1, &q).unwrap().hits, &want, "version 2, query {:?}", q);
@@ -451,9 +462,7 @@ proptest! {
         let corpus = random_corpus(dir.path(), n, seed, if tied { Pad::Tied } else { Pad::Varied });
         let (_d, index) = built(&corpus, "random", if seed % 2 == 0 { Codec::Ef } else { Codec::Pfor });
         for (words, k, mode, k1, b) in &queries {
-            let terms = words.iter().map(|w| if *w == 8 { "pad".to_string() } else { format!("w{w}") }).collect();
-            let mut q = Query::new(terms, *k, MODES[*mode as usize]);
-            q.params = Bm25Params { k1: *k1, b: *b };
+            let q = random_query(words, *k, *mode, *k1, *b);
             prop_assert_eq!(&search(&index, &q).unwrap().hits, &reference(&index, &q), "query {:?}", q);
         }
     }
@@ -475,9 +484,7 @@ proptest! {
         let corpus = random_corpus(dir.path(), n, seed, Pad::Spread);
         let (_d, index) = built(&corpus, "random", if seed % 2 == 0 { Codec::Ef } else { Codec::Pfor });
         for (words, k, mode, k1, b) in &queries {
-            let terms = words.iter().map(|w| if *w == 8 { "pad".to_string() } else { format!("w{w}") }).collect();
-            let mut q = Query::new(terms, *k, MODES[*mode as usize]);
-            q.params = Bm25Params { k1: *k1, b: *b };
+            let q = random_query(words, *k, *mode, *k1, *b);
             prop_assert_eq!(&search(&index, &q).unwrap().hits, &reference(&index, &q), "query {:?}", q);
         }
     }

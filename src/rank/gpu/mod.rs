@@ -3,6 +3,7 @@
 //! reference within DESIGN §2's tolerances (tree leaf choices identical), and feature extraction
 //! ([`fe`]), whose catalogue values equal the CPU's bit for bit.
 
+mod batch;
 pub mod cache;
 pub mod crossover;
 pub mod fe;

@@ -16,15 +16,13 @@ use std::time::Instant;
 
 use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{Gemm, GemmConfig};
-use cudarc::driver::result::{memcpy_dtoh_async, memcpy_htod_async};
+use cudarc::driver::result::memcpy_dtoh_async;
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{
-    CudaEvent, CudaSlice, CudaStream, DevicePtr, DevicePtrMut, DeviceRepr, LaunchConfig,
-    PinnedHostSlice, PushKernelArg,
-};
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
 use parking_lot::Mutex;
-use rayon::prelude::*;
 
+pub use super::batch::GpuPhases;
+use super::batch::{BatchBuffers, BatchShape, PhaseEvents};
 use super::fe::{FeLayout, GpuFe};
 use super::trees::{GpuTrees, TreeLayout, TreeTargets};
 use crate::gpu::error::DriverResultExt;
@@ -53,8 +51,6 @@ const MIN_OVERLAP_PART: usize = 2048;
 /// [`MIN_OVERLAP_PART`]): the first part's copy in and the last part's scoring are not
 /// overlapped, so more parts hide more of the copy, each at the cost of its launches.
 const OVERLAP_PARTS: usize = 4;
-/// Feature values above which the copy into the staging buffer is split across threads.
-const PARALLEL_STAGE: usize = 1 << 16;
 
 struct GpuLayer {
     weights: CudaSlice<f32>,
@@ -89,184 +85,6 @@ const _: fn() = || {
     fn shared<T: Send + Sync>() {}
     shared::<GpuRanker>();
 };
-
-/// One device batch's working memory: device buffers for every intermediate and the pinned
-/// host staging buffers, for up to `capacity` documents.
-struct BatchBuffers {
-    capacity: usize,
-    features: CudaSlice<f64>,
-    inputs: CudaSlice<f32>,
-    /// One output matrix per NN layer.
-    layers: Vec<CudaSlice<f32>>,
-    /// The f64 sum of the tree inputs, for rankers with tree inputs and no layers.
-    tree_sums: Option<CudaSlice<f64>>,
-    ensemble_sums: Option<CudaSlice<f64>>,
-    scores: CudaSlice<f64>,
-    /// Write-combined: the CPU writes features here, the DMA engine reads them.
-    staging_in: PinnedHostSlice<f64>,
-    /// Cached pinned memory the scores are copied back to.
-    staging_out: PinnedHostSlice<f64>,
-    device_bytes: usize,
-}
-
-impl BatchBuffers {
-    fn new(
-        ranker: &GpuRanker,
-        device: &GpuDevice,
-        capacity: usize,
-    ) -> Result<BatchBuffers, GpuError> {
-        let stream = device.stream();
-        let zeros = |n: usize| {
-            stream
-                .alloc_zeros::<f64>(n)
-                .during("batch buffer allocation")
-        };
-        let zeros32 = |n: usize| {
-            stream
-                .alloc_zeros::<f32>(n)
-                .during("batch buffer allocation")
-        };
-        let feature_values = capacity * ranker.n_features.max(1);
-        let columns = ranker.n_columns.max(1);
-        let layers = ranker
-            .layers
-            .iter()
-            .map(|l| zeros32(capacity * l.outputs))
-            .collect::<Result<Vec<_>, _>>()?;
-        let tree_sums = match (&ranker.tree_inputs, ranker.layers.is_empty()) {
-            (Some(_), true) => Some(zeros(capacity)?),
-            _ => None,
-        };
-        let ensemble_sums = match ranker.ensemble {
-            Some(_) => Some(zeros(capacity)?),
-            None => None,
-        };
-        let device_bytes = feature_values * 8
-            + capacity * columns * 4
-            + ranker
-                .layers
-                .iter()
-                .map(|l| capacity * l.outputs * 4)
-                .sum::<usize>()
-            + capacity
-                * 8
-                * (1 + usize::from(tree_sums.is_some()) + usize::from(ensemble_sums.is_some()));
-        let ctx = device.context();
-        Ok(BatchBuffers {
-            capacity,
-            features: zeros(feature_values)?,
-            inputs: zeros32(capacity * columns)?,
-            layers,
-            tree_sums,
-            ensemble_sums,
-            scores: zeros(capacity)?,
-            // SAFETY: the staging buffers are written (features) or copied into (scores) before
-            // anything reads them; f64 has no invalid bit patterns.
-            staging_in: unsafe { ctx.alloc_pinned::<f64>(feature_values) }
-                .during("pinned staging allocation")?,
-            // SAFETY: as above. Flags 0: cached memory, fast for the CPU to read.
-            staging_out: unsafe { ctx.alloc_pinned_with_flags::<f64>(capacity, 0) }
-                .during("pinned staging allocation")?,
-            device_bytes,
-        })
-    }
-
-    /// Copies the host rows `rows` into the pinned staging buffer (at most its capacity).
-    fn stage(&mut self, rows: &[f64]) -> Result<(), GpuError> {
-        let staging = self.staging_in.as_mut_slice().during("feature staging")?;
-        stage(&mut staging[..rows.len()], rows);
-        Ok(())
-    }
-
-    /// Queues on `stream` the copy of the first `values` staged feature values into `features`.
-    /// The caller keeps the staging buffer unwritten until the copy has run.
-    fn upload_staged(&mut self, values: usize, stream: &CudaStream) -> Result<(), GpuError> {
-        let staged = &self.staging_in.as_slice().during("feature staging")?[..values];
-        let (dst, _written) = self.features.device_ptr_mut(stream);
-        // SAFETY: `dst` holds capacity × n_features f64, at least `values` (the staging buffer
-        // holds as many); `staged` is pinned host memory the caller leaves unwritten until the
-        // copy has run.
-        unsafe { memcpy_htod_async(dst, staged, stream.cu_stream()) }.during("feature upload")
-    }
-
-    /// Appends the first `n_docs` scores copied back into the pinned buffer to `out`, once the
-    /// copy has run.
-    fn collect_scores(&self, n_docs: usize, out: &mut Vec<f64>) -> Result<(), GpuError> {
-        let scores = self.staging_out.as_slice().during("score staging")?;
-        out.extend_from_slice(&scores[..n_docs]);
-        Ok(())
-    }
-}
-
-/// Where a batch's time went, in microseconds, summed over its device batches. The device
-/// phases come from CUDA events recorded on the stream between them; staging is host time.
-#[derive(Debug, Clone, Copy, Default, PartialEq, serde::Serialize)]
-pub struct GpuPhases {
-    /// Host: copying the features into the pinned staging buffer.
-    pub stage_us: f64,
-    /// Device: the features' DMA from pinned host memory (PCIe).
-    pub copy_in_us: f64,
-    /// Device: model-input transforms (`mit_eval`); the features arrive extracted, so FE is
-    /// not part of it.
-    pub mit_us: f64,
-    /// Device: model evaluation: tree inputs, NN layers (SGEMM + bias/activation), the
-    /// ensemble and the final sum.
-    pub me_us: f64,
-    /// Device: the scores' copy back to pinned host memory.
-    pub copy_out_us: f64,
-}
-
-/// The events that delimit the phases of one device batch: before the copy in, after it, after
-/// the transforms, after model evaluation, after the copy out.
-struct PhaseEvents([CudaEvent; 5]);
-
-impl PhaseEvents {
-    fn new(device: &GpuDevice) -> Result<PhaseEvents, GpuError> {
-        let event = || {
-            device
-                .context()
-                .new_event(Some(CUevent_flags::CU_EVENT_DEFAULT))
-                .during("event creation")
-        };
-        Ok(PhaseEvents([
-            event()?,
-            event()?,
-            event()?,
-            event()?,
-            event()?,
-        ]))
-    }
-
-    fn record(&self, phase: usize, stream: &CudaStream) -> Result<(), GpuError> {
-        self.0[phase].record(stream).during("event record")
-    }
-
-    /// Adds the elapsed times of the last recorded batch to `phases`.
-    fn add_to(&self, phases: &mut GpuPhases) -> Result<(), GpuError> {
-        let us = |a: usize| -> Result<f64, GpuError> {
-            let ms = self.0[a]
-                .elapsed_ms(&self.0[a + 1])
-                .during("event timing")?;
-            Ok(f64::from(ms) * 1e3)
-        };
-        phases.copy_in_us += us(0)?;
-        phases.mit_us += us(1)?;
-        phases.me_us += us(2)?;
-        phases.copy_out_us += us(3)?;
-        Ok(())
-    }
-}
-
-/// Copies `src` into the staging buffer `dst`, on several threads when it is large.
-fn stage(dst: &mut [f64], src: &[f64]) {
-    if src.len() < PARALLEL_STAGE {
-        dst.copy_from_slice(src);
-    } else {
-        dst.par_chunks_mut(PARALLEL_STAGE / 4)
-            .zip(src.par_chunks(PARALLEL_STAGE / 4))
-            .for_each(|(d, s)| d.copy_from_slice(s));
-    }
-}
 
 /// The result of scoring a batch on the GPU.
 #[derive(Debug, Clone, Default)]
@@ -331,6 +149,17 @@ fn cublas_int(n: usize, what: &'static str) -> Result<i32, GpuError> {
 }
 
 impl GpuRanker {
+    /// What a device batch of this ranker holds ([`BatchBuffers::new`]).
+    fn batch_shape(&self) -> BatchShape {
+        BatchShape {
+            n_features: self.n_features,
+            n_columns: self.n_columns,
+            layer_outputs: self.layers.iter().map(|l| l.outputs).collect(),
+            tree_sums: self.tree_inputs.is_some() && self.layers.is_empty(),
+            ensemble_sums: self.ensemble.is_some(),
+        }
+    }
+
     /// Lays `ranker` out for the GPU and copies it to the device.
     ///
     /// # Errors
@@ -665,7 +494,7 @@ impl GpuRanker {
                     .max(MIN_CAPACITY)
                     .min(self.max_batch)
                     .max(docs);
-                BatchBuffers::new(self, device, capacity)
+                BatchBuffers::new(device, capacity, &self.batch_shape())
             }
         }
     }

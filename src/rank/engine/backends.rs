@@ -424,11 +424,14 @@ impl Backends {
         }
     }
 
-    /// Scores `n_docs` rows of `features` on the backend `backend` picks (see the module docs).
+    /// Scores the `n_docs` rows of `blocks` (row-major blocks of the ranker's width, one per
+    /// request of a batch), in block order, on the backend `backend` picks (see the module
+    /// docs). The GPU stages its batches straight from the blocks; the CPU scores them as one
+    /// matrix (copied into one only when there are several).
     pub fn evaluate(
         &self,
         loaded: &LoadedRanker,
-        features: &[f64],
+        blocks: &[&[f64]],
         n_docs: usize,
         backend: Backend,
     ) -> (Vec<f64>, Processor) {
@@ -437,14 +440,18 @@ impl Backends {
             let scored = gpu.run(holds(loaded), |device, gpu| {
                 let cached =
                     (gpu.rankers).get_or_upload(&loaded.name, loaded.version, &loaded.ranker)?;
-                cached.gpu.score(device, features, false)
+                cached.gpu.score_blocks(device, blocks, false)
             });
             match scored {
                 Ok(scored) => return (scored.scores, Processor::Gpu),
                 Err(err) => fell_back(Stage::Rank, &loaded.name, &err),
             }
         }
-        (self.cpu(loaded, features), Processor::Cpu)
+        let scores = match blocks {
+            [block] => self.cpu(loaded, block),
+            _ => self.cpu(loaded, &blocks.concat()),
+        };
+        (scores, Processor::Cpu)
     }
 
     /// The ranker's crossover, measured on first use when there is a GPU (`None` without one).

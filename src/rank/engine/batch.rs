@@ -266,15 +266,8 @@ fn score_batch(jobs: Vec<Queued>, backends: &Backends) {
     let batch_docs: usize = live.iter().map(|q| q.job.n_docs).sum();
     let _stage = tracing::debug_span!("score", ranker = %ranker.name, documents = batch_docs, requests = live.len())
         .entered();
-    let (scores, ran) = if live.len() == 1 {
-        backends.evaluate(&ranker, &live[0].job.features, batch_docs, backend)
-    } else {
-        let mut matrix = Vec::with_capacity(live.iter().map(|q| q.job.features.len()).sum());
-        for queued in &live {
-            matrix.extend_from_slice(&queued.job.features);
-        }
-        backends.evaluate(&ranker, &matrix, batch_docs, backend)
-    };
+    let blocks: Vec<&[f64]> = live.iter().map(|q| q.job.features.as_slice()).collect();
+    let (scores, ran) = backends.evaluate(&ranker, &blocks, batch_docs, backend);
     let eval_us = micros(started.elapsed());
     let batch_requests = live.len();
     record_batch(batch_docs, batch_requests);
@@ -337,7 +330,7 @@ mod tests {
     /// A job's scores alone.
     fn evaluate(batcher: &Batcher, job: &Job) -> Vec<f64> {
         (batcher.backends)
-            .evaluate(&job.ranker, &job.features, job.n_docs, job.backend)
+            .evaluate(&job.ranker, &[&job.features], job.n_docs, job.backend)
             .0
     }
 

@@ -95,11 +95,30 @@ impl BatchBuffers {
         })
     }
 
-    /// Copies the host rows `rows` into the pinned staging buffer (at most its capacity).
-    pub(super) fn stage(&mut self, rows: &[f64]) -> Result<(), GpuError> {
+    /// Copies the host rows `pieces`, one after another, into the pinned staging buffer (at
+    /// most its capacity); returns the values staged.
+    pub(super) fn stage<'a>(
+        &mut self,
+        pieces: impl Iterator<Item = &'a [f64]>,
+    ) -> Result<usize, GpuError> {
         let staging = self.staging_in.as_mut_slice().during("feature staging")?;
-        stage(&mut staging[..rows.len()], rows);
-        Ok(())
+        let capacity = staging.len();
+        let mut copies = Vec::new();
+        let mut free = &mut staging[..];
+        for piece in pieces {
+            let (dst, rest) = free.split_at_mut(piece.len());
+            copies.push((dst, piece));
+            free = rest;
+        }
+        let staged = capacity - free.len();
+        // Many small pieces (a batch of small requests) are copied side by side too.
+        match staged < PARALLEL_STAGE {
+            true => copies.into_iter().for_each(|(dst, src)| stage(dst, src)),
+            false => copies
+                .into_par_iter()
+                .for_each(|(dst, src)| stage(dst, src)),
+        }
+        Ok(staged)
     }
 
     /// Queues on `stream` the copy of the first `values` staged feature values into `features`.

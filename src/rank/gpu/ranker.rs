@@ -101,17 +101,70 @@ pub struct GpuScores {
 /// Where one device batch's feature rows come from.
 enum ChunkRows<'a> {
     /// Rows on the host: staged and copied in.
-    Host(&'a [f64]),
+    Host(HostRows<'a>),
     /// Hit documents: their layout copied in, the features extracted and gathered on the device.
     Hits(&'a FeLayout),
 }
 
 impl ChunkRows<'_> {
-    fn n_docs(&self, n_features: usize) -> usize {
+    fn n_docs(&self) -> usize {
         match self {
-            ChunkRows::Host(rows) => rows.len().checked_div(n_features).unwrap_or(0),
+            ChunkRows::Host(rows) => rows.n_docs(),
             ChunkRows::Hits(layout) => layout.n_docs(),
         }
+    }
+}
+
+/// Some of the documents of host feature rows given as row-major blocks of the ranker's width
+/// (a block's values past its last whole row are not read). A batch of requests keeps each
+/// request's rows where they are: staging gathers a device batch's documents from the blocks,
+/// so the batch is not first copied into one matrix.
+#[derive(Clone, Copy)]
+struct HostRows<'a> {
+    blocks: &'a [&'a [f64]],
+    width: usize,
+    /// The documents in view, `start..end` over the blocks' concatenation.
+    start: usize,
+    end: usize,
+}
+
+impl<'a> HostRows<'a> {
+    /// Every whole row of `blocks`.
+    fn new(blocks: &'a [&'a [f64]], width: usize) -> HostRows<'a> {
+        let docs = blocks
+            .iter()
+            .map(|b| b.len().checked_div(width).unwrap_or(0));
+        HostRows {
+            blocks,
+            width,
+            start: 0,
+            end: docs.sum(),
+        }
+    }
+
+    fn n_docs(&self) -> usize {
+        self.end - self.start
+    }
+
+    /// Documents `from..to` of this view.
+    fn part(&self, from: usize, to: usize) -> HostRows<'a> {
+        HostRows {
+            start: self.start + from,
+            end: self.start + to.min(self.n_docs()),
+            ..*self
+        }
+    }
+
+    /// The values of the documents in view, as slices of the blocks, in order.
+    fn pieces(self) -> impl Iterator<Item = &'a [f64]> {
+        let mut block_start = 0;
+        self.blocks.iter().filter_map(move |block| {
+            let docs = block.len().checked_div(self.width).unwrap_or(0);
+            let (first, block_end) = (block_start, block_start + docs);
+            block_start = block_end;
+            let (from, to) = (self.start.max(first), self.end.min(block_end));
+            (from < to).then(|| &block[(from - first) * self.width..(to - first) * self.width])
+        })
     }
 }
 
@@ -283,7 +336,23 @@ impl GpuRanker {
         features: &[f64],
         explain: bool,
     ) -> Result<GpuScores, GpuError> {
-        self.score_rows(device, features, explain, None)
+        self.score_blocks(device, &[features], explain)
+    }
+
+    /// [`GpuRanker::score`] of the rows of several blocks (each row-major at the ranker's
+    /// width) as one batch, in block order: each device batch is staged straight from the
+    /// blocks (a batch of requests is not first copied into one matrix).
+    ///
+    /// # Errors
+    /// As [`GpuRanker::score`].
+    pub fn score_blocks(
+        &self,
+        device: &GpuDevice,
+        blocks: &[&[f64]],
+        explain: bool,
+    ) -> Result<GpuScores, GpuError> {
+        let rows = HostRows::new(blocks, self.n_features);
+        self.score_rows(device, rows, explain, None)
             .map(|(scores, _)| scores)
     }
 
@@ -339,25 +408,32 @@ impl GpuRanker {
         features: &[f64],
     ) -> Result<(GpuScores, GpuPhases), GpuError> {
         let events = PhaseEvents::new(device)?;
-        self.score_rows(device, features, false, Some(&events))
+        let blocks = [features];
+        self.score_rows(
+            device,
+            HostRows::new(&blocks, self.n_features),
+            false,
+            Some(&events),
+        )
     }
 
     /// [`GpuRanker::score`] of host rows, in device batches of at most `max_batch` documents.
     fn score_rows(
         &self,
         device: &GpuDevice,
-        features: &[f64],
+        rows: HostRows<'_>,
         explain: bool,
         events: Option<&PhaseEvents>,
     ) -> Result<(GpuScores, GpuPhases), GpuError> {
-        let n_docs = features.len().checked_div(self.n_features).unwrap_or(0);
-        let rows = &features[..n_docs * self.n_features];
+        let n_docs = rows.n_docs();
         if !explain && events.is_none() && n_docs >= 2 * MIN_OVERLAP_PART {
-            let scores = self.score_rows_overlapped(device, rows, n_docs)?;
+            let scores = self.score_rows_overlapped(device, rows)?;
             return Ok((scores, GpuPhases::default()));
         }
         let batch = self.max_batch.min(n_docs).max(1);
-        let chunks = (rows.chunks((batch * self.n_features).max(1))).map(ChunkRows::Host);
+        let chunks = (0..n_docs)
+            .step_by(batch)
+            .map(|first| ChunkRows::Host(rows.part(first, first + batch)));
         self.score_batches(device, chunks, None, explain, false, events)
     }
 
@@ -370,15 +446,17 @@ impl GpuRanker {
     fn score_rows_overlapped(
         &self,
         device: &GpuDevice,
-        rows: &[f64],
-        n_docs: usize,
+        rows: HostRows<'_>,
     ) -> Result<GpuScores, GpuError> {
         device.check_fault("ranker scoring")?;
+        let n_docs = rows.n_docs();
         let part_docs = (n_docs.div_ceil(OVERLAP_PARTS))
             .max(MIN_OVERLAP_PART)
             .min(self.max_batch);
-        let parts: Vec<&[f64]> = rows.chunks(part_docs * self.n_features).collect();
-        let docs_in = |part: &[f64]| part.len() / self.n_features;
+        let parts: Vec<HostRows<'_>> = (0..n_docs)
+            .step_by(part_docs)
+            .map(|first| rows.part(first, first + part_docs))
+            .collect();
         let event = || {
             (device.context())
                 .new_event(Some(CUevent_flags::CU_EVENT_DISABLE_TIMING))
@@ -401,19 +479,19 @@ impl GpuRanker {
                 let set = i % 2;
                 if i >= 2 {
                     scored[set].synchronize().during("ranker scoring")?;
-                    sets[set].collect_scores(docs_in(parts[i - 2]), &mut scores)?;
+                    sets[set].collect_scores(parts[i - 2].n_docs(), &mut scores)?;
                 }
                 let b = &mut sets[set];
-                b.stage(part)?;
-                b.upload_staged(part.len(), copy_stream)?;
+                let values = b.stage(part.pieces())?;
+                b.upload_staged(values, copy_stream)?;
                 copied[set].record(copy_stream).during("event record")?;
                 stream.wait(&copied[set]).during("stream wait")?;
-                self.queue_scoring(device, b, docs_in(part), false, &no_phases)?;
+                self.queue_scoring(device, b, part.n_docs(), false, &no_phases)?;
                 scored[set].record(stream).during("event record")?;
             }
             for (i, part) in parts.iter().enumerate().skip(parts.len().saturating_sub(2)) {
                 scored[i % 2].synchronize().during("ranker scoring")?;
-                sets[i % 2].collect_scores(docs_in(part), &mut scores)?;
+                sets[i % 2].collect_scores(part.n_docs(), &mut scores)?;
             }
             Ok(())
         };
@@ -448,7 +526,7 @@ impl GpuRanker {
         events: Option<&PhaseEvents>,
     ) -> Result<(GpuScores, GpuPhases), GpuError> {
         device.check_fault("ranker scoring")?;
-        let sizes = chunks.clone().map(|c| c.n_docs(self.n_features));
+        let sizes = chunks.clone().map(|c| c.n_docs());
         let (n_docs, largest) = sizes.fold((0, 0), |(n, m), d| (n + d, m.max(d)));
         let mut out = GpuScores {
             scores: Vec::with_capacity(n_docs),
@@ -460,7 +538,7 @@ impl GpuRanker {
             return Ok((out, phases));
         }
         let mut buffers = self.take_buffers(device, largest)?;
-        for chunk in chunks.filter(|c| c.n_docs(self.n_features) > 0) {
+        for chunk in chunks.filter(|c| c.n_docs() > 0) {
             // On an error the buffers are dropped, not pooled: the stream's state is unknown.
             let fe = fe.as_deref_mut();
             let b = &mut buffers;
@@ -511,7 +589,7 @@ impl GpuRanker {
         events: Option<&PhaseEvents>,
         phases: &mut GpuPhases,
     ) -> Result<(), GpuError> {
-        let n_docs = rows.n_docs(self.n_features);
+        let n_docs = rows.n_docs();
         let stream = device.stream();
         let columns = self.n_columns.max(1);
         let record = |phase: usize| match events {
@@ -521,12 +599,12 @@ impl GpuRanker {
         match (rows, fe) {
             (ChunkRows::Host(rows), _) => {
                 let staged_at = Instant::now();
-                b.stage(rows)?;
+                let values = b.stage(rows.pieces())?;
                 phases.stage_us += staged_at.elapsed().as_secs_f64() * 1e6;
                 record(0)?;
                 // The staging buffer is not written again before the stream is synchronised
                 // at the end of this chunk.
-                b.upload_staged(rows.len(), stream)?;
+                b.upload_staged(values, stream)?;
             }
             (ChunkRows::Hits(layout), Some(fe)) => {
                 record(0)?;
@@ -700,5 +778,35 @@ impl GpuRanker {
         }
         record(4)?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::HostRows;
+
+    fn gathered(rows: HostRows<'_>) -> Vec<f64> {
+        rows.pieces().flatten().copied().collect()
+    }
+
+    #[test]
+    fn host_rows_gather_a_part_across_blocks_in_order() {
+        // Width 2: block a holds documents 0–2, b none, c 3–4 (and a stray value past its last
+        // whole row, never read).
+        let (a, b, c) = ([0., 0.5, 1., 1.5, 2., 2.5], [], [3., 3.5, 4., 4.5, 9.]);
+        let blocks: [&[f64]; 3] = [&a, &b, &c];
+        let rows = HostRows::new(&blocks, 2);
+        assert_eq!(rows.n_docs(), 5);
+        assert_eq!(
+            gathered(rows),
+            [0., 0.5, 1., 1.5, 2., 2.5, 3., 3.5, 4., 4.5]
+        );
+        let middle = rows.part(1, 4);
+        assert_eq!(middle.n_docs(), 3);
+        assert_eq!(gathered(middle), [1., 1.5, 2., 2.5, 3., 3.5]);
+        assert_eq!(gathered(middle.part(2, 10)), [3., 3.5]);
+        assert_eq!(gathered(rows.part(3, 5)), [3., 3.5, 4., 4.5]);
+        assert_eq!(rows.part(5, 9).n_docs(), 0);
+        assert_eq!(gathered(rows.part(5, 9)), Vec::<f64>::new());
     }
 }

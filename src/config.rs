@@ -25,7 +25,7 @@
 //! | `gpu_select_batch` | `RANKSERVE_GPU_SELECT_BATCH` | 16 (the most GPU selections that run as one batch: the queries that arrived while the device was busy; 1: each alone) |
 //! | `queue_capacity` | `RANKSERVE_QUEUE_CAPACITY` | 256 requests per ranker |
 //! | `batching` | `RANKSERVE_BATCHING` | `true` (requests that arrive while their ranker's batch runs are merged into the next batch; an idle engine scores a request at once; `false`: every request at once) |
-//! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 1024 (most documents in one batch; a request of at least this many is scored alone. Measured on the H200 host: batches of up to 4 096 documents, four 1 000-document requests merged, lost 10–12 % of the throughput (9.7 % at 16 clients) against scoring each alone; at 1 024 they are not merged) |
+//! | `max_batch_docs` | `RANKSERVE_MAX_BATCH_DOCS` | 2048 (most documents in one batch; a request of at least this many is scored alone. Measured on an H100 host, 16 cores, `auto`, medium ranker (docs/benchmarks.md, "Batching"): against 1 024, two 1 000-document requests merged gave +8 % throughput at 64 clients and +6.5 % at 16, 100-document requests +6 % at 64 clients, p99 lower. Batches are staged straight from each request's rows; before that (each batch first copied into one matrix) merging four 1 000-document requests lost 10–12 % on an H200 host) |
 //! | `default_timeout_ms` | `RANKSERVE_DEFAULT_TIMEOUT_MS` | 10000 (0: none) |
 //! | `body_timeout_ms` | `RANKSERVE_BODY_TIMEOUT_MS` | 30000 (the longest a client may take to send a whole request body, from its headers on; then 408 `body_timeout`) |
 //! | `idle_timeout_ms` | `RANKSERVE_IDLE_TIMEOUT_MS` | 60000 (a connection closed when no complete request head arrives this long after it opened or its last reply was sent: idle keep-alive connections and slow headers) |
@@ -222,7 +222,7 @@ impl Default for Config {
             gpu_select_batch: 16,
             queue_capacity: 256,
             batching: true,
-            max_batch_docs: 1024,
+            max_batch_docs: 2048,
             default_timeout_ms: Some(10_000),
             body_timeout_ms: 30_000,
             idle_timeout_ms: 60_000,

@@ -93,7 +93,7 @@ pub struct Args {
     #[arg(long)]
     batching: Option<String>,
     /// Most documents in one batch; a request of at least this many is scored alone
-    /// [default: 1024].
+    /// [default: 2048].
     #[arg(long)]
     max_batch_docs: Option<String>,
     /// Deadline of a request without timeout_ms; 0 for none [default: 10000].

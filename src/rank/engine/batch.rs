@@ -246,8 +246,9 @@ pub(crate) fn record_batch(docs: usize, requests: usize) {
     metrics::histogram!("rankserve_batch_requests").record(requests as f64);
 }
 
-/// Scores a batch of queued jobs in one evaluation (each job's rows a block of it, not copied together first) and answers each; drops the jobs whose caller
-/// has gone or whose deadline passed first.
+/// Scores a batch of queued jobs in one evaluation (each job's rows one block of it, not copied
+/// together first) and answers each; drops the jobs whose caller has gone or whose deadline
+/// passed first.
 fn score_batch(jobs: Vec<Queued>, backends: &Backends) {
     let started = Instant::now();
     let mut live = Vec::with_capacity(jobs.len());

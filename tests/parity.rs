@@ -1070,16 +1070,16 @@ fn fused_fe_scoring_timing() {
             let max = gpu.max_batch();
             let fused = median_ms(15, &mut || {
                 let layouts =
-                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max, 4).unwrap();
+                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max, threads).unwrap();
                 std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
                     .unwrap();
             });
             let layout = median_ms(15, &mut || {
                 std::hint::black_box(
-                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max, 4).unwrap(),
+                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max, threads).unwrap(),
                 );
             });
-            let layouts = FeLayout::build_split(&query, &stats, &docs, Some(&map), max, 4).unwrap();
+            let layouts = FeLayout::build_split(&query, &stats, &docs, Some(&map), max, threads).unwrap();
             let turn = median_ms(15, &mut || {
                 std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
                     .unwrap();

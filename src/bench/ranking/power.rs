@@ -7,8 +7,10 @@ use serde::Serialize;
 
 use super::{gpu_err, rows_for, BenchError, BenchRanker, CpuThreads};
 use crate::gpu::power::{PowerMeter, PowerReading};
-use crate::gpu::GpuDevice;
+use crate::gpu::{GpuDevice, GpuError};
 use crate::rank::cpu::CpuPlan;
+use crate::rank::fe::{synth_corpus_stats, synth_hit_documents, synth_query, FeatureResolver};
+use crate::rank::gpu::fe::{FeLayout, GpuFe, GpuFeError};
 use crate::rank::gpu::ranker::GpuRanker;
 
 /// Power under a constant load of one ranker on one backend.
@@ -131,8 +133,9 @@ pub struct PowerConfig {
     pub seed: u64,
 }
 
-/// Idle GPU power, then each ranker under a constant load on the GPU and, where RAPL can be
-/// read, on the CPU.
+/// Idle GPU power, then each ranker under a constant load on the GPU (feature rows: `gpu`; and
+/// for rankers that FE serves, hit documents laid out and scored on the fused path, FE included:
+/// `gpu+fe`) and, where RAPL can be read, on the CPU (feature rows).
 ///
 /// # Errors
 /// [`BenchError::Gpu`] or [`BenchError::Power`] when the GPU or a reading fails part way.
@@ -185,36 +188,64 @@ pub fn bench_power(
             })
             .map_err(power_err("GPU idle".into()))?;
         report.gpu_idle = Some(idle);
+        let mut fe = GpuFe::new();
         for bench in rankers {
             let name = bench.name.as_str();
             let rows = rows_for(bench, config.docs, config.seed);
             let r = GpuRanker::upload(device, &bench.ranker, Default::default())
                 .map_err(gpu_err(name, "model upload"))?;
-            r.score(device, &rows, false)
-                .map_err(gpu_err(name, "warm-up"))?;
-            progress(&format!(
-                "power: {name} on the GPU for {:.0} s",
-                config.seconds
-            ));
-            let (done, reading) = meter
-                .measure(interval, || {
-                    constant_load(config.seconds, config.docs, || {
-                        r.score(device, &rows, false).map(|_| ())
-                    })
-                })
-                .map_err(power_err(format!("{name} on the GPU")))?;
-            let done = done.map_err(gpu_err(name, "constant load"))?;
-            let above_idle = reading.energy_j - idle.avg_w * reading.seconds;
-            report.runs.push(PowerRun {
-                ranker: name.into(),
-                backend: "gpu".into(),
-                docs_per_batch: config.docs,
-                documents: done,
-                reading,
-                docs_per_s: done as f64 / reading.seconds,
-                j_per_1000_docs: per_1000(reading.energy_j, done),
-                j_per_1000_docs_above_idle: per_1000(above_idle, done),
+            // With FE: synthetic hit documents (Q = 4) laid out on every thread and scored in
+            // one device turn, as the served fused path does; for rankers FE can serve.
+            let hits = FeatureResolver::new(&bench.ranker.features).ok().map(|resolver| {
+                let docs = synth_hit_documents(config.docs, 4, config.seed);
+                (resolver.gather_map(), synth_query(4, config.seed), docs)
             });
+            let stats = synth_corpus_stats();
+            let mut loads: Vec<(&str, Box<dyn FnMut() -> Result<(), GpuError> + '_>)> =
+                vec![("gpu", Box::new(|| r.score(device, &rows, false).map(|_| ())))];
+            if let Some((map, query, docs)) = &hits {
+                let (r, fe, stats) = (&r, &mut fe, &stats);
+                loads.push((
+                    "gpu+fe",
+                    Box::new(move || {
+                        let threads = rayon::current_num_threads();
+                        let layouts = FeLayout::build_split(
+                            query, stats, docs, Some(map), r.max_batch(), threads,
+                        )
+                        .map_err(|err| match err {
+                            GpuFeError::Gpu(err) => err,
+                            GpuFeError::Hits(err) => GpuError::BatchFailed {
+                                reason: err.to_string(),
+                            },
+                        })?;
+                        r.score_hits(device, fe, &layouts, false, false).map(|_| ())
+                    }),
+                ));
+            }
+            for (backend, mut load) in loads {
+                load().map_err(gpu_err(name, "warm-up"))?;
+                progress(&format!(
+                    "power: {name} ({backend}) on the GPU for {:.0} s",
+                    config.seconds
+                ));
+                let (done, reading) = meter
+                    .measure(interval, || {
+                        constant_load(config.seconds, config.docs, &mut load)
+                    })
+                    .map_err(power_err(format!("{name} ({backend}) on the GPU")))?;
+                let done = done.map_err(gpu_err(name, "constant load"))?;
+                let above_idle = reading.energy_j - idle.avg_w * reading.seconds;
+                report.runs.push(PowerRun {
+                    ranker: name.into(),
+                    backend: backend.into(),
+                    docs_per_batch: config.docs,
+                    documents: done,
+                    reading,
+                    docs_per_s: done as f64 / reading.seconds,
+                    j_per_1000_docs: per_1000(reading.energy_j, done),
+                    j_per_1000_docs_above_idle: per_1000(above_idle, done),
+                });
+            }
         }
     }
     if let Ok(rapl) = &rapl {

@@ -996,7 +996,8 @@ fn fe_gpu_vs_cpu_timing() {
 /// rankers, Q = 4: the CPU (FE then the ranker's CPU plan) on 1 thread and on every thread,
 /// against the GPU: the old served path (catalogue copied out and gathered on the host, rows
 /// copied in again), rows gathered on the device and copied out then in, and the fused path
-/// (layout on the host's threads, then one device turn). Medians of 15 runs after a warm-up.
+/// (layout on all the host's threads, as the served path lays out a request it runs alone, then
+/// one device turn). Medians of 15 runs after a warm-up.
 /// Run: `carry/tests/main parity::fused_fe_scoring_timing --ignored --nocapture`.
 #[test]
 #[ignore = "a measurement, not a test"]
@@ -1079,7 +1080,8 @@ fn fused_fe_scoring_timing() {
                     FeLayout::build_split(&query, &stats, &docs, Some(&map), max, threads).unwrap(),
                 );
             });
-            let layouts = FeLayout::build_split(&query, &stats, &docs, Some(&map), max, threads).unwrap();
+            let layouts =
+                FeLayout::build_split(&query, &stats, &docs, Some(&map), max, threads).unwrap();
             let turn = median_ms(15, &mut || {
                 std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
                     .unwrap();

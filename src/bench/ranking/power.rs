@@ -196,13 +196,17 @@ pub fn bench_power(
                 .map_err(gpu_err(name, "model upload"))?;
             // With FE: synthetic hit documents (Q = 4) laid out on every thread and scored in
             // one device turn, as the served fused path does; for rankers FE can serve.
-            let hits = FeatureResolver::new(&bench.ranker.features).ok().map(|resolver| {
-                let docs = synth_hit_documents(config.docs, 4, config.seed);
-                (resolver.gather_map(), synth_query(4, config.seed), docs)
-            });
+            let hits = FeatureResolver::new(&bench.ranker.features)
+                .ok()
+                .map(|resolver| {
+                    let docs = synth_hit_documents(config.docs, 4, config.seed);
+                    (resolver.gather_map(), synth_query(4, config.seed), docs)
+                });
             let stats = synth_corpus_stats();
-            let mut loads: Vec<(&str, Box<dyn FnMut() -> Result<(), GpuError> + '_>)> =
-                vec![("gpu", Box::new(|| r.score(device, &rows, false).map(|_| ())))];
+            let mut loads: Vec<(&str, Box<dyn FnMut() -> Result<(), GpuError> + '_>)> = vec![(
+                "gpu",
+                Box::new(|| r.score(device, &rows, false).map(|_| ())),
+            )];
             if let Some((map, query, docs)) = &hits {
                 let (r, fe, stats) = (&r, &mut fe, &stats);
                 loads.push((
@@ -210,7 +214,12 @@ pub fn bench_power(
                     Box::new(move || {
                         let threads = rayon::current_num_threads();
                         let layouts = FeLayout::build_split(
-                            query, stats, docs, Some(map), r.max_batch(), threads,
+                            query,
+                            stats,
+                            docs,
+                            Some(map),
+                            r.max_batch(),
+                            threads,
                         )
                         .map_err(|err| match err {
                             GpuFeError::Gpu(err) => err,

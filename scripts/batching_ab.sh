@@ -38,14 +38,11 @@ names="window off load${CANDIDATE:+ candidate}"
 # Each server its own data directory, started once the one before is ready: a ranker's crossover
 # is measured as it loads, and servers starting together (each building the demo index) would
 # measure it on a loaded host.
+# shellcheck source=scripts/lib/serve.sh
+. scripts/lib/serve.sh
 serve() {
-  "$1" serve --addr "127.0.0.1:${port[$2]}" --backend "$backend" --rankers rankers \
-    --data-dir "$work/data-$2" "${@:3}" >"$out/serve-$2.log" 2>&1 &
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:${port[$2]}/readyz" >/dev/null && return
-    sleep 0.1
-  done
-  echo "$2 never became ready" >&2
+  start_server "$1" "${port[$2]}" "$out/serve-$2.log" "$work/data-$2" \
+    --backend "$backend" --rankers rankers "${@:3}"
 }
 RANKSERVE_BATCH_WINDOW_US=200 serve "$old" window
 RANKSERVE_BATCHING=false serve "$new" off

@@ -34,15 +34,12 @@ for docs in $sizes; do
   "$new" requests synth --ranker medium --docs "$docs" --count 64 --out "$work/medium-$docs.msgpack" >/dev/null
 done
 declare -A port=([window]=18611 [load]=18612 [candidate]=18613) pid
+# shellcheck source=scripts/lib/serve.sh
+. scripts/lib/serve.sh
 serve() {
-  "$1" serve --addr "127.0.0.1:${port[$2]}" --backend "${BACKEND:-auto}" --rankers rankers \
-    --data-dir "$work/data-$2" "${@:3}" >"$out/serve-$2.log" 2>&1 &
-  pid[$2]=$!
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:${port[$2]}/readyz" >/dev/null && return
-    sleep 0.1
-  done
-  echo "$2 never became ready" >&2
+  start_server "$1" "${port[$2]}" "$out/serve-$2.log" "$work/data-$2" \
+    --backend "${BACKEND:-auto}" --rankers rankers "${@:3}"
+  pid[$2]=$SERVER_PID
 }
 RANKSERVE_BATCH_WINDOW_US=200 serve "$old" window
 serve "$new" load

@@ -92,8 +92,9 @@ pub struct RankingArgs {
     /// Measure the CPU only, even when there is a GPU.
     #[arg(long)]
     cpu_only: bool,
-    /// Also measure power: GPU idle, then each ranker under constant load (and the CPU where RAPL
-    /// can be read).
+    /// Also measure power: GPU idle, then each ranker under constant load: feature rows
+    /// (`gpu`), and for rankers FE serves hit documents with FE included (`gpu+fe`); the CPU
+    /// where RAPL can be read.
     #[arg(long)]
     power: bool,
     /// Seconds of constant load per ranker and backend.

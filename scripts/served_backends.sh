@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# /v1/rank served on the CPU against the GPU (issue 20): one binary, three servers started one
+# after another and measured in turn, ROUNDS times —
+#   cpu   --backend cpu                    FE and scoring on the CPU pool
+#   gpu   --backend gpu --fe-backend gpu   hit documents laid out on the host, extracted and
+#                                          scored in one device turn (the fused path)
+#   auto  --backend auto --fe-backend auto each request where its measured crossover sends it
+# — each replayed production-like requests of DOCS (default 1000) hit documents per ranker of
+# RANKERS (default "medium large") from each of CLIENTS (default "1 16 64") closed-loop clients
+# for SECONDS_PER_RUN (default 3) seconds. Prints a markdown table of medians over rounds:
+# throughput, client p50 / p99 and the server's own time (`timings.total_us`) p50 / p99, and
+# the server-time p50 of gpu and auto as a share of cpu's. Replies stay in $OUT.
+#
+#   bash scripts/served_backends.sh BINARY
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bin=$1
+docs=${DOCS:-1000}
+rankers=${RANKERS:-medium large}
+clients_list=${CLIENTS:-1 16 64}
+seconds=${SECONDS_PER_RUN:-3}
+rounds=${ROUNDS:-2}
+out=${OUT:-$(mktemp -d)}
+mkdir -p "$out"
+work=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+
+for ranker in $rankers; do
+  "$bin" requests synth --ranker "$ranker" --docs "$docs" --count 64 \
+    --out "$work/$ranker.msgpack" >/dev/null
+done
+# shellcheck source=scripts/lib/serve.sh
+. scripts/lib/serve.sh
+declare -A port=([cpu]=18701 [gpu]=18702 [auto]=18703)
+start_server "$bin" "${port[cpu]}" "$out/serve-cpu.log" "$work/data-cpu" --rankers rankers \
+  --backend cpu
+start_server "$bin" "${port[gpu]}" "$out/serve-gpu.log" "$work/data-gpu" --rankers rankers \
+  --backend gpu --fe-backend gpu
+start_server "$bin" "${port[auto]}" "$out/serve-auto.log" "$work/data-auto" --rankers rankers \
+  --backend auto --fe-backend auto
+
+for round in $(seq "$rounds"); do
+  for ranker in $rankers; do
+    for clients in $clients_list; do
+      for name in cpu gpu auto; do
+        "$bin" replay --url "http://127.0.0.1:${port[$name]}" --log "$work/$ranker.msgpack" \
+          --concurrency "$clients" --duration "$seconds" --json \
+          >"$out/r$round-$ranker-$clients-$name.json"
+      done
+    done
+  done
+done
+
+python3 - "$out" "$rounds" "$rankers" "$clients_list" <<'PY'
+import json, statistics, sys
+out, rounds, rankers, loads = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(), sys.argv[4].split()
+names = ["cpu", "gpu", "auto"]
+print(f"medians of {rounds} rounds; µs; server = the replies' timings.total_us")
+head = " | ".join(f"{n}: rps / client p50 / p99 / server p50 / p99" for n in names)
+print(f"| ranker | clients | {head} | server p50 gpu ÷ cpu | auto ÷ cpu | errors |")
+print("|---|---:|" + "---|" * len(names) + "---:|---:|---:|")
+for ranker in rankers:
+    for clients in loads:
+        cells, server_p50, errors = [], {}, 0
+        for n in names:
+            runs = [json.load(open(f"{out}/r{r}-{ranker}-{clients}-{n}.json")) for r in range(1, rounds + 1)]
+            med = lambda f: statistics.median(f(j) for j in runs)
+            errors += sum(sum(j["errors"].values()) for j in runs)
+            server_p50[n] = med(lambda j: j["server_total_us"]["p50"])
+            cells.append(
+                f"{med(lambda j: j['throughput_rps']):.0f} / {med(lambda j: j['latency_us']['p50']):.0f}"
+                f" / {med(lambda j: j['latency_us']['p99']):.0f} / {server_p50[n]:.0f}"
+                f" / {med(lambda j: j['server_total_us']['p99']):.0f}"
+            )
+        ratio = lambda n: server_p50[n] / server_p50["cpu"] if server_p50["cpu"] else float("nan")
+        print(f"| {ranker} | {clients} | " + " | ".join(cells) + f" | {ratio('gpu'):.2f} | {ratio('auto'):.2f} | {errors} |")
+PY

@@ -121,6 +121,9 @@ fn constant_load<E>(
     Ok(done)
 }
 
+/// One batch of a constant load on the GPU.
+type GpuLoad<'a> = Box<dyn FnMut() -> Result<(), GpuError> + 'a>;
+
 /// What the power runs need.
 #[derive(Debug, Clone, Copy)]
 pub struct PowerConfig {
@@ -203,7 +206,7 @@ pub fn bench_power(
                     (resolver.gather_map(), synth_query(4, config.seed), docs)
                 });
             let stats = synth_corpus_stats();
-            let mut loads: Vec<(&str, Box<dyn FnMut() -> Result<(), GpuError> + '_>)> = vec![(
+            let mut loads: Vec<(&str, GpuLoad<'_>)> = vec![(
                 "gpu",
                 Box::new(|| r.score(device, &rows, false).map(|_| ())),
             )];

@@ -22,15 +22,14 @@ old=$2
 seconds=${3:-3}
 rounds=${4:-2}
 backend=${BACKEND:-cpu}
-out=${OUT:-$(mktemp -d)}
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+# shellcheck source=scripts/lib/load.sh
+. scripts/lib/load.sh
+load_dirs
 
 sizes="10 100 1000"
 loads="1 4 16 64"
 for docs in $sizes; do
-  "$new" requests synth --ranker medium --docs "$docs" --count 64 --out "$work/medium-$docs.msgpack" >/dev/null
+  synth_requests "$new" medium "$docs" "$work/medium-$docs.msgpack"
 done
 
 declare -A port=([window]=18601 [off]=18602 [load]=18603 [candidate]=18604)
@@ -38,8 +37,6 @@ names="window off load${CANDIDATE:+ candidate}"
 # Each server its own data directory, started once the one before is ready: a ranker's crossover
 # is measured as it loads, and servers starting together (each building the demo index) would
 # measure it on a loaded host.
-# shellcheck source=scripts/lib/serve.sh
-. scripts/lib/serve.sh
 serve() {
   start_server "$1" "${port[$2]}" "$out/serve-$2.log" "$work/data-$2" \
     --backend "$backend" --rankers rankers "${@:3}"
@@ -55,9 +52,8 @@ for round in $(seq "$rounds"); do
   for docs in $sizes; do
     for clients in $loads; do
       for name in $names; do
-        "$new" replay --url "http://127.0.0.1:${port[$name]}" --log "$work/medium-$docs.msgpack" \
-          --concurrency "$clients" --duration "$seconds" --json \
-          >"$out/r$round-$docs-$clients-$name.json"
+        replay_json "$new" "${port[$name]}" "$work/medium-$docs.msgpack" "$clients" "$seconds" \
+          "$out/r$round-$docs-$clients-$name.json"
       done
     done
   done

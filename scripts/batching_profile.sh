@@ -25,17 +25,14 @@ sizes=${SIZES:-100 10}
 loads=${LOADS:-16 64}
 seconds=${SECONDS_PER_RUN:-3}
 rounds=${ROUNDS:-2}
-out=${OUT:-$(mktemp -d)}
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
+# shellcheck source=scripts/lib/load.sh
+. scripts/lib/load.sh
+load_dirs
 
 for docs in $sizes; do
-  "$new" requests synth --ranker medium --docs "$docs" --count 64 --out "$work/medium-$docs.msgpack" >/dev/null
+  synth_requests "$new" medium "$docs" "$work/medium-$docs.msgpack"
 done
 declare -A port=([window]=18611 [load]=18612 [candidate]=18613) pid
-# shellcheck source=scripts/lib/serve.sh
-. scripts/lib/serve.sh
 serve() {
   start_server "$1" "${port[$2]}" "$out/serve-$2.log" "$work/data-$2" \
     --backend "${BACKEND:-auto}" --rankers rankers "${@:3}"
@@ -69,8 +66,8 @@ for round in $(seq "$rounds"); do
         thread_ticks "${pid[$name]}" >"$work/before"
         host_before=$(host_ticks)
         metrics_before=$(batch_metrics "$name")
-        "$new" replay --url "http://127.0.0.1:${port[$name]}" --log "$work/medium-$docs.msgpack" \
-          --concurrency "$clients" --duration "$seconds" --json >"$reply"
+        replay_json "$new" "${port[$name]}" "$work/medium-$docs.msgpack" "$clients" "$seconds" \
+          "$reply"
         thread_ticks "${pid[$name]}" >"$work/after"
         python3 - "$work/before" "$work/after" "$host_before" "$(host_ticks)" \
           "$metrics_before" "$(batch_metrics "$name")" "$reply" "$seconds" \

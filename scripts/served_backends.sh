@@ -20,17 +20,12 @@ rankers=${RANKERS:-medium large}
 clients_list=${CLIENTS:-1 16 64}
 seconds=${SECONDS_PER_RUN:-3}
 rounds=${ROUNDS:-2}
-out=${OUT:-$(mktemp -d)}
-mkdir -p "$out"
-work=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
-
+# shellcheck source=scripts/lib/load.sh
+. scripts/lib/load.sh
+load_dirs
 for ranker in $rankers; do
-  "$bin" requests synth --ranker "$ranker" --docs "$docs" --count 64 \
-    --out "$work/$ranker.msgpack" >/dev/null
+  synth_requests "$bin" "$ranker" "$docs" "$work/$ranker.msgpack"
 done
-# shellcheck source=scripts/lib/serve.sh
-. scripts/lib/serve.sh
 declare -A port=([cpu]=18701 [gpu]=18702 [auto]=18703)
 start_server "$bin" "${port[cpu]}" "$out/serve-cpu.log" "$work/data-cpu" --rankers rankers \
   --backend cpu
@@ -43,9 +38,8 @@ for round in $(seq "$rounds"); do
   for ranker in $rankers; do
     for clients in $clients_list; do
       for name in cpu gpu auto; do
-        "$bin" replay --url "http://127.0.0.1:${port[$name]}" --log "$work/$ranker.msgpack" \
-          --concurrency "$clients" --duration "$seconds" --json \
-          >"$out/r$round-$ranker-$clients-$name.json"
+        replay_json "$bin" "${port[$name]}" "$work/$ranker.msgpack" "$clients" "$seconds" \
+          "$out/r$round-$ranker-$clients-$name.json"
       done
     done
   done

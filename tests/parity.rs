@@ -1169,3 +1169,36 @@ fn overlapped_parts_gpu_match_serial_batches_and_cpu() {
         }
     }
 }
+
+/// A batch of requests scored as several blocks (`GpuRanker::score_blocks`, what the batching
+/// lane sends: each request's rows where they are, empty ones included) gives the bits of the
+/// same rows scored as one matrix, on the serial path and on the overlapped one (≥ 4 096
+/// documents, whose parts cut across the blocks): the device sees the same staged values.
+#[test]
+fn blocks_gpu_match_one_matrix() {
+    let what = "blocks";
+    let Some(device) = device_for_tests(what) else {
+        return;
+    };
+    let ranker = load("rankers/medium.json");
+    let gpu = GpuRanker::upload(&device, &ranker, PlanOptions::default()).unwrap();
+    let width = ranker.features.len();
+    for sizes in [vec![3usize, 0, 100, 1], vec![2000, 1, 0, 2500, 96]] {
+        let n_docs: usize = sizes.iter().sum();
+        let features = adversarial_features(&ranker, n_docs, 60 + n_docs as u64);
+        let mut blocks = Vec::new();
+        let mut first = 0;
+        for size in &sizes {
+            blocks.push(&features[first * width..(first + size) * width]);
+            first += size;
+        }
+        let whole = gpu.score(&device, &features, false).unwrap().scores;
+        let split = gpu.score_blocks(&device, &blocks, false).unwrap().scores;
+        let bits = |s: &[f64]| s.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+        assert_eq!(
+            bits(&split),
+            bits(&whole),
+            "{what}: blocks of {sizes:?} documents"
+        );
+    }
+}

@@ -191,7 +191,7 @@ pub fn bench_power(
             })
             .map_err(power_err("GPU idle".into()))?;
         report.gpu_idle = Some(idle);
-        let mut fe = GpuFe::new();
+        let (mut fe, stats) = (GpuFe::new(), synth_corpus_stats());
         for bench in rankers {
             let name = bench.name.as_str();
             let rows = rows_for(bench, config.docs, config.seed);
@@ -205,7 +205,6 @@ pub fn bench_power(
                     let docs = synth_hit_documents(config.docs, 4, config.seed);
                     (resolver.gather_map(), synth_query(4, config.seed), docs)
                 });
-            let stats = synth_corpus_stats();
             let mut loads: Vec<(&str, GpuLoad<'_>)> = vec![(
                 "gpu",
                 Box::new(|| r.score(device, &rows, false).map(|_| ())),
@@ -224,12 +223,7 @@ pub fn bench_power(
                             r.max_batch(),
                             threads,
                         )
-                        .map_err(|err| match err {
-                            GpuFeError::Gpu(err) => err,
-                            GpuFeError::Hits(err) => GpuError::BatchFailed {
-                                reason: err.to_string(),
-                            },
-                        })?;
+                        .map_err(GpuFeError::into_gpu_error)?;
                         r.score_hits(device, fe, &layouts, false, false).map(|_| ())
                     }),
                 ));

@@ -507,12 +507,7 @@ impl Backends {
                                 self.threads,
                             )
                         })
-                        .map_err(|err| match err {
-                            GpuFeError::Gpu(err) => err,
-                            GpuFeError::Hits(err) => GpuError::BatchFailed {
-                                reason: err.to_string(),
-                            },
-                        })?;
+                        .map_err(GpuFeError::into_gpu_error)?;
                     let fe = &mut gpu.fe.lock();
                     (cached.gpu)
                         .score_hits(device, fe, &layouts, false, false)

@@ -68,6 +68,19 @@ pub enum GpuFeError {
     Gpu(#[from] GpuError),
 }
 
+impl GpuFeError {
+    /// As a [`GpuError`], for callers whose hit documents cannot be invalid (synthetic ones,
+    /// timed for the crossover or a benchmark): an invalid batch becomes a failed one.
+    pub fn into_gpu_error(self) -> GpuError {
+        match self {
+            GpuFeError::Gpu(err) => err,
+            GpuFeError::Hits(err) => GpuError::BatchFailed {
+                reason: err.to_string(),
+            },
+        }
+    }
+}
+
 /// A batch of hit documents flattened for `fe_extract` (the layout is drawn in fe.cu): stream
 /// `doc * 4 + slot` for each catalogue stream, its non-empty phrases, their hits; and, for
 /// `fe_gather`, the ranker's gather codes and the documents' static features it reads.

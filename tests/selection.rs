@@ -446,6 +446,37 @@ proptest! {
     }
 }
 
+/// A query of the random corpora with its k, mode (an index into `MODES`), k1 and b.
+type RandomQuery = (Vec<u8>, usize, u8, f32, f32);
+
+/// Every query of `queries` on a random corpus of `n` documents padded with `pad` (one codec,
+/// chosen by the seed's parity) answers as the brute-force reference does.
+fn matches_the_reference(
+    n: usize,
+    seed: u64,
+    pad: Pad,
+    queries: &[RandomQuery],
+) -> Result<(), TestCaseError> {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = random_corpus(dir.path(), n, seed, pad);
+    let codec = if seed % 2 == 0 {
+        Codec::Ef
+    } else {
+        Codec::Pfor
+    };
+    let (_d, index) = built(&corpus, "random", codec);
+    for (words, k, mode, k1, b) in queries {
+        let q = random_query(words, *k, *mode, *k1, *b);
+        prop_assert_eq!(
+            &search(&index, &q).unwrap().hits,
+            &reference(&index, &q),
+            "query {:?}",
+            q
+        );
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(8))]
     /// The pruning paths where they are most exposed: small k over long lists (AND's windows
@@ -458,13 +489,7 @@ proptest! {
         queries in proptest::collection::vec((proptest::collection::vec(0u8..9, 1..6), 1usize..12, 0u8..3,
             prop_oneof![Just(1.2f32), 0f32..3.0], prop_oneof![Just(0.75f32), 0f32..=1.0]), 16),
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        let corpus = random_corpus(dir.path(), n, seed, if tied { Pad::Tied } else { Pad::Varied });
-        let (_d, index) = built(&corpus, "random", if seed % 2 == 0 { Codec::Ef } else { Codec::Pfor });
-        for (words, k, mode, k1, b) in &queries {
-            let q = random_query(words, *k, *mode, *k1, *b);
-            prop_assert_eq!(&search(&index, &q).unwrap().hits, &reference(&index, &q), "query {:?}", q);
-        }
+        matches_the_reference(n, seed, if tied { Pad::Tied } else { Pad::Varied }, &queries)?;
     }
 }
 
@@ -480,13 +505,7 @@ proptest! {
         queries in proptest::collection::vec((proptest::collection::vec(0u8..9, 1..6), 1usize..12, 0u8..3,
             prop_oneof![Just(1.2f32), 0f32..3.0], prop_oneof![Just(0.75f32), 0f32..=1.0]), 16),
     ) {
-        let dir = tempfile::tempdir().unwrap();
-        let corpus = random_corpus(dir.path(), n, seed, Pad::Spread);
-        let (_d, index) = built(&corpus, "random", if seed % 2 == 0 { Codec::Ef } else { Codec::Pfor });
-        for (words, k, mode, k1, b) in &queries {
-            let q = random_query(words, *k, *mode, *k1, *b);
-            prop_assert_eq!(&search(&index, &q).unwrap().hits, &reference(&index, &q), "query {:?}", q);
-        }
+        matches_the_reference(n, seed, Pad::Spread, &queries)?;
     }
 }
 

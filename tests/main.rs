@@ -4,6 +4,7 @@ mod formats;
 mod http;
 mod openapi;
 mod parity;
+mod rank_fused;
 mod search;
 mod selection;
 mod selection_gpu;

@@ -13,9 +13,11 @@ use std::collections::HashMap;
 use super::format::{BodyError, Format};
 use super::msgpack_rank::{self, Framed};
 use super::{FeatureValues, RankDocument, RankRequest, MAX_FEATURE_VALUES};
+use crate::gpu::GpuError;
 use crate::rank::cut_input;
 use crate::rank::engine::RowSource;
-use crate::rank::fe::fill_rows_in_chunks;
+use crate::rank::fe::{fill_rows_in_chunks, GatherMap};
+use crate::rank::gpu::fe::FeLayout;
 use crate::rank::store::LoadedRanker;
 
 /// A `/v1/rank` body.
@@ -170,6 +172,28 @@ impl RowSource for RankBody {
             Framing::AsRead => self.feature_matrix(loaded, threads).map(Some),
             Framing::Reread => Ok(None),
         }
+    }
+
+    /// A framed body that names the query and its statistics: hit documents, most likely.
+    fn may_give_hits(&self) -> bool {
+        let head = self.head();
+        matches!(self, RankBody::Framed(_)) && head.query.is_some() && head.stats.is_some()
+    }
+
+    /// A framed body's documents, framed then laid out in one pass ([`Framed::fe_layouts`]);
+    /// a body decoded in full, or one that does not frame as read, gives its rows instead.
+    fn hit_layouts(
+        &mut self,
+        gather: &GatherMap,
+        max_docs: usize,
+        threads: usize,
+    ) -> Option<Result<Vec<FeLayout>, GpuError>> {
+        let RankBody::Framed(framed) = self else {
+            return None;
+        };
+        (framed.frame_documents(threads))
+            .then(|| framed.fe_layouts(gather, max_docs, threads))
+            .flatten()
     }
 }
 

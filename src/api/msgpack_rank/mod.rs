@@ -33,9 +33,11 @@ use rayon::prelude::*;
 use self::parallel::{chain_walks, frame_in_parallel, guess_tail};
 use self::reader::Reader;
 use super::RankRequest;
+use crate::gpu::GpuError;
 use crate::rank::fe::{
-    fill_rows_in_chunks, FeError, FeatureResolver, HitDocument, HitStream, Prepared,
+    fill_rows_in_chunks, FeError, FeatureResolver, GatherMap, HitDocument, HitStream, Prepared,
 };
+use crate::rank::gpu::fe::{FeLayout, LayoutPart};
 
 /// The body is one the fast reader leaves to rmp-serde.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -214,21 +216,11 @@ impl Framed {
         width: usize,
         threads: usize,
     ) -> Option<Vec<f64>> {
-        if width == 0 || self.bounds.is_empty() {
-            // Rows of nothing: the documents would go unread. The full path validates them (and
-            // decodes a body not framed).
+        if width == 0 {
+            // Rows of nothing: the documents would go unread. The full path validates them.
             return None;
         }
-        if self
-            .bounds
-            .windows(2)
-            .any(|d| d[1] - d[0] < MIN_DOCUMENT_BYTES)
-        {
-            // A document too short to hold `features` or `hits` is refused by the full path,
-            // which checks every document before it sizes the matrix: a body of one-byte
-            // documents must not size a row for each first.
-            return None;
-        }
+        let bounds = self.sized_bounds()?;
         let hits = Fused {
             resolver: fe.ok(),
             query: match (&self.head.query, &self.head.stats) {
@@ -244,7 +236,7 @@ impl Framed {
             .with_min_len(len.div_ceil(threads.max(1)))
             .collect_into_vec(&mut matrix);
         fill_rows_in_chunks(
-            &self.bounds[..self.len()],
+            &bounds[..self.len()],
             &mut matrix,
             width,
             threads,
@@ -259,7 +251,7 @@ impl Framed {
                 for (i, (&start, row)) in starts.iter().zip(rows.chunks_mut(width)).enumerate() {
                     reader.pos = start;
                     reader.document_row(&hits, &mut buffers, row)?;
-                    if reader.pos != self.bounds[first + i + 1] {
+                    if reader.pos != bounds[first + i + 1] {
                         return Err(Unhandled);
                     }
                 }
@@ -269,6 +261,81 @@ impl Framed {
         .ok()?;
         Some(matrix)
     }
+    /// The documents laid out for the fused device path: [`FeLayout`]s of at most `max_docs`
+    /// documents each, with `gather`'s static features, decoded, validated and laid out in one
+    /// pass. Contiguous runs of documents go to rayon's pool (`threads` of them, of at least 64
+    /// documents), each read into one reused [`HitDocument`] and appended to its run's
+    /// [`LayoutPart`] at once: no tree per document is built, and none is walked again.
+    ///
+    /// `None` where the full path must decide (it then gives today's answer, or today's
+    /// error): no documents, a document that gives a feature vector, is malformed or left to
+    /// rmp-serde, or is invalid; no `query` or `stats`, or invalid ones. `Some(Err)` when the
+    /// batch is over the FE kernel's limits (a query of more than
+    /// [`MAX_TERMS`](crate::rank::gpu::fe::MAX_TERMS) terms): work for the CPU.
+    pub fn fe_layouts(
+        &self,
+        gather: &GatherMap,
+        max_docs: usize,
+        threads: usize,
+    ) -> Option<Result<Vec<FeLayout>, GpuError>> {
+        let bounds = self.sized_bounds()?;
+        let (Some(query), Some(stats)) = (&self.head.query, &self.head.stats) else {
+            return None;
+        };
+        let prepared = Prepared::new(query, stats).ok()?;
+        let static_keys = &gather.static_keys[..];
+        let max_docs = max_docs.max(1);
+        let mut layouts = Vec::with_capacity(self.len().div_ceil(max_docs));
+        for (c, batch) in bounds[..self.len()].chunks(max_docs).enumerate() {
+            let run = batch.len().div_ceil(threads.max(1)).max(MIN_FUSED_CHUNK);
+            let parts: Vec<Read<LayoutPart>> = (batch.par_chunks(run).enumerate())
+                .map(|(r, starts)| {
+                    let first = c * max_docs + r * run;
+                    let mut reader = Reader {
+                        bytes: &self.body,
+                        pos: 0,
+                        min_task: usize::MAX,
+                    };
+                    let mut buffers = DocumentBuffers::default();
+                    let mut part = LayoutPart::with_capacity(starts.len(), static_keys.len());
+                    for (i, &start) in starts.iter().enumerate() {
+                        reader.pos = start;
+                        // A feature vector is the rows path's.
+                        reader.framed_document(&mut buffers, |_| Err(Unhandled))?;
+                        if reader.pos != bounds[first + i + 1] {
+                            return Err(Unhandled);
+                        }
+                        let value = |key: &str| buffers.static_value(key);
+                        (part.push(first + i, &buffers.hits, prepared.terms, static_keys, value))
+                            .map_err(|_| Unhandled)?;
+                    }
+                    Ok(part)
+                })
+                .collect();
+            let parts = parts.into_iter().collect::<Read<Vec<_>>>().ok()?;
+            match FeLayout::join(&prepared, Some(gather), &parts) {
+                Ok(layout) => layouts.push(layout),
+                Err(err) => return Some(Err(err)),
+            }
+        }
+        Some(Ok(layouts))
+    }
+
+    /// Where each document starts, then where the last one ends, once framed; `None` before,
+    /// and when a document is too short to hold `features` or `hits`: the full path refuses
+    /// it after checking every document, and a body of one-byte documents must not size a row
+    /// (or a layout) for each first.
+    fn sized_bounds(&self) -> Option<&[usize]> {
+        let short = |d: &[usize]| d[1] - d[0] < MIN_DOCUMENT_BYTES;
+        (!self.bounds.is_empty() && !self.bounds.windows(2).any(short)).then_some(&self.bounds)
+    }
+}
+
+/// Which of `features` and `hits` a framed document gave.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Given {
+    Features,
+    Hits,
 }
 
 /// What the fused decode needs to extract a hit document's features.
@@ -289,6 +356,15 @@ struct DocumentBuffers<'a> {
     spare: Vec<HitStream>,
 }
 
+impl DocumentBuffers<'_> {
+    /// The document's static feature `name`: the last value given, as in the decoded map.
+    fn static_value(&self, name: &str) -> Option<f64> {
+        (self.statics.iter().rev())
+            .find(|(given, _)| *given == name)
+            .map(|&(_, value)| value)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::parallel::share_walk;
@@ -298,7 +374,9 @@ mod tests {
     use crate::api::Format;
     use crate::backend::Backend;
     use crate::bench::replay::synth_requests;
-    use crate::rank::store::RankerStore;
+    use crate::rank::fe::{synth_hit_documents, synth_query};
+    use crate::rank::gpu::fe::MAX_TERMS;
+    use crate::rank::store::{LoadedRanker, RankerStore};
     use proptest::prelude::*;
     use std::sync::atomic::AtomicBool;
     use std::sync::OnceLock;
@@ -622,7 +700,50 @@ mod tests {
             assert_eq!(bits(&fused), bits(&full), "threads = {threads}");
             answered = true;
         }
+        layouts_equal_the_full_path(&framed, full.as_ref().ok(), &loaded);
         answered
+    }
+
+    /// Checks [`Framed::fe_layouts`] against the full path: where it lays the documents out,
+    /// the body decodes, every document gives hits only, the full path builds its rows, and
+    /// [`FeLayout::build_split`] of the decoded documents is the same layouts, on 1 and 3
+    /// threads, in one device batch or several. Returns whether it laid them out.
+    fn layouts_equal_the_full_path(
+        framed: &Framed,
+        full: Option<&RankRequest>,
+        loaded: &LoadedRanker,
+    ) -> bool {
+        let Ok(resolver) = loaded.fe.as_ref() else {
+            return false;
+        };
+        let gather = resolver.gather_map();
+        let mut laid_out = false;
+        for (threads, max_docs) in [(1, 65_536), (3, 65_536), (3, 70)] {
+            let Some(layouts) = framed.fe_layouts(&gather, max_docs, threads) else {
+                continue;
+            };
+            let request = full.expect("the fused path laid out a body that does not decode");
+            feature_matrix(request, loaded, threads).expect("the full path takes the request");
+            let (query, stats) = (request.query.as_ref(), request.stats.as_ref());
+            let docs: Vec<HitDocument> = (request.documents.iter())
+                .map(|d| {
+                    assert!(d.features.is_none(), "laid out a document with features");
+                    d.hits.clone().expect("laid out a document without hits")
+                })
+                .collect();
+            let (query, stats) = (query.unwrap(), stats.unwrap());
+            let want = FeLayout::build_split(query, stats, &docs, Some(&gather), max_docs, threads);
+            // As Debug: a missing static feature is NaN, unequal to itself.
+            let got = layouts.map_err(|err| err.to_string());
+            let want = want.map_err(|err| err.to_string());
+            assert_eq!(
+                format!("{got:?}"),
+                format!("{want:?}"),
+                "threads = {threads}"
+            );
+            laid_out = true;
+        }
+        laid_out
     }
 
     fn store() -> RankerStore {
@@ -684,7 +805,52 @@ mod tests {
         cases.push(request);
         for case in cases {
             assert!(!fused_equals_the_full_path(&msgpack(&case), &store));
+            let framed = frame_in_tasks(Bytes::from(msgpack(&case)), 2).unwrap();
+            let loaded = store.get(&case.ranker).unwrap();
+            let gather = loaded.fe.as_ref().unwrap().gather_map();
+            assert!(framed.fe_layouts(&gather, 65_536, 2).is_none());
         }
+    }
+
+    #[test]
+    fn hit_documents_are_laid_out_as_from_the_decoded_request() {
+        let store = store();
+        let mut laid_out_bodies = 0;
+        let hits_only = |mut request: RankRequest| {
+            request.documents.retain(|d| d.features.is_none());
+            request
+        };
+        let bodies = requests(150).into_iter().map(|r| in_order(r, &store));
+        for request in bodies.flat_map(|r| [r.clone(), hits_only(r)]) {
+            let loaded = store.get(&request.ranker).unwrap();
+            let framed = frame_in_tasks(Bytes::from(msgpack(&request)), 2).unwrap();
+            let full = Format::Msgpack
+                .decode_rank_request(&msgpack(&request))
+                .unwrap();
+            let laid_out = layouts_equal_the_full_path(&framed, Some(&full), &loaded);
+            let all_hits = request.documents.iter().all(|d| d.hits.is_some());
+            assert_eq!(laid_out, request.query.is_some() && all_hits);
+            laid_out_bodies += usize::from(laid_out);
+        }
+        assert_eq!(laid_out_bodies, 9, "bodies laid out");
+        // A query over the kernel's terms is the CPU's work, not the full path's error.
+        let mut request = in_order(requests(70).swap_remove(1), &store);
+        let q = MAX_TERMS + 1;
+        request.query = Some(synth_query(q, 5));
+        for doc in &mut request.documents {
+            (doc.features, doc.hits) = (None, Some(synth_hit_documents(1, q, 6).remove(0)));
+        }
+        let loaded = store.get(&request.ranker).unwrap();
+        let gather = loaded.fe.as_ref().unwrap().gather_map();
+        let framed = frame_in_tasks(Bytes::from(msgpack(&request)), 2).unwrap();
+        let laid_out = framed.fe_layouts(&gather, 65_536, 2);
+        assert!(
+            matches!(laid_out, Some(Err(GpuError::TooLarge { .. }))),
+            "{laid_out:?}"
+        );
+        assert!(framed
+            .feature_matrix(loaded.fe.as_ref(), loaded.ranker.features.len(), 2)
+            .is_some());
     }
 
     #[test]

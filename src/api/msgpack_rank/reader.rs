@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{DocumentBuffers, Fused, Read, Unhandled};
+use super::{DocumentBuffers, Fused, Given, Read, Unhandled};
 use crate::api::{FeatureValues, RankDocument, RankRequest, MAX_DOCUMENTS};
 use crate::backend::Backend;
 use crate::rank::fe::{CorpusStats, HitDocument, HitStream, Phrases, QueryInfo, Streams, STREAMS};
@@ -468,15 +468,43 @@ impl<'a> Reader<'a> {
         buffers: &mut DocumentBuffers<'a>,
         row: &mut [f64],
     ) -> Read<()> {
-        let (mut id, mut features, mut hits) = (false, false, false);
-        // Whether `features` or `hits` was given (not `nil`), and which.
-        let (mut filled, mut extract) = (false, false);
+        let given = self.framed_document(buffers, |r| {
+            if r.array_len()? != row.len() {
+                return Err(Unhandled);
+            }
+            for slot in row.iter_mut() {
+                *slot = r.optional(Self::f64)?.unwrap_or(f64::NAN);
+            }
+            Ok(())
+        })?;
+        if given == Given::Hits {
+            let resolver = fused.resolver.ok_or(Unhandled)?;
+            let query = fused.query.as_ref().ok_or(Unhandled)?;
+            resolver
+                .extract_with_statics(query, &buffers.hits, |name| buffers.static_value(name), row)
+                .map_err(|_| Unhandled)?;
+        }
+        Ok(())
+    }
+
+    /// One document of a framed request: its hits into `buffers` (the document and its static
+    /// features), or its feature vector read by `features` (called with the reader at the
+    /// vector). Which of the two it gave; a document with neither or both (not `nil`) is the
+    /// full path's error.
+    pub(super) fn framed_document(
+        &mut self,
+        buffers: &mut DocumentBuffers<'a>,
+        features: impl FnOnce(&mut Self) -> Read<()>,
+    ) -> Read<Given> {
+        let (mut id, mut features_seen, mut hits_seen) = (false, false, false);
+        let mut features = Some(features);
+        let mut given = None;
         for _ in 0..self.map_len()? {
             let field = self.str_bytes()?;
             match field {
                 b"id" => first_time(&mut id)?,
-                b"features" => first_time(&mut features)?,
-                b"hits" => first_time(&mut hits)?,
+                b"features" => first_time(&mut features_seen)?,
+                b"hits" => first_time(&mut hits_seen)?,
                 _ => return Err(Unhandled),
             }
             if self.peek()? == 0xc0 {
@@ -488,18 +516,14 @@ impl<'a> Reader<'a> {
                     self.str()?;
                 }
                 // Both given is the full path's error.
-                _ if filled => return Err(Unhandled),
+                _ if given.is_some() => return Err(Unhandled),
                 b"features" => {
-                    filled = true;
-                    if self.array_len()? != row.len() {
-                        return Err(Unhandled);
-                    }
-                    for slot in row.iter_mut() {
-                        *slot = self.optional(Self::f64)?.unwrap_or(f64::NAN);
-                    }
+                    given = Some(Given::Features);
+                    // Seen once (checked above), so still there.
+                    (features.take().ok_or(Unhandled)?)(self)?;
                 }
                 _ => {
-                    (filled, extract) = (true, true);
+                    given = Some(Given::Hits);
                     let DocumentBuffers {
                         hits,
                         statics,
@@ -509,25 +533,7 @@ impl<'a> Reader<'a> {
                 }
             }
         }
-        if !filled {
-            return Err(Unhandled);
-        }
-        if extract {
-            let resolver = fused.resolver.ok_or(Unhandled)?;
-            let query = fused.query.as_ref().ok_or(Unhandled)?;
-            let statics = &buffers.statics;
-            let lookup = |name: &str| {
-                statics
-                    .iter()
-                    .rev()
-                    .find(|(given, _)| *given == name)
-                    .map(|&(_, value)| value)
-            };
-            resolver
-                .extract_with_statics(query, &buffers.hits, lookup, row)
-                .map_err(|_| Unhandled)?;
-        }
-        Ok(())
+        given.ok_or(Unhandled)
     }
 
     fn query_info(&mut self) -> Read<QueryInfo> {

@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::batch::micros;
-use super::HitBatch;
+use super::{HitBatch, RowSource};
 use crate::backend::{fell_back, Backend, Processor, Stage};
 use crate::gpu::{Executor, Fleet, GpuError};
 use crate::rank::fe::{FeatureResolver, HitError};
@@ -105,6 +105,19 @@ pub struct HitsScored {
     pub queue_us: u64,
     /// The device's turn (copy in, FE, gather, MIT, ME, copy out), or the CPU's scoring.
     pub eval_us: u64,
+}
+
+/// How [`Backends::rank_source`] ended.
+#[derive(Debug)]
+pub enum SourceFused {
+    /// Extracted and scored on the device.
+    Scored(HitsScored),
+    /// The source did not lay its documents out (they are not all hit documents, or not valid):
+    /// its rows decide.
+    Declined,
+    /// The device failed or the batch is over its limits (logged and counted): its rows, on
+    /// the CPU.
+    FellBack,
 }
 
 /// The CPU pool and, once the probe found one, the GPU.
@@ -303,7 +316,7 @@ impl Backends {
             .fe
             .as_ref()
             .map_err(|err| FeRefused::Ranker(err.to_string()))?;
-        if let (Some(gpu), false) = (self.gpu.get(), batch.docs.is_empty()) {
+        if let (true, false) = (self.has_gpu(), batch.docs.is_empty()) {
             let started = Instant::now();
             let map = resolver.gather_map();
             let laid_out = self.install(|| {
@@ -315,30 +328,8 @@ impl Backends {
                 Err(GpuFeError::Hits(err)) => return Err(FeRefused::Hits(err)),
                 Err(GpuFeError::Gpu(err)) => fell_back(Stage::Fe, &loaded.name, &err),
                 Ok(layouts) => {
-                    let waiting = Instant::now();
-                    let mut turn = waiting;
-                    let scored = gpu.run(holds(loaded), |device, gpu| {
-                        turn = Instant::now();
-                        let cached = (gpu.rankers).get_or_upload(
-                            &loaded.name,
-                            loaded.version,
-                            &loaded.ranker,
-                        )?;
-                        let fe = &mut gpu.fe.lock();
-                        (cached.gpu).score_hits(device, fe, &layouts, false, keep_rows)
-                    });
-                    match scored {
-                        Ok(scored) => {
-                            return Ok(HitsScored {
-                                scores: scored.scores,
-                                rows: scored.rows,
-                                processor: Processor::Gpu,
-                                fe_us: micros(waiting - started),
-                                queue_us: micros(turn - waiting),
-                                eval_us: micros(turn.elapsed()),
-                            })
-                        }
-                        Err(err) => fell_back(Stage::Rank, &loaded.name, &err),
+                    if let Some(scored) = self.score_layouts(loaded, &layouts, started, keep_rows) {
+                        return Ok(scored);
                     }
                 }
             }
@@ -359,6 +350,72 @@ impl Backends {
             queue_us: 0,
             eval_us: micros(extracted.elapsed()),
         })
+    }
+
+    /// [`Backends::rank_hits`] for a row source that lays its hit documents out itself
+    /// ([`RowSource::hit_layouts`], on the CPU pool), for the ranker's fused device path.
+    pub fn rank_source<S: RowSource>(
+        &self,
+        loaded: &LoadedRanker,
+        source: &mut S,
+        keep_rows: bool,
+    ) -> SourceFused {
+        let Ok(resolver) = loaded.fe.as_ref() else {
+            return SourceFused::Declined;
+        };
+        if !self.has_gpu() {
+            return SourceFused::Declined;
+        }
+        let started = Instant::now();
+        let map = resolver.gather_map();
+        let laid_out = self.install(|| source.hit_layouts(&map, DEFAULT_MAX_BATCH, self.width()));
+        match laid_out {
+            None => SourceFused::Declined,
+            Some(Err(err)) => {
+                fell_back(Stage::Fe, &loaded.name, &err);
+                SourceFused::FellBack
+            }
+            Some(Ok(layouts)) => match self.score_layouts(loaded, &layouts, started, keep_rows) {
+                Some(scored) => SourceFused::Scored(scored),
+                None => SourceFused::FellBack,
+            },
+        }
+    }
+
+    /// The fused path's device turn: `layouts` (laid out from `started` on) extracted, gathered
+    /// and scored on the GPU in one turn, blocking while it waits for it; `None` after a GPU
+    /// failure (logged and counted), which leaves the batch to the CPU.
+    fn score_layouts(
+        &self,
+        loaded: &LoadedRanker,
+        layouts: &[FeLayout],
+        started: Instant,
+        keep_rows: bool,
+    ) -> Option<HitsScored> {
+        let gpu = self.gpu.get()?;
+        let waiting = Instant::now();
+        let mut turn = waiting;
+        let scored = gpu.run(holds(loaded), |device, gpu| {
+            turn = Instant::now();
+            let cached =
+                (gpu.rankers).get_or_upload(&loaded.name, loaded.version, &loaded.ranker)?;
+            let fe = &mut gpu.fe.lock();
+            (cached.gpu).score_hits(device, fe, layouts, false, keep_rows)
+        });
+        match scored {
+            Ok(scored) => Some(HitsScored {
+                scores: scored.scores,
+                rows: scored.rows,
+                processor: Processor::Gpu,
+                fe_us: micros(waiting - started),
+                queue_us: micros(turn - waiting),
+                eval_us: micros(turn.elapsed()),
+            }),
+            Err(err) => {
+                fell_back(Stage::Rank, &loaded.name, &err);
+                None
+            }
+        }
     }
 
     /// The feature rows of `batch` for `loaded` (row-major, the ranker's width), extracted on

@@ -25,13 +25,14 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use backends::{Backends, FeRefused, HitPath, HitsScored, PoolTaskFailed};
+pub use backends::{Backends, FeRefused, HitPath, HitsScored, PoolTaskFailed, SourceFused};
 pub use batch::{BatchConfig, ScoreError, Scored};
 
 use crate::backend::{Backend, Processor};
-use crate::gpu::Executor;
-use crate::rank::fe::{CorpusStats, HitDocument, QueryInfo};
+use crate::gpu::{Executor, GpuError};
+use crate::rank::fe::{CorpusStats, GatherMap, HitDocument, QueryInfo};
 use crate::rank::gpu::cache::GpuRankerCache;
+use crate::rank::gpu::fe::FeLayout;
 use crate::rank::store::{LoadedRanker, RankerStore};
 use batch::{micros, Batcher, Job};
 use tokio::sync::oneshot;
@@ -82,6 +83,27 @@ pub trait RowSource: Send + 'static {
         loaded: &LoadedRanker,
         threads: usize,
     ) -> Result<Option<Vec<f64>>, Self::Error>;
+
+    /// Whether its documents may be hit documents: whether the fused device path is worth
+    /// trying ([`RowSource::hit_layouts`]). None by default.
+    fn may_give_hits(&self) -> bool {
+        false
+    }
+
+    /// Its hit documents laid out for the fused device path in layouts of at most `max_docs`,
+    /// with `gather`'s static features, parallel on the current rayon pool over `threads`.
+    /// `None` when it does not lay them out (not all hit documents, or not valid ones: its
+    /// [`RowSource::rows`] then decide, errors included); `Some(Err)` when the batch is over the
+    /// device's limits (its rows then go to the CPU). None by default.
+    fn hit_layouts(
+        &mut self,
+        gather: &GatherMap,
+        max_docs: usize,
+        threads: usize,
+    ) -> Option<Result<Vec<FeLayout>, GpuError>> {
+        let _ = (gather, max_docs, threads);
+        None
+    }
 }
 
 /// No source: for callers whose documents are rows or hits.
@@ -247,13 +269,29 @@ impl RankEngine {
         };
         let path = match &documents {
             Documents::Hits(_) => self.backends.hit_path(&ranker, n_docs, backend),
+            // A source's features are extracted on the CPU unless it lays its hits out.
+            Documents::Source(source) if source.may_give_hits() => {
+                match self.backends.hit_path(&ranker, n_docs, backend) {
+                    HitPath::Fused => HitPath::Fused,
+                    HitPath::Rows { .. } => HitPath::Rows { fe_on_gpu: false },
+                }
+            }
             _ => HitPath::Rows { fe_on_gpu: false },
         };
-        let documents = match (documents, path) {
+        let (documents, backend) = match (documents, path) {
             (Documents::Hits(batch), HitPath::Fused) => {
                 return self.rank_fused(ranker, batch, deadline, keep_rows).await;
             }
-            (documents, _) => documents,
+            (Documents::Source(source), HitPath::Fused) => {
+                match self
+                    .rank_source_fused(&ranker, source, backend, deadline, keep_rows)
+                    .await?
+                {
+                    Ok(ranked) => return Ok(ranked),
+                    Err((source, backend)) => (Documents::Source(source), backend),
+                }
+            }
+            (documents, _) => (documents, backend),
         };
         let fe_on_gpu = path == HitPath::Rows { fe_on_gpu: true };
         let at_once = self
@@ -372,21 +410,55 @@ impl RankEngine {
         let hits = until(deadline, work)
             .await?
             .map_err(|err| RankError::Internal(err.to_string()))??;
-        batch::record_batch(n_docs, 1);
-        Ok(Ranked::Scored {
-            scored: Scored {
-                scores: hits.scores,
-                queue_us: hits.queue_us,
-                eval_us: hits.eval_us,
-                batch_docs: n_docs,
-                batch_requests: 1,
-                backend: hits.processor,
-            },
-            fe_us: hits.fe_us,
-            fe_backend: hits.processor,
-            rows: hits.rows,
-            source: None,
-        })
+        Ok(fused_ranked(hits, n_docs))
+    }
+
+    /// Ranks a source's hit documents on the fused device path, from a blocking thread, when
+    /// it lays them out ([`Backends::rank_source`]). Otherwise the source comes back, with the
+    /// backend its rows are to be scored on: `backend` when it declined, the CPU after a GPU
+    /// failure.
+    async fn rank_source_fused<S: RowSource>(
+        &self,
+        ranker: &Arc<LoadedRanker>,
+        source: S,
+        backend: Backend,
+        deadline: Option<Instant>,
+        keep_rows: bool,
+    ) -> Result<Result<Ranked<S>, (S, Backend)>, RankError<S::Error>> {
+        let (backends, ranker) = (Arc::clone(&self.backends), Arc::clone(ranker));
+        let n_docs = source.len();
+        let work = tokio::task::spawn_blocking(move || {
+            let _stage = tracing::info_span!("fe+score", ranker = %ranker.name, documents = n_docs)
+                .entered();
+            let mut source = source;
+            match backends.rank_source(&ranker, &mut source, keep_rows) {
+                SourceFused::Scored(hits) => Ok(fused_ranked(hits, n_docs)),
+                SourceFused::Declined => Err((source, backend)),
+                SourceFused::FellBack => Err((source, Backend::Cpu)),
+            }
+        });
+        until(deadline, work)
+            .await?
+            .map_err(|err| RankError::Internal(err.to_string()))
+    }
+}
+
+/// The answer to a job ranked on the fused path, alone in its batch (counted as a batch).
+fn fused_ranked<S>(hits: HitsScored, n_docs: usize) -> Ranked<S> {
+    batch::record_batch(n_docs, 1);
+    Ranked::Scored {
+        scored: Scored {
+            scores: hits.scores,
+            queue_us: hits.queue_us,
+            eval_us: hits.eval_us,
+            batch_docs: n_docs,
+            batch_requests: 1,
+            backend: hits.processor,
+        },
+        fe_us: hits.fe_us,
+        fe_backend: hits.processor,
+        rows: hits.rows,
+        source: None,
     }
 }
 

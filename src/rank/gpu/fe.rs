@@ -116,10 +116,12 @@ fn index32(n: usize, what: &'static str) -> Result<u32, GpuError> {
 /// Documents one rayon task validates and flattens before the parts are joined.
 const CHUNK_DOCS: usize = 256;
 
-/// The layout of a chunk of documents, its offsets relative to the chunk: the end (not the
-/// start) of each stream's phrases and of each phrase's hits.
+/// A run of consecutive documents of a batch laid out, its offsets relative to the run: the
+/// end (not the start) of each stream's phrases and of each phrase's hits. Built a document at
+/// a time ([`LayoutPart::push`]: a decoder lays out each document as it reads it), in parallel
+/// with other runs, then joined in order into one [`FeLayout`] ([`FeLayout::join`]).
 #[derive(Debug, Default)]
-struct Part {
+pub struct LayoutPart {
     stream_phrase_ends: Vec<u32>,
     phrase_hit_ends: Vec<u32>,
     hits: Vec<u32>,
@@ -127,40 +129,68 @@ struct Part {
     statics: Vec<f64>,
 }
 
-impl Part {
-    /// Validates (the CPU's rules; errors carry the batch index `first + i`) and flattens
-    /// `docs`, with their values of `static_keys`.
+impl LayoutPart {
+    /// Room for `docs` documents with `n_statics` static features each (hits grow as they come).
+    pub fn with_capacity(docs: usize, n_statics: usize) -> LayoutPart {
+        LayoutPart {
+            stream_phrase_ends: Vec::with_capacity(docs * STREAMS.len()),
+            stream_lengths: Vec::with_capacity(docs * STREAMS.len()),
+            statics: Vec::with_capacity(docs * n_statics),
+            ..LayoutPart::default()
+        }
+    }
+
+    /// Documents laid out.
+    pub fn n_docs(&self) -> usize {
+        self.stream_lengths.len() / STREAMS.len()
+    }
+
+    /// Validates `doc`, document `index` of the batch, by the CPU's rules for a query of `terms`
+    /// terms, and appends it with its values of `static_keys`: `value(key)`, NaN when absent (a
+    /// missing value, as on the CPU).
+    ///
+    /// # Errors
+    /// [`GpuFeError::Hits`] (with `index`) for an invalid document; [`GpuError::TooLarge`] when
+    /// the run overflows the kernel's 32-bit indices.
+    pub fn push(
+        &mut self,
+        index: usize,
+        doc: &HitDocument,
+        terms: u32,
+        static_keys: &[String],
+        value: impl Fn(&str) -> Option<f64>,
+    ) -> Result<(), GpuFeError> {
+        validate_document(doc, terms).map_err(|e| e.at_index(index))?;
+        let values = static_keys.iter().map(|key| value(key));
+        self.statics.extend(values.map(|v| v.unwrap_or(f64::NAN)));
+        for name in STREAMS {
+            let stream = doc.streams.get(name);
+            self.stream_lengths.push(stream.map_or(0, |s| s.length));
+            // Empty phrases count nowhere on the CPU: they are left out.
+            for phrase in stream.into_iter().flat_map(|s| s.phrases.iter()) {
+                if !phrase.is_empty() {
+                    self.hits.extend_from_slice(phrase.as_flattened());
+                    let end = index32(self.hits.len() / 2, "hits per batch")?;
+                    self.phrase_hit_ends.push(end);
+                }
+            }
+            let end = index32(self.phrase_hit_ends.len(), "phrases per batch")?;
+            self.stream_phrase_ends.push(end);
+        }
+        Ok(())
+    }
+
+    /// Validates and lays out `docs`, the documents from index `first` of the batch.
     fn build(
         first: usize,
         docs: &[HitDocument],
         terms: u32,
         static_keys: &[String],
-    ) -> Result<Part, GpuFeError> {
-        let mut part = Part {
-            stream_phrase_ends: Vec::with_capacity(docs.len() * STREAMS.len()),
-            stream_lengths: Vec::with_capacity(docs.len() * STREAMS.len()),
-            statics: Vec::with_capacity(docs.len() * static_keys.len()),
-            ..Part::default()
-        };
+    ) -> Result<LayoutPart, GpuFeError> {
+        let mut part = LayoutPart::with_capacity(docs.len(), static_keys.len());
         for (i, doc) in docs.iter().enumerate() {
-            validate_document(doc, terms).map_err(|e| e.at_index(first + i))?;
-            let values = static_keys.iter().map(|key| doc.static_features.get(key));
-            part.statics
-                .extend(values.map(|v| v.copied().unwrap_or(f64::NAN)));
-            for name in STREAMS {
-                let stream = doc.streams.get(name);
-                part.stream_lengths.push(stream.map_or(0, |s| s.length));
-                // Empty phrases count nowhere on the CPU: they are left out.
-                for phrase in stream.into_iter().flat_map(|s| s.phrases.iter()) {
-                    if !phrase.is_empty() {
-                        part.hits.extend_from_slice(phrase.as_flattened());
-                        let end = index32(part.hits.len() / 2, "hits per batch")?;
-                        part.phrase_hit_ends.push(end);
-                    }
-                }
-                let end = index32(part.phrase_hit_ends.len(), "phrases per batch")?;
-                part.stream_phrase_ends.push(end);
-            }
+            let value = |key: &str| doc.static_features.get(key).copied();
+            part.push(first + i, doc, terms, static_keys, value)?;
         }
         Ok(part)
     }
@@ -227,22 +257,39 @@ impl FeLayout {
         let static_keys = gather.map_or(&[][..], |g| &g.static_keys[..]);
         let part_docs = CHUNK_DOCS.max(docs.len().div_ceil(threads.max(1)));
         // Collected in part order, so the first error is the lowest-index document's.
-        let parts: Vec<Result<Part, GpuFeError>> = docs
+        let parts: Vec<Result<LayoutPart, GpuFeError>> = docs
             .par_chunks(part_docs)
             .enumerate()
-            .map(|(c, part)| Part::build(first + c * part_docs, part, prepared.terms, static_keys))
+            .map(|(c, part)| {
+                LayoutPart::build(first + c * part_docs, part, prepared.terms, static_keys)
+            })
             .collect();
-        let parts = parts.into_iter().collect::<Result<Vec<Part>, _>>()?;
+        let parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?;
+        Ok(FeLayout::join(&prepared, gather, &parts)?)
+    }
+
+    /// The layout of a batch whose documents are `parts`, in order, each laid out with
+    /// `gather`'s static keys (none without one), for the query `prepared`; the parts are
+    /// joined in parallel on the current rayon pool.
+    ///
+    /// # Errors
+    /// [`GpuError::TooLarge`] when the query has more than [`MAX_TERMS`] terms or the batch
+    /// overflows the kernel's 32-bit indices.
+    pub(crate) fn join(
+        prepared: &Prepared<'_>,
+        gather: Option<&GatherMap>,
+        parts: &[LayoutPart],
+    ) -> Result<FeLayout, GpuError> {
         if prepared.terms > MAX_TERMS {
             return Err(GpuError::TooLarge {
                 what: "query terms",
                 got: prepared.terms as usize,
                 limit: MAX_TERMS as usize,
-            }
-            .into());
+            });
         }
-        let n_docs = index32(docs.len(), "documents per batch")?;
-        let n_streams = docs.len() * STREAMS.len();
+        let n_statics = gather.map_or(0, |g| g.static_keys.len());
+        let n_docs: usize = parts.iter().map(LayoutPart::n_docs).sum();
+        let n_streams = n_docs * STREAMS.len();
         // The kernel numbers streams (threads) with 32-bit indices too.
         index32(n_streams + 1, "streams per batch")?;
         let n_phrases: usize = parts.iter().map(|p| p.phrase_hit_ends.len()).sum();
@@ -264,11 +311,11 @@ impl FeLayout {
                 bm25f_weight: BM25F_WEIGHTS,
                 bm25f_b: BM25F_B,
                 terms: prepared.terms,
-                n_docs,
+                n_docs: index32(n_docs, "documents per batch")?,
             },
             codes: gather.map_or_else(Vec::new, |g| g.codes.clone()),
-            statics: vec![0.0; docs.len() * static_keys.len()],
-            n_statics: static_keys.len(),
+            statics: vec![0.0; n_docs * n_statics],
+            n_statics,
         };
         // The parts are joined in parallel, each into its own slices of the arrays, as their
         // documents were walked (the H200 run of docs/benchmarks.md measured the whole layout,
@@ -282,7 +329,7 @@ impl FeLayout {
             &mut layout.statics[..],
         );
         let (mut phrase_base, mut hit_base) = (0u32, 0u32);
-        for part in &parts {
+        for part in parts {
             let (stream_phrases, r0) = rest.0.split_at_mut(part.stream_phrase_ends.len());
             let (phrase_hits, r1) = rest.1.split_at_mut(part.phrase_hit_ends.len());
             let (hits, r2) = rest.2.split_at_mut(part.hits.len());

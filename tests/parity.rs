@@ -12,6 +12,7 @@ use std::path::Path;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use rankserve::api::{msgpack_rank, RankDocument, RankRequest};
 use rankserve::gpu::device::device_for_tests;
 use rankserve::rank::cpu;
 use rankserve::rank::fe::{
@@ -23,6 +24,7 @@ use rankserve::rank::gpu::ranker::GpuRanker;
 use rankserve::rank::gpu::trees::{GpuTrees, TreeLayout, TreeTargets};
 use rankserve::rank::model::{Decision, Input, Node, Ranker, Tree};
 use rankserve::rank::plan::PlanOptions;
+use rankserve::rank::store::RankerStore;
 
 /// |a − b| / max(1, |b|), with NaN equal only to NaN.
 fn relative_error(a: f64, b: f64) -> f64 {
@@ -1030,7 +1032,15 @@ fn fused_fe_scoring_timing() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut fe = GpuFe::new();
+    let store = RankerStore::open(&Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers"), 1 << 30)
+        .unwrap();
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap();
+    let mut served = Vec::new();
     for name in ["medium", "large"] {
+        let loaded = store.get(name).unwrap();
         let ranker = load(&format!("rankers/{name}.json"));
         let plan = cpu::CpuPlan::new(&ranker);
         let resolver = FeatureResolver::new(&ranker.features).unwrap();
@@ -1092,7 +1102,70 @@ fn fused_fe_scoring_timing() {
                 cpun / fused,
                 old / fused
             );
+            // As served: from the request's MessagePack body, as `/v1/rank` reads it.
+            let request = RankRequest {
+                ranker: name.to_string(),
+                query: Some(query.clone()),
+                stats: Some(stats.clone()),
+                documents: (docs.iter().cloned())
+                    .map(|hits| RankDocument {
+                        id: hits.id.clone(),
+                        features: None,
+                        hits: Some(hits),
+                    })
+                    .collect(),
+                k: None,
+                backend: None,
+                explain: false,
+                timeout_ms: None,
+            };
+            let body = bytes::Bytes::from(rmp_serde::to_vec_named(&request).unwrap());
+            let framed = || {
+                let mut framed = msgpack_rank::frame(body.clone()).unwrap();
+                assert!(framed.frame_documents(threads));
+                framed
+            };
+            let cpu_served = median_ms(15, &mut || {
+                pool.install(|| {
+                    let framed = framed();
+                    let fe = loaded.fe.as_ref();
+                    let rows = framed.feature_matrix(fe, resolver.len(), threads).unwrap();
+                    std::hint::black_box(loaded.plan.score_batch(&rows, 0));
+                })
+            });
+            let decode_layout = || {
+                pool.install(|| framed().fe_layouts(&map, max, threads).unwrap().unwrap())
+            };
+            let gpu_served = median_ms(15, &mut || {
+                let layouts = decode_layout();
+                std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
+                    .unwrap();
+            });
+            let laid_out = median_ms(15, &mut || {
+                std::hint::black_box(decode_layout());
+            });
+            let framing = median_ms(15, &mut || {
+                pool.install(|| std::hint::black_box(framed()));
+            });
+            served.push(format!(
+                "| {name} | {n} | {:.2} | {cpu_served:.3} | {gpu_served:.3} | {framing:.3} | \
+                 {laid_out:.3} | {turn:.3} | {:.1}× |",
+                body.len() as f64 / 1e6,
+                cpu_served / gpu_served
+            ));
         }
+    }
+    println!(
+        "\nFrom the MessagePack body, as /v1/rank serves it ({threads} threads; CPU: frame, \
+         decode+FE, score; GPU: frame, decode+layout, device turn):"
+    );
+    println!(
+        "| ranker | docs | body MB | CPU {threads} threads | GPU fused | GPU: framing | GPU: framing + \
+         decode + layout | GPU: device turn | GPU vs CPU |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for row in served {
+        println!("{row}");
     }
 }
 

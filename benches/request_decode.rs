@@ -6,7 +6,8 @@
 //! the handler now does: reading every field but the documents (`msgpack_rank::frame`, in the
 //! extractor: `frame_head`), framing the documents (`Framed::frame_documents`, parallel walks,
 //! on the CPU pool: `frame` is both steps, `frame_one_task` both on one walk) and decoding the
-//! documents during FE (`Framed::feature_matrix`). The
+//! documents during FE (`Framed::feature_matrix`), or into the fused device path's layout
+//! (`Framed::fe_layouts`: `frame_layout`). The
 //! request is one production-like request of `rankserve requests synth` for the bundled
 //! medium ranker: 1 000 hit documents, in MessagePack and in JSON.
 //!
@@ -92,6 +93,21 @@ fn bench(c: &mut Criterion) {
                     framed
                         .feature_matrix(loaded.fe.as_ref(), width, threads)
                         .expect("valid hits")
+                })
+            });
+            // The fused device path's host side: the documents laid out for `fe_extract`.
+            let gather = loaded
+                .fe
+                .as_ref()
+                .expect("FE serves the ranker")
+                .gather_map();
+            group.bench_function(BenchmarkId::new("frame_layout", &label), |b| {
+                b.iter(|| {
+                    let mut framed = msgpack_rank::frame(bytes.clone()).expect("frames");
+                    assert!(framed.frame_documents(rayon::current_num_threads()));
+                    (framed.fe_layouts(&gather, 65_536, threads))
+                        .expect("hit documents")
+                        .expect("within the kernel's limits")
                 })
             });
         }

@@ -1032,13 +1032,16 @@ fn fused_fe_scoring_timing() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut fe = GpuFe::new();
-    let store = RankerStore::open(&Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers"), 1 << 30)
-        .unwrap();
+    let store = RankerStore::open(
+        &Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers"),
+        1 << 30,
+    )
+    .unwrap();
     let pool = rayon::ThreadPoolBuilder::new()
         .num_threads(threads)
         .build()
         .unwrap();
-    let mut served = Vec::new();
+    let (mut served, mut sweeps) = (Vec::new(), Vec::new());
     for name in ["medium", "large"] {
         let loaded = store.get(name).unwrap();
         let ranker = load(&format!("rankers/{name}.json"));
@@ -1133,9 +1136,8 @@ fn fused_fe_scoring_timing() {
                     std::hint::black_box(loaded.plan.score_batch(&rows, 0));
                 })
             });
-            let decode_layout = || {
-                pool.install(|| framed().fe_layouts(&map, max, threads).unwrap().unwrap())
-            };
+            let decode_layout =
+                || pool.install(|| framed().fe_layouts(&map, max, threads).unwrap().unwrap());
             let gpu_served = median_ms(15, &mut || {
                 let layouts = decode_layout();
                 std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
@@ -1147,6 +1149,20 @@ fn fused_fe_scoring_timing() {
             let framing = median_ms(15, &mut || {
                 pool.install(|| std::hint::black_box(framed()));
             });
+            // The layout's parallel parts: how the time moves with the tasks' count.
+            let by_tasks: Vec<String> = [1, 2, 4, 8, threads]
+                .iter()
+                .map(|&tasks| {
+                    let ms = median_ms(15, &mut || {
+                        pool.install(|| {
+                            let framed = framed();
+                            std::hint::black_box(framed.fe_layouts(&map, max, tasks));
+                        })
+                    });
+                    format!("{tasks}: {ms:.3}")
+                })
+                .collect();
+            sweeps.push(format!("| {name} | {n} | {} |", by_tasks.join(" | ")));
             served.push(format!(
                 "| {name} | {n} | {:.2} | {cpu_served:.3} | {gpu_served:.3} | {framing:.3} | \
                  {laid_out:.3} | {turn:.3} | {:.1}× |",
@@ -1165,6 +1181,14 @@ fn fused_fe_scoring_timing() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in served {
+        println!("{row}");
+    }
+    println!(
+        "\nFraming ({threads} walks) + decode + layout, by the layout's threads (tasks of at \
+         least 64 documents):"
+    );
+    println!("| ranker | docs | 1 | 2 | 4 | 8 | {threads} |\n|---|---:|---:|---:|---:|---:|---:|");
+    for row in sweeps {
         println!("{row}");
     }
 }

@@ -7,7 +7,7 @@
 //! extractor: `frame_head`), framing the documents (`Framed::frame_documents`, parallel walks,
 //! on the CPU pool: `frame` is both steps, `frame_one_task` both on one walk) and decoding the
 //! documents during FE (`Framed::feature_matrix`), or into the fused device path's layout
-//! (`Framed::fe_layouts`: `frame_layout`). The
+//! (`Framed::fe_layouts`: `layout` as the handler runs it, `frame_layout` after framing). The
 //! request is one production-like request of `rankserve requests synth` for the bundled
 //! medium ranker: 1 000 hit documents, in MessagePack and in JSON.
 //!
@@ -95,12 +95,21 @@ fn bench(c: &mut Criterion) {
                         .expect("valid hits")
                 })
             });
-            // The fused device path's host side: the documents laid out for `fe_extract`.
+            // The fused device path's host side: the documents laid out for `fe_extract` as
+            // they are read (what the handler does), and after framing them.
             let gather = loaded
                 .fe
                 .as_ref()
                 .expect("FE serves the ranker")
                 .gather_map();
+            group.bench_function(BenchmarkId::new("layout", &label), |b| {
+                b.iter(|| {
+                    let framed = msgpack_rank::frame(bytes.clone()).expect("frames");
+                    (framed.fe_layouts(&gather, 65_536, threads))
+                        .expect("hit documents")
+                        .expect("within the kernel's limits")
+                })
+            });
             group.bench_function(BenchmarkId::new("frame_layout", &label), |b| {
                 b.iter(|| {
                     let mut framed = msgpack_rank::frame(bytes.clone()).expect("frames");

@@ -180,8 +180,9 @@ impl RowSource for RankBody {
         matches!(self, RankBody::Framed(_)) && head.query.is_some() && head.stats.is_some()
     }
 
-    /// A framed body's documents, framed then laid out in one pass ([`Framed::fe_layouts`]);
-    /// a body decoded in full, or one that does not frame as read, gives its rows instead.
+    /// A framed body's documents laid out as they are read ([`Framed::fe_layouts`]; framed
+    /// first only when they fill more than one layout); a body decoded in full, or one that
+    /// does not lay out as read, gives its rows instead.
     fn hit_layouts(
         &mut self,
         gather: &GatherMap,
@@ -191,9 +192,10 @@ impl RowSource for RankBody {
         let RankBody::Framed(framed) = self else {
             return None;
         };
-        (framed.frame_documents(threads))
-            .then(|| framed.fe_layouts(gather, max_docs, threads))
-            .flatten()
+        if framed.len() > max_docs && !framed.frame_documents(threads) {
+            return None;
+        }
+        framed.fe_layouts(gather, max_docs, threads)
     }
 }
 

@@ -30,7 +30,7 @@ mod reader;
 use bytes::Bytes;
 use rayon::prelude::*;
 
-use self::parallel::{chain_walks, frame_in_parallel, guess_tail};
+use self::parallel::{chain_walks, frame_in_parallel, guess_document_start, guess_tail};
 use self::reader::Reader;
 use super::RankRequest;
 use crate::gpu::GpuError;
@@ -267,10 +267,17 @@ impl Framed {
     /// documents), each read into one reused [`HitDocument`] and appended to its run's
     /// [`LayoutPart`] at once: no tree per document is built, and none is walked again.
     ///
+    /// A body not yet framed ([`Framed::frame_documents`]) is not framed first, when its
+    /// documents fit one layout: each run starts where a guess puts a document's start in its
+    /// share of the bytes (as the framing walks do), and runs are chained from the first
+    /// document, a run whose start the run before does not end at read again from there. The
+    /// documents are then read once instead of twice (a walk to frame them, then the decode).
+    ///
     /// `None` where the full path must decide (it then gives today's answer, or today's
     /// error): no documents, a document that gives a feature vector, is malformed or left to
-    /// rmp-serde, or is invalid; no `query` or `stats`, or invalid ones. `Some(Err)` when the
-    /// batch is over the FE kernel's limits (a query of more than
+    /// rmp-serde, or is invalid; no `query` or `stats`, or invalid ones; documents that do not
+    /// end where the fields after them were read to start; more than `max_docs` documents not
+    /// framed. `Some(Err)` when the batch is over the FE kernel's limits (a query of more than
     /// [`MAX_TERMS`](crate::rank::gpu::fe::MAX_TERMS) terms): work for the CPU.
     pub fn fe_layouts(
         &self,
@@ -278,47 +285,137 @@ impl Framed {
         max_docs: usize,
         threads: usize,
     ) -> Option<Result<Vec<FeLayout>, GpuError>> {
-        let bounds = self.sized_bounds()?;
+        self.fe_layouts_in_tasks(gather, max_docs, threads, MIN_FUSED_CHUNK)
+    }
+
+    /// [`Framed::fe_layouts`] in runs of at least `min_run` documents (tests reach many runs
+    /// with small requests).
+    fn fe_layouts_in_tasks(
+        &self,
+        gather: &GatherMap,
+        max_docs: usize,
+        threads: usize,
+        min_run: usize,
+    ) -> Option<Result<Vec<FeLayout>, GpuError>> {
         let (Some(query), Some(stats)) = (&self.head.query, &self.head.stats) else {
             return None;
         };
         let prepared = Prepared::new(query, stats).ok()?;
-        let static_keys = &gather.static_keys[..];
-        let max_docs = max_docs.max(1);
+        let reading = Reading {
+            terms: prepared.terms,
+            static_keys: &gather.static_keys,
+        };
+        let (threads, min_run, max_docs) = (threads.max(1), min_run.max(1), max_docs.max(1));
+        if self.is_empty() || (self.bounds.is_empty() && self.len() > max_docs) {
+            return None;
+        }
+        if self.bounds.is_empty() {
+            let runs = (self.len() / min_run).clamp(1, threads);
+            let parts = self.lay_out_unframed(&reading, runs)?;
+            return Some(FeLayout::join(&prepared, Some(gather), &parts).map(|l| vec![l]));
+        }
+        let bounds = self.sized_bounds()?;
         let mut layouts = Vec::with_capacity(self.len().div_ceil(max_docs));
         for (c, batch) in bounds[..self.len()].chunks(max_docs).enumerate() {
-            let run = batch.len().div_ceil(threads.max(1)).max(MIN_FUSED_CHUNK);
-            let parts: Vec<Read<LayoutPart>> = (batch.par_chunks(run).enumerate())
+            let run = batch.len().div_ceil(threads).max(min_run);
+            let parts: Vec<Read<LaidOut>> = (batch.par_chunks(run).enumerate())
                 .map(|(r, starts)| {
                     let first = c * max_docs + r * run;
-                    let mut reader = Reader {
-                        bytes: &self.body,
-                        pos: 0,
-                        min_task: usize::MAX,
-                    };
-                    let mut buffers = DocumentBuffers::default();
-                    let mut part = LayoutPart::with_capacity(starts.len(), static_keys.len());
-                    for (i, &start) in starts.iter().enumerate() {
-                        reader.pos = start;
-                        // A feature vector is the rows path's.
-                        reader.framed_document(&mut buffers, |_| Err(Unhandled))?;
-                        if reader.pos != bounds[first + i + 1] {
-                            return Err(Unhandled);
-                        }
-                        let value = |key: &str| buffers.static_value(key);
-                        (part.push(first + i, &buffers.hits, prepared.terms, static_keys, value))
-                            .map_err(|_| Unhandled)?;
-                    }
-                    Ok(part)
+                    let ends = &bounds[first + 1..first + 1 + starts.len()];
+                    let to = *ends.last().expect("a run has documents");
+                    self.lay_out_run(starts[0], to, starts.len(), Some(ends), &reading)
                 })
                 .collect();
             let parts = parts.into_iter().collect::<Read<Vec<_>>>().ok()?;
+            let parts: Vec<LayoutPart> = parts.into_iter().map(|run| run.part).collect();
             match FeLayout::join(&prepared, Some(gather), &parts) {
                 Ok(layout) => layouts.push(layout),
                 Err(err) => return Some(Err(err)),
             }
         }
         Some(Ok(layouts))
+    }
+
+    /// The documents of a body not framed, laid out in `runs` parts (see
+    /// [`Framed::fe_layouts`]); `None` where a document does not lay out, or the documents are
+    /// not `len` ending where the fields after them start.
+    fn lay_out_unframed(&self, reading: &Reading<'_>, runs: usize) -> Option<Vec<LayoutPart>> {
+        let (first, end, len) = (self.first, self.end, self.len());
+        let share = (end - first).div_ceil(runs).max(1);
+        let share_end = |run: usize| first.saturating_add(share.saturating_mul(run + 1)).min(end);
+        let guessed: Vec<Option<LaidOut>> = (0..runs)
+            .into_par_iter()
+            .map(|run| {
+                let start = match run {
+                    0 => first,
+                    _ => guess_document_start(&self.body, first + run * share, share_end(run))?,
+                };
+                self.lay_out_run(start, share_end(run), len, None, reading)
+                    .ok()
+            })
+            .collect();
+        let (mut next, mut docs) = (first, 0);
+        let mut parts = Vec::with_capacity(runs);
+        for (run, laid_out) in guessed.into_iter().enumerate() {
+            let laid_out = match laid_out {
+                Some(laid_out) if laid_out.start == next => laid_out,
+                // A wrong guess, or a walk that failed from one: the share again from the true
+                // start (a failure there is the body's).
+                _ => (self.lay_out_run(next, share_end(run), len - docs, None, reading)).ok()?,
+            };
+            docs += laid_out.docs;
+            next = laid_out.next;
+            parts.push(laid_out.part);
+        }
+        (docs == len && next == end).then_some(parts)
+    }
+
+    /// Lays out the documents from `start` on, one after the other, while the next one starts
+    /// before `to` and fewer than `max` were read; with `ends`, document `i` must end at
+    /// `ends[i]` (where framing put the next one's start).
+    fn lay_out_run(
+        &self,
+        start: usize,
+        to: usize,
+        max: usize,
+        ends: Option<&[usize]>,
+        reading: &Reading<'_>,
+    ) -> Read<LaidOut> {
+        let mut reader = Reader {
+            bytes: &self.body,
+            pos: start,
+            min_task: usize::MAX,
+        };
+        // Room for the documents the run's bytes hold at this body's mean document size.
+        let mean = ((self.end - self.first) / self.len.max(1)).max(MIN_DOCUMENT_BYTES);
+        let room = max.min((to.saturating_sub(start)).div_ceil(mean) + 1);
+        let mut part = LayoutPart::with_capacity(room, reading.static_keys.len());
+        let mut buffers = DocumentBuffers::default();
+        let mut docs = 0;
+        while reader.pos < to && docs < max {
+            // A feature vector is the rows path's.
+            reader.framed_document(&mut buffers, |_| Err(Unhandled))?;
+            if ends.is_some_and(|ends| ends[docs] != reader.pos) {
+                return Err(Unhandled);
+            }
+            let value = |key: &str| buffers.static_value(key);
+            // The error's index is dropped with the error: the full path reports it.
+            (part.push(
+                docs,
+                &buffers.hits,
+                reading.terms,
+                reading.static_keys,
+                value,
+            ))
+            .map_err(|_| Unhandled)?;
+            docs += 1;
+        }
+        Ok(LaidOut {
+            start,
+            next: reader.pos,
+            docs,
+            part,
+        })
     }
 
     /// Where each document starts, then where the last one ends, once framed; `None` before,
@@ -329,6 +426,23 @@ impl Framed {
         let short = |d: &[usize]| d[1] - d[0] < MIN_DOCUMENT_BYTES;
         (!self.bounds.is_empty() && !self.bounds.windows(2).any(short)).then_some(&self.bounds)
     }
+}
+
+/// What laying out a document needs of the request and the ranker.
+struct Reading<'a> {
+    /// The query's terms (hits name terms below it).
+    terms: u32,
+    /// The static features the ranker reads, in its gather map's order.
+    static_keys: &'a [String],
+}
+
+/// A run of consecutive documents laid out by one task.
+struct LaidOut {
+    /// Where its first document starts, and where the one after its last starts.
+    start: usize,
+    next: usize,
+    docs: usize,
+    part: LayoutPart,
 }
 
 /// Which of `features` and `hits` a framed document gave.
@@ -700,16 +814,17 @@ mod tests {
             assert_eq!(bits(&fused), bits(&full), "threads = {threads}");
             answered = true;
         }
-        layouts_equal_the_full_path(&framed, full.as_ref().ok(), &loaded);
+        layouts_equal_the_full_path(body, full.as_ref().ok(), &loaded);
         answered
     }
 
-    /// Checks [`Framed::fe_layouts`] against the full path: where it lays the documents out,
-    /// the body decodes, every document gives hits only, the full path builds its rows, and
-    /// [`FeLayout::build_split`] of the decoded documents is the same layouts, on 1 and 3
-    /// threads, in one device batch or several. Returns whether it laid them out.
+    /// Checks [`Framed::fe_layouts`] against the full path, on `body` framed and not: where
+    /// it lays the documents out, the body decodes, every document gives hits only, the full
+    /// path builds its rows, and [`FeLayout::build_split`] of the decoded documents is the same
+    /// layouts, over 1 to 16 runs, in one device batch or several. Returns whether it laid them
+    /// out.
     fn layouts_equal_the_full_path(
-        framed: &Framed,
+        body: &[u8],
         full: Option<&RankRequest>,
         loaded: &LoadedRanker,
     ) -> bool {
@@ -717,11 +832,19 @@ mod tests {
             return false;
         };
         let gather = resolver.gather_map();
+        let unframed = frame(Bytes::copy_from_slice(body));
+        let framed = frame_in_tasks(Bytes::copy_from_slice(body), 2);
         let mut laid_out = false;
-        for (threads, max_docs) in [(1, 65_536), (3, 65_536), (3, 70)] {
-            let Some(layouts) = framed.fe_layouts(&gather, max_docs, threads) else {
-                continue;
-            };
+        for (framed, threads, max_docs, min_run) in [
+            (&unframed, 1, 65_536, 64),
+            (&unframed, 3, 65_536, 1),
+            (&unframed, 16, 65_536, 1),
+            (&framed, 3, 65_536, 64),
+            (&framed, 3, 70, 1),
+        ] {
+            let Some(framed) = framed else { continue };
+            let laid = framed.fe_layouts_in_tasks(&gather, max_docs, threads, min_run);
+            let Some(layouts) = laid else { continue };
             let request = full.expect("the fused path laid out a body that does not decode");
             feature_matrix(request, loaded, threads).expect("the full path takes the request");
             let (query, stats) = (request.query.as_ref(), request.stats.as_ref());
@@ -736,11 +859,8 @@ mod tests {
             // As Debug: a missing static feature is NaN, unequal to itself.
             let got = layouts.map_err(|err| err.to_string());
             let want = want.map_err(|err| err.to_string());
-            assert_eq!(
-                format!("{got:?}"),
-                format!("{want:?}"),
-                "threads = {threads}"
-            );
+            let what = format!("threads = {threads}, runs of {min_run}, in {max_docs}");
+            assert_eq!(format!("{got:?}"), format!("{want:?}"), "{what}");
             laid_out = true;
         }
         laid_out
@@ -805,10 +925,14 @@ mod tests {
         cases.push(request);
         for case in cases {
             assert!(!fused_equals_the_full_path(&msgpack(&case), &store));
-            let framed = frame_in_tasks(Bytes::from(msgpack(&case)), 2).unwrap();
             let loaded = store.get(&case.ranker).unwrap();
             let gather = loaded.fe.as_ref().unwrap().gather_map();
+            let framed = frame_in_tasks(Bytes::from(msgpack(&case)), 2).unwrap();
             assert!(framed.fe_layouts(&gather, 65_536, 2).is_none());
+            let unframed = frame(Bytes::from(msgpack(&case))).unwrap();
+            assert!(unframed
+                .fe_layouts_in_tasks(&gather, 65_536, 4, 1)
+                .is_none());
         }
     }
 
@@ -823,11 +947,9 @@ mod tests {
         let bodies = requests(150).into_iter().map(|r| in_order(r, &store));
         for request in bodies.flat_map(|r| [r.clone(), hits_only(r)]) {
             let loaded = store.get(&request.ranker).unwrap();
-            let framed = frame_in_tasks(Bytes::from(msgpack(&request)), 2).unwrap();
-            let full = Format::Msgpack
-                .decode_rank_request(&msgpack(&request))
-                .unwrap();
-            let laid_out = layouts_equal_the_full_path(&framed, Some(&full), &loaded);
+            let body = msgpack(&request);
+            let full = Format::Msgpack.decode_rank_request(&body).unwrap();
+            let laid_out = layouts_equal_the_full_path(&body, Some(&full), &loaded);
             let all_hits = request.documents.iter().all(|d| d.hits.is_some());
             assert_eq!(laid_out, request.query.is_some() && all_hits);
             laid_out_bodies += usize::from(laid_out);

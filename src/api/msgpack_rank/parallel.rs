@@ -164,14 +164,37 @@ pub(super) fn share_walk(
 }
 
 /// The first position from `from` up to `to` that looks like the start of a `/v1/rank`
-/// document: a map of one to three entries whose first key is `id`, `features` or `hits`.
-fn guess_document_start(bytes: &[u8], from: usize, to: usize) -> Option<usize> {
+/// document: a map of one to three entries whose first key is `features` or `hits`, or `id`
+/// then (if there is more) `features` or `hits` — not a hit document's own map, whose `id` is
+/// followed by `streams` or `static` (a guess there costs a layout run read again).
+pub(super) fn guess_document_start(bytes: &[u8], from: usize, to: usize) -> Option<usize> {
     (from..to).find(|&pos| {
-        matches!(bytes[pos], 0x81..=0x83) && {
-            let key = &bytes[pos + 1..];
-            key.starts_with(b"\xa2id")
-                || key.starts_with(b"\xa4hits")
-                || key.starts_with(b"\xa8features")
+        let entries = match bytes[pos] {
+            marker @ 0x81..=0x83 => marker - 0x80,
+            _ => return false,
+        };
+        let mut reader = Reader {
+            bytes,
+            pos: pos + 1,
+            min_task: usize::MAX,
+        };
+        let rows_or_hits = |key: &[u8]| key == b"features" || key == b"hits";
+        match reader.str_bytes() {
+            Ok(b"id") if entries == 1 => true,
+            Ok(b"id") => {
+                // The id, a string or nil, skipped by its header alone: a guess reads a few
+                // bytes per position, whatever the body holds.
+                let id = match bytes.get(reader.pos) {
+                    Some(0xc0) => {
+                        reader.pos += 1;
+                        true
+                    }
+                    _ => reader.str_bytes().is_ok(),
+                };
+                id && reader.str_bytes().is_ok_and(rows_or_hits)
+            }
+            Ok(key) => rows_or_hits(key),
+            Err(_) => false,
         }
     })
 }

@@ -5,7 +5,7 @@
 
 use axum::http::StatusCode;
 
-use rankserve::api::{RankDocument, RankRequest, RankResponse};
+use rankserve::api::{FeatureValues, RankDocument, RankRequest, RankResponse};
 use rankserve::backend::Backend;
 use rankserve::bench::replay::synth_requests;
 use rankserve::rank::fe::{
@@ -79,7 +79,8 @@ async fn rank(s: &TestServer, request: &RankRequest) -> (StatusCode, Vec<u8>) {
 /// bit, scores within DESIGN §2's tolerances (1e-4 relative for the NN rankers, 1e-9 for the
 /// LightGBM trees), for 1, 1 000 and (medium) 65 537 documents (two device batches), Q = 1 to
 /// 64, edge documents and absent static features; the reply says `gpu` (`cpu` under
-/// `RANKSERVE_FAULT_GPU=1`, where the batch reruns on the CPU). An invalid hit document gets
+/// `RANKSERVE_FAULT_GPU=1`, where the batch reruns on the CPU). A body that mixes feature
+/// vectors with hit documents is scored from its rows, as before. An invalid hit document gets
 /// the same 400 and message on both backends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn gpu_rank_of_hit_documents_extracts_and_scores_like_the_cpu() {
@@ -161,6 +162,39 @@ async fn gpu_rank_of_hit_documents_extracts_and_scores_like_the_cpu() {
                 "{what}: document {i}: GPU {got} vs CPU {want}"
             );
         }
+    }
+
+    // Feature vectors beside hit documents: not laid out, the rows path's (FE on the CPU as
+    // the body is read, the rows scored on the GPU).
+    let mut mixed = cases[1].0.clone();
+    let cpu_rows = {
+        let request = RankRequest {
+            backend: Some(Backend::Cpu),
+            ..mixed.clone()
+        };
+        let (status, body) = rank(&s, &request).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let reply: RankResponse = rmp_serde::from_slice(&body).unwrap();
+        reply.explain.unwrap()
+    };
+    for (doc, row) in mixed.documents.iter_mut().zip(&cpu_rows).step_by(5) {
+        (doc.features, doc.hits) = (Some(FeatureValues::Vector(row.features.clone())), None);
+    }
+    let mut replies = Vec::new();
+    for backend in [Backend::Cpu, Backend::Gpu] {
+        mixed.backend = Some(backend);
+        let (status, body) = rank(&s, &mixed).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let reply: RankResponse = rmp_serde::from_slice(&body).unwrap();
+        replies.push(reply);
+    }
+    assert_eq!(replies[1].backend, if faulty { "cpu" } else { "gpu" });
+    for (i, (want, got)) in replies[0].scores.iter().zip(&replies[1].scores).enumerate() {
+        let (want, got) = (want.unwrap(), got.unwrap());
+        assert!(
+            (got - want).abs() <= 1e-4 * want.abs().max(1.0),
+            "mixed documents: document {i}: GPU {got} vs CPU {want}"
+        );
     }
 
     // An invalid hit (a position past its stream's length) in the 700th document.

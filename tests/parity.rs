@@ -34,7 +34,7 @@ fn relative_error(a: f64, b: f64) -> f64 {
     (a - b).abs() / b.abs().max(1.0)
 }
 
-fn load(path: &str) -> Ranker {
+pub(crate) fn load(path: &str) -> Ranker {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let bytes = std::fs::read(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
     rankserve::rank::import::load_any(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"))
@@ -821,7 +821,7 @@ fn fused_documents(n: usize, q: u32, seed: u64) -> Vec<HitDocument> {
 
 /// The imported LightGBM lambdarank fixture, its features renamed to catalogue features and one
 /// static feature (the model reads them by position).
-fn lightgbm_on_catalogue_features() -> Ranker {
+pub(crate) fn lightgbm_on_catalogue_features() -> Ranker {
     let mut ranker = load("fixtures/trees/lgb_lambdarank.model.json");
     let names = feature_names();
     let n = ranker.features.len();

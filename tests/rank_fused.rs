@@ -8,35 +8,12 @@ use axum::http::StatusCode;
 use rankserve::api::{FeatureValues, RankDocument, RankRequest, RankResponse};
 use rankserve::backend::Backend;
 use rankserve::bench::replay::synth_requests;
-use rankserve::rank::fe::{
-    feature_names, synth_hit_documents, synth_query, HitDocument, HitStream,
-};
+use rankserve::rank::fe::{synth_hit_documents, synth_query, HitDocument, HitStream};
 use rankserve::rank::format::to_native_json;
-use rankserve::rank::model::Ranker;
 use rankserve::server::error::ErrorBody;
 
 use crate::http::{post, send, server_with, TestServer};
-
-fn load(path: &str) -> Ranker {
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
-    let bytes = std::fs::read(root.join(path)).unwrap_or_else(|e| panic!("{path}: {e}"));
-    rankserve::rank::import::load_any(&bytes).unwrap_or_else(|e| panic!("{path}: {e}"))
-}
-
-/// The imported LightGBM lambdarank fixture on catalogue features and one static feature (it
-/// reads its features by position).
-fn lightgbm_on_catalogue_features() -> Ranker {
-    let mut ranker = load("fixtures/trees/lgb_lambdarank.model.json");
-    let names = feature_names();
-    let n = ranker.features.len();
-    for (i, name) in ranker.features.iter_mut().enumerate() {
-        *name = match i + 1 == n {
-            true => "static.static_rank".to_string(),
-            false => names[(i * 7) % names.len()].clone(),
-        };
-    }
-    ranker
-}
+use crate::parity::{lightgbm_on_catalogue_features, load};
 
 /// Documents with no streams, and with an empty stream and an empty phrase.
 fn edge_documents() -> Vec<HitDocument> {

@@ -10,7 +10,9 @@
 //! back, or a [`RankError`].
 //!
 //! A job's trip: hit documents that take the fused device path ([`backends::HitPath::Fused`])
-//! are extracted and scored in one device turn, alone ([`backends::Backends::rank_hits`]).
+//! are extracted and scored in one device turn, alone ([`backends::Backends::rank_hits`]; a
+//! source that may give hit documents lays them out itself, [`RowSource::hit_layouts`], and
+//! [`backends::Backends::rank_source`] scores them, or hands the source back to its rows).
 //! Otherwise its rows are produced (FE for hit documents: on the CPU pool, or on the GPU when
 //! `fe_backend=gpu` and scoring stays on the CPU). A job that can only run on the CPU is then
 //! scored at once on the same pool thread: one trip to the pool, not two. One that may run on

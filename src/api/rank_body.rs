@@ -4,7 +4,7 @@
 //! Framing changes when documents are decoded, never what a request gets back: a framed body
 //! that turns out to be one the fast path does not take is decoded in full where it would have
 //! been used, and a framed body's decoding errors still come before the errors that used to
-//! follow the decode (see [`RankBody::or_body_error`]).
+//! follow the decode (see [`RankBody::body_error`]).
 
 use bytes::Bytes;
 

@@ -134,7 +134,7 @@ const PARALLEL_JOIN_BYTES: usize = 1 << 20;
 /// A run of consecutive documents of a batch laid out, its offsets relative to the run: the
 /// end (not the start) of each stream's phrases and of each phrase's hits. Built a document at
 /// a time ([`LayoutPart::push`]: a decoder lays out each document as it reads it), in parallel
-/// with other runs, then joined in order into one [`FeLayout`] ([`FeLayout::join`]).
+/// with other runs, then joined in order into one [`FeLayout`] (`FeLayout::join`).
 #[derive(Debug, Default)]
 pub struct LayoutPart {
     stream_phrase_ends: Vec<u32>,

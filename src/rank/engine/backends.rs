@@ -70,26 +70,38 @@ pub enum HitPath {
 
 impl HitPath {
     /// The path for `fe_backend` and the scoring `backend`; `crossed` says whether the batch
-    /// reaches the ranker's hits crossover (asked only for `auto` on both).
+    /// reaches the ranker's hits crossover (asked only for `auto` on both), `uncontended`
+    /// whether a fused turn would not hold up batched work (asked only for `fe_backend=auto`
+    /// with the GPU possible for scoring).
     fn choose(
         fe_backend: Backend,
         backend: Backend,
         has_gpu: bool,
         crossed: impl FnOnce() -> bool,
+        uncontended: impl FnOnce() -> bool,
     ) -> HitPath {
+        let fused_or_rows = |fused: bool| match fused {
+            true => HitPath::Fused,
+            false => HitPath::Rows { fe_on_gpu: false },
+        };
         match (has_gpu, fe_backend, backend) {
             (false, ..) | (true, Backend::Cpu, _) => HitPath::Rows { fe_on_gpu: false },
             (true, fe, Backend::Cpu) => HitPath::Rows {
                 fe_on_gpu: fe == Backend::Gpu,
             },
-            (true, Backend::Gpu, _) | (true, Backend::Auto, Backend::Gpu) => HitPath::Fused,
-            (true, Backend::Auto, Backend::Auto) => match crossed() {
-                true => HitPath::Fused,
-                false => HitPath::Rows { fe_on_gpu: false },
-            },
+            (true, Backend::Gpu, _) => HitPath::Fused,
+            (true, Backend::Auto, Backend::Gpu) => fused_or_rows(uncontended()),
+            (true, Backend::Auto, Backend::Auto) => fused_or_rows(crossed() && uncontended()),
         }
     }
 }
+
+/// Under `fe_backend=auto`, the fewest hit documents with which a batch takes the fused path
+/// while every device has work: a fused batch takes a device turn of its own (0.15–0.2 ms),
+/// where feature rows from many requests share one batch. On the H100 host with 16 clients,
+/// rows (FE on the CPU) served 2.6–3× the fused path's requests of 100 documents, the fused
+/// path 1.4–1.7× the rows' of 1 000 (docs/benchmarks.md, "Served"): they cross near 600.
+const FUSED_UNDER_LOAD_DOCS: usize = 512;
 
 /// Hit documents ranked by [`Backends::rank_hits`].
 #[derive(Debug)]
@@ -273,10 +285,21 @@ impl Backends {
 
     /// How `n_docs` hit documents for `loaded`, scored on `backend`, run (see the module docs).
     pub fn hit_path(&self, loaded: &LoadedRanker, n_docs: usize, backend: Backend) -> HitPath {
-        HitPath::choose(self.fe_backend, backend, self.has_gpu(), || {
-            self.hits_crossover(loaded)
-                .is_some_and(|c| c.prefers_gpu(n_docs))
-        })
+        HitPath::choose(
+            self.fe_backend,
+            backend,
+            self.has_gpu(),
+            || {
+                self.hits_crossover(loaded)
+                    .is_some_and(|c| c.prefers_gpu(n_docs))
+            },
+            || n_docs >= FUSED_UNDER_LOAD_DOCS || self.device_idle(),
+        )
+    }
+
+    /// Whether some device has no work waiting or running.
+    fn device_idle(&self) -> bool {
+        (self.gpu.get()).is_some_and(|fleet| fleet.iter().any(|(executor, _)| executor.load() == 0))
     }
 
     /// Runs `work` on the CPU pool from a thread outside it, so that its parallel parts use the
@@ -660,19 +683,41 @@ mod tests {
         use Backend::{Auto, Cpu, Gpu};
         let rows = |fe_on_gpu| HitPath::Rows { fe_on_gpu };
         let never = || -> bool { panic!("the crossover is asked only for auto on both") };
+        let unasked = || -> bool { panic!("the load is asked only for fe_backend=auto") };
+        let yes = || true;
+        let no = || false;
         for backend in [Auto, Cpu, Gpu] {
             for fe in [Auto, Cpu, Gpu] {
-                assert_eq!(HitPath::choose(fe, backend, false, never), rows(false));
+                assert_eq!(
+                    HitPath::choose(fe, backend, false, never, unasked),
+                    rows(false)
+                );
             }
-            assert_eq!(HitPath::choose(Cpu, backend, true, never), rows(false));
+            assert_eq!(
+                HitPath::choose(Cpu, backend, true, never, unasked),
+                rows(false)
+            );
         }
-        assert_eq!(HitPath::choose(Gpu, Cpu, true, never), rows(true));
-        assert_eq!(HitPath::choose(Auto, Cpu, true, never), rows(false));
-        assert_eq!(HitPath::choose(Gpu, Auto, true, never), HitPath::Fused);
-        assert_eq!(HitPath::choose(Gpu, Gpu, true, never), HitPath::Fused);
-        assert_eq!(HitPath::choose(Auto, Gpu, true, never), HitPath::Fused);
-        assert_eq!(HitPath::choose(Auto, Auto, true, || true), HitPath::Fused);
-        assert_eq!(HitPath::choose(Auto, Auto, true, || false), rows(false));
+        assert_eq!(HitPath::choose(Gpu, Cpu, true, never, unasked), rows(true));
+        assert_eq!(
+            HitPath::choose(Auto, Cpu, true, never, unasked),
+            rows(false)
+        );
+        // `fe_backend=gpu` is the fused path whatever the load.
+        assert_eq!(
+            HitPath::choose(Gpu, Auto, true, never, unasked),
+            HitPath::Fused
+        );
+        assert_eq!(
+            HitPath::choose(Gpu, Gpu, true, never, unasked),
+            HitPath::Fused
+        );
+        // `fe_backend=auto`: the fused path when it would not hold up batched work.
+        assert_eq!(HitPath::choose(Auto, Gpu, true, never, yes), HitPath::Fused);
+        assert_eq!(HitPath::choose(Auto, Gpu, true, never, no), rows(false));
+        assert_eq!(HitPath::choose(Auto, Auto, true, yes, yes), HitPath::Fused);
+        assert_eq!(HitPath::choose(Auto, Auto, true, no, yes), rows(false));
+        assert_eq!(HitPath::choose(Auto, Auto, true, yes, no), rows(false));
     }
 
     #[tokio::test]

@@ -116,21 +116,6 @@ fn index32(n: usize, what: &'static str) -> Result<u32, GpuError> {
 /// Documents one rayon task validates and flattens before the parts are joined.
 const CHUNK_DOCS: usize = 256;
 
-/// A part's share of a layout's arrays: stream phrases, phrase hits, hits, stream lengths,
-/// static features.
-type PartSlices<'a> = (
-    &'a mut [u32],
-    &'a mut [u32],
-    &'a mut [u32],
-    &'a mut [u32],
-    &'a mut [f64],
-);
-
-/// The smallest layout whose parts are joined in parallel: a smaller one (about 150 KB for
-/// 1 000 documents of 13.6 hits) is copied by one thread in less time than a hand-off to
-/// rayon's idle threads takes.
-const PARALLEL_JOIN_BYTES: usize = 1 << 20;
-
 /// A run of consecutive documents of a batch laid out, its offsets relative to the run: the
 /// end (not the start) of each stream's phrases and of each phrase's hits. Built a document at
 /// a time ([`LayoutPart::push`]: a decoder lays out each document as it reads it), in parallel
@@ -335,7 +320,6 @@ impl FeLayout {
         // The parts are joined in parallel, each into its own slices of the arrays, as their
         // documents were walked (the H200 run of docs/benchmarks.md measured the whole layout,
         // 0.7-1.5 ms at 10 000 documents, not the join alone).
-        let parallel = layout.byte_len() >= PARALLEL_JOIN_BYTES;
         let mut joins = Vec::with_capacity(parts.len());
         let mut rest = (
             &mut layout.stream_phrases[1..],
@@ -358,22 +342,20 @@ impl FeLayout {
             phrase_base += part.phrase_hit_ends.len() as u32;
             hit_base += (part.hits.len() / 2) as u32;
         }
-        let join = |(part, phrase_base, hit_base, slices): (&LayoutPart, u32, u32, PartSlices)| {
-            let (stream_phrases, phrase_hits, hits, stream_lengths, statics) = slices;
-            for (d, &e) in stream_phrases.iter_mut().zip(&part.stream_phrase_ends) {
-                *d = e + phrase_base;
-            }
-            for (d, &e) in phrase_hits.iter_mut().zip(&part.phrase_hit_ends) {
-                *d = e + hit_base;
-            }
-            hits.copy_from_slice(&part.hits);
-            stream_lengths.copy_from_slice(&part.stream_lengths);
-            statics.copy_from_slice(&part.statics);
-        };
-        match parallel {
-            true => joins.into_par_iter().for_each(join),
-            false => joins.into_iter().for_each(join),
-        }
+        joins
+            .into_par_iter()
+            .for_each(|(part, phrase_base, hit_base, slices)| {
+                let (stream_phrases, phrase_hits, hits, stream_lengths, statics) = slices;
+                for (d, &e) in stream_phrases.iter_mut().zip(&part.stream_phrase_ends) {
+                    *d = e + phrase_base;
+                }
+                for (d, &e) in phrase_hits.iter_mut().zip(&part.phrase_hit_ends) {
+                    *d = e + hit_base;
+                }
+                hits.copy_from_slice(&part.hits);
+                stream_lengths.copy_from_slice(&part.stream_lengths);
+                statics.copy_from_slice(&part.statics);
+            });
         Ok(layout)
     }
 
@@ -392,18 +374,14 @@ impl FeLayout {
         self.codes.len()
     }
 
-    /// Bytes of the documents' arrays (what a join copies).
-    fn byte_len(&self) -> usize {
+    /// Bytes copied to the device for this batch.
+    pub fn upload_bytes(&self) -> usize {
         4 * (self.stream_phrases.len()
             + self.phrase_hits.len()
             + self.hits.len()
-            + self.stream_lengths.len())
-            + 8 * self.statics.len()
-    }
-
-    /// Bytes copied to the device for this batch.
-    pub fn upload_bytes(&self) -> usize {
-        self.byte_len() + 4 * self.codes.len() + 8 * self.idf.len()
+            + self.stream_lengths.len()
+            + self.codes.len())
+            + 8 * (self.idf.len() + self.statics.len())
     }
 }
 

@@ -3,7 +3,7 @@
 //! runs during a turn of that device's executor, one turn at a time: a device has one stream
 //! and one cuBLAS handle, and the stages' caches hold its buffers. A host with several GPUs has
 //! several executors in a [`Fleet`], which picks one for each piece of work, takes a device
-//! that fails out of service and tries it again later.
+//! that fails out of service and later lets one piece of work try it again.
 //!
 //! Work that may be batched with other callers' work waits in a [`Combiner`](super::Combiner),
 //! which runs each batch during one turn.
@@ -18,6 +18,46 @@ use super::{GpuDevice, GpuError};
 
 /// How long a device that failed stays out of service before work tries it again.
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+
+/// Whether a device is in service, and when one taken out after a failure is tried again.
+/// Once [`RETRY_AFTER`] has passed, one piece of work is let through as a probe while the device
+/// stays out for everything else: under load, a device that still fails costs one failed
+/// attempt per retry, not one for each request that arrives in the moment it reopens. The
+/// probe's success puts the device back in service, its failure takes it out again.
+#[derive(Debug, Default)]
+struct Outage(Mutex<Option<Instant>>);
+
+impl Outage {
+    /// Whether the device is in service at `now`, or due for a probe.
+    fn in_service(&self, now: Instant) -> bool {
+        self.0.lock().is_none_or(|until| now >= until)
+    }
+
+    /// Whether a piece of work may use the device at `now`: always while it is in service;
+    /// once due for a probe, only the first caller, which claims the probe (the device stays out
+    /// for [`RETRY_AFTER`] more unless the probe succeeds).
+    fn admit(&self, now: Instant) -> bool {
+        let mut until = self.0.lock();
+        match *until {
+            None => true,
+            Some(at) if now >= at => {
+                *until = Some(now + RETRY_AFTER);
+                true
+            }
+            Some(_) => false,
+        }
+    }
+
+    /// Takes the device out of service from `now`.
+    fn take_out(&self, now: Instant) {
+        *self.0.lock() = Some(now + RETRY_AFTER);
+    }
+
+    /// Puts the device back in service after work succeeded on it; whether it was out.
+    fn recovered(&self) -> bool {
+        self.0.lock().take().is_some()
+    }
+}
 
 /// A device's turns: whoever holds one may use the device. The lock is parking_lot's, which is
 /// eventually fair: a thread that releases it may take it again ahead of the waiters, but one
@@ -46,8 +86,8 @@ pub struct Executor {
     turns: Turns,
     /// Pieces of work waiting for a turn or holding it.
     load: AtomicUsize,
-    /// Until when the device is out of service after a failure.
-    out_until: Mutex<Option<Instant>>,
+    /// Whether the device is out of service after a failure.
+    outage: Outage,
     /// The device's ordinal, the `device` label of its metrics.
     label: String,
 }
@@ -79,7 +119,7 @@ impl Executor {
             device,
             turns: Turns::default(),
             load: AtomicUsize::new(0),
-            out_until: Mutex::new(None),
+            outage: Outage::default(),
             label,
         })
     }
@@ -131,11 +171,27 @@ impl Executor {
     }
 
     /// Whether work may be sent to the device: it has not failed, or failed over
-    /// [`RETRY_AFTER`] ago (the next piece of work tries it again).
+    /// [`RETRY_AFTER`] ago (the next piece of work, admitted by [`Executor::admit`], tries it
+    /// again).
     pub fn in_service(&self) -> bool {
-        self.out_until
-            .lock()
-            .is_none_or(|until| Instant::now() >= until)
+        self.outage.in_service(Instant::now())
+    }
+
+    /// Whether a piece of work the caller is about to send may use the device: `false` only
+    /// when it is out of service, or due to be tried again and another piece of work has
+    /// already been let through as that try. Report how the work went with
+    /// [`Executor::failed`] or [`Executor::succeeded`].
+    pub fn admit(&self) -> bool {
+        self.outage.admit(Instant::now())
+    }
+
+    /// Records that work succeeded on the device: one that was being tried again after a
+    /// failure is back in service.
+    pub fn succeeded(&self) {
+        if self.outage.recovered() {
+            tracing::info!(device = %self.label, "GPU back in service");
+            metrics::gauge!("rankserve_gpu_device_up", "device" => self.label.clone()).set(1.0);
+        }
     }
 
     /// Records that work failed on the device with `err`: a failure of the device itself (a
@@ -146,7 +202,7 @@ impl Executor {
         if !err.is_device_failure() {
             return false;
         }
-        *self.out_until.lock() = Some(Instant::now() + RETRY_AFTER);
+        self.outage.take_out(Instant::now());
         tracing::warn!(device = %self.label, error = %err, retry_after_s = RETRY_AFTER.as_secs(), "GPU out of service");
         metrics::counter!("rankserve_gpu_device_failures_total", "device" => self.label.clone())
             .increment(1);
@@ -188,18 +244,27 @@ impl<S> Fleet<S> {
     }
 
     /// The device for the next piece of work, among those in service and not in `tried`
-    /// ([`choose`]; `holds` says whether a device already has what the work needs).
+    /// ([`choose`]; `holds` says whether a device already has what the work needs). A device due
+    /// to be tried again after a failure is chosen only by the one caller it admits
+    /// ([`Executor::admit`]); report how the work went on it ([`Executor::failed`],
+    /// [`Executor::succeeded`]).
     pub fn pick(&self, tried: &[usize], holds: impl Fn(&S) -> bool) -> Option<&(Arc<Executor>, S)> {
-        let open: Vec<&(Arc<Executor>, S)> = (self.devices.iter())
+        let mut open: Vec<&(Arc<Executor>, S)> = (self.devices.iter())
             .filter(|(executor, _)| {
                 !tried.contains(&executor.device().ordinal()) && executor.in_service()
             })
             .collect();
-        let candidates: Vec<(usize, bool)> = open
-            .iter()
-            .map(|(executor, state)| (executor.load(), holds(state)))
-            .collect();
-        choose(&candidates).map(|i| open[i])
+        loop {
+            let candidates: Vec<(usize, bool)> = open
+                .iter()
+                .map(|(executor, state)| (executor.load(), holds(state)))
+                .collect();
+            let chosen = choose(&candidates)?;
+            if open[chosen].0.admit() {
+                return Some(open[chosen]);
+            }
+            open.remove(chosen);
+        }
     }
 
     /// Runs `work` during a turn of the device [`Fleet::pick`] chooses. When the device fails
@@ -218,7 +283,10 @@ impl<S> Fleet<S> {
         let mut last = None;
         while let Some((executor, state)) = self.pick(&tried, &holds) {
             match executor.run(|device| work(device, state)) {
-                Ok(done) => return Ok(done),
+                Ok(done) => {
+                    executor.succeeded();
+                    return Ok(done);
+                }
                 Err(err) if executor.failed(&err) => {
                     tried.push(executor.device().ordinal());
                     last = Some(err);
@@ -254,6 +322,37 @@ pub fn choose(candidates: &[(usize, bool)]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_failed_device_is_tried_again_by_one_piece_of_work_at_a_time() {
+        let outage = Outage::default();
+        let start = Instant::now();
+        assert!(outage.in_service(start) && outage.admit(start) && outage.admit(start));
+        assert!(!outage.recovered(), "a device in service was not out");
+
+        outage.take_out(start);
+        assert!(!outage.in_service(start) && !outage.admit(start));
+        let due = start + RETRY_AFTER;
+        assert!(outage.in_service(due), "due to be tried again");
+        assert!(outage.admit(due), "the first caller is the probe");
+        assert!(!outage.admit(due), "the rest wait for the probe");
+        assert!(!outage.in_service(due));
+
+        // The probe fails: out again, until a retry period after that failure.
+        let failed = due + Duration::from_millis(1);
+        outage.take_out(failed);
+        assert!(!outage.admit(failed + RETRY_AFTER - Duration::from_millis(1)));
+        assert!(outage.admit(failed + RETRY_AFTER));
+        // This probe succeeds: back in service for everyone.
+        assert!(outage.recovered());
+        assert!(outage.admit(failed + RETRY_AFTER) && outage.admit(failed + RETRY_AFTER));
+
+        // A probe that never reports (its caller gave up) is retried a period later.
+        outage.take_out(start);
+        assert!(outage.admit(due));
+        assert!(!outage.admit(due + RETRY_AFTER - Duration::from_millis(1)));
+        assert!(outage.admit(due + RETRY_AFTER));
+    }
 
     #[test]
     fn work_stays_with_its_data_until_the_holder_is_busier_than_another_device() {

@@ -230,7 +230,8 @@ impl SelectEngine {
     /// waiting beside it: `None` when there is no device in service, when no batch took it
     /// within `wait` (the device is busy: the caller's CPU is free; counted in
     /// `rankserve_gpu_queue_timeouts_total`) or when its batch ended without answering it. A
-    /// failure of the device takes it out of service.
+    /// failure of the device takes it out of service; an answer puts one that was being tried
+    /// again back.
     fn on_gpu(&self, job: GpuJob, wait: Duration) -> Option<GpuAnswer> {
         let (executor, combiner) = self.gpu.get()?.pick(&[], |_| true)?;
         let _queued = executor.queued();
@@ -240,8 +241,12 @@ impl SelectEngine {
                 schedule::run_gpu_batch(cache, &self.scheduler, &jobs)
             })
         });
-        if let Some(Err(GpuSelectError::Gpu(err))) = &ran {
-            executor.failed(err);
+        match &ran {
+            Some(Ok(_)) => executor.succeeded(),
+            Some(Err(GpuSelectError::Gpu(err))) => {
+                executor.failed(err);
+            }
+            _ => {}
         }
         // A zero wait is a query that could not afford to wait: it gave nothing up.
         if ran.is_none() && !wait.is_zero() {

@@ -12,7 +12,7 @@
 //! | `index` | `RANKSERVE_INDEX` | none (`serve` then builds or reuses the demo index `DATA_DIR/index`; not with `broker`) |
 //! | `broker` | `RANKSERVE_BROKER` | none (a shard list, `shards.toml`: `/v1/search` is answered by those shards, `docs/deploy.md`) |
 //! | `backend` | `RANKSERVE_BACKEND` | `auto` (`auto`, `cpu`, `gpu`) |
-//! | `fe_backend` | `RANKSERVE_FE_BACKEND` | `cpu` (where hit documents' features are extracted: `cpu`; `gpu`, fused with scoring on the GPU unless scoring is on the CPU; or `auto`, fused from the ranker's FE+scoring crossover on, or whenever scoring is on `gpu`) |
+//! | `fe_backend` | `RANKSERVE_FE_BACKEND` | `auto` (where hit documents' features are extracted: `cpu`; `gpu`, fused with scoring on the GPU unless scoring is on the CPU; or `auto`, fused from the ranker's FE+scoring crossover on, or whenever scoring is on `gpu`, while a device is idle or the batch is large; the CPU without a GPU) |
 //! | `gpus` | `RANKSERVE_GPUS` | `all` (the GPUs to use: `all` visible ones, or a list of CUDA ordinals such as `0,2`, counted after `CUDA_VISIBLE_DEVICES`) |
 //! | `admin_token` | `RANKSERVE_ADMIN_TOKEN` | none (admin routes disabled) |
 //! | `body_limit_bytes` | `RANKSERVE_BODY_LIMIT_BYTES` | 64 MiB |
@@ -209,7 +209,7 @@ impl Default for Config {
             index: None,
             broker: None,
             backend: Backend::Auto,
-            fe_backend: Backend::Cpu,
+            fe_backend: Backend::Auto,
             gpus: Gpus::All,
             admin_token: None,
             body_limit_bytes: 64 << 20,

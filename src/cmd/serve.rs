@@ -48,8 +48,9 @@ pub struct Args {
     /// Default backend: auto, cpu or gpu [default: auto].
     #[arg(long)]
     backend: Option<String>,
-    /// Where hit documents' features are extracted: cpu, gpu, or auto (the GPU from the
-    /// ranker's scoring crossover on) [default: cpu].
+    /// Where hit documents' features are extracted: cpu, gpu (fused with scoring in one device
+    /// turn), or auto (fused from the ranker's FE + scoring crossover on, while a device is idle
+    /// or the request is large; the CPU without a GPU) [default: auto].
     #[arg(long)]
     fe_backend: Option<String>,
     /// The GPUs to use: all, or CUDA device ordinals like 0,1 (after CUDA_VISIBLE_DEVICES)

@@ -17,14 +17,14 @@
 //!
 //! Hit documents ([`HitPath`], [`Backends::hit_path`]) follow `fe_backend` (the
 //! configuration's) and the scoring backend:
-//! - `fe_backend=cpu` (the default), or no GPU: FE on the CPU pool, then the rows are scored as
-//!   above.
+//! - `fe_backend=cpu`, or no GPU: FE on the CPU pool, then the rows are scored as above.
 //! - scoring on `cpu`: FE on the GPU only for `fe_backend=gpu` (the rows come back to the CPU).
 //! - otherwise the fused device path ([`Backends::rank_hits`]): the hits laid out on the CPU pool,
 //!   then one device turn extracts, gathers and scores them and only the scores come back; for
-//!   `fe_backend=gpu`, for `fe_backend=auto` with scoring on `gpu`, and for `auto` on both from the
-//!   ranker's hits crossover ([`crate::rank::gpu::crossover::measure_hits`]: FE and scoring
-//!   together) on.
+//!   `fe_backend=gpu`, for `fe_backend=auto` (the default) with scoring on `gpu`, and for `auto`
+//!   on both from the ranker's hits crossover ([`crate::rank::gpu::crossover::measure_hits`]: FE
+//!   and scoring together) on; under `auto` only while a device is idle or the batch is large
+//!   ([`FUSED_UNDER_LOAD_DOCS`]).
 //!
 //! Any GPU failure (a CUDA error, a ranker over the GPU cache's budget, a query over the FE
 //! kernel's term limit) moves the work to the CPU, which gives the same answer; it is logged

@@ -105,7 +105,7 @@ fn bench(c: &mut Criterion) {
             group.bench_function(BenchmarkId::new("layout", &label), |b| {
                 b.iter(|| {
                     let framed = msgpack_rank::frame(bytes.clone()).expect("frames");
-                    (framed.fe_layouts(&gather, 65_536, threads))
+                    (framed.fe_layouts(&gather, 65_536, threads, None))
                         .expect("hit documents")
                         .expect("within the kernel's limits")
                 })
@@ -114,7 +114,7 @@ fn bench(c: &mut Criterion) {
                 b.iter(|| {
                     let mut framed = msgpack_rank::frame(bytes.clone()).expect("frames");
                     assert!(framed.frame_documents(rayon::current_num_threads()));
-                    (framed.fe_layouts(&gather, 65_536, threads))
+                    (framed.fe_layouts(&gather, 65_536, threads, None))
                         .expect("hit documents")
                         .expect("within the kernel's limits")
                 })

@@ -9,11 +9,13 @@
 //! fractional categories, a single document and 65 537 documents.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rankserve::api::{msgpack_rank, RankDocument, RankRequest};
 use rankserve::gpu::device::device_for_tests;
+use rankserve::gpu::pinned::PinnedPool;
 use rankserve::rank::cpu;
 use rankserve::rank::fe::{
     feature_names, synth_corpus_stats, synth_hit_documents, synth_query, CorpusStats,
@@ -751,6 +753,8 @@ fn check_fused(
         .unwrap_or_else(|e| panic!("{what}: CPU: {e}"));
     let expected = cpu::score_batch(ranker, &rows, 0);
     let map = resolver.gather_map();
+    // In pinned memory, as the served path joins them.
+    let pinned = PinnedPool::new(Arc::clone(device.context()), 64 << 20);
     let layouts = FeLayout::build_split(
         query,
         stats,
@@ -758,6 +762,7 @@ fn check_fused(
         Some(&map),
         gpu.max_batch(),
         rayon::current_num_threads(),
+        Some(&pinned),
     )
     .unwrap_or_else(|e| panic!("{what}: layout: {e}"));
     let explain = docs.len() <= 2000;
@@ -1032,6 +1037,8 @@ fn fused_fe_scoring_timing() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     let mut fe = GpuFe::new();
+    // Layouts in pinned memory, as the served path joins them.
+    let pinned = PinnedPool::new(Arc::clone(device.context()), 256 << 20);
     let store = RankerStore::open(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers"),
         1 << 30,
@@ -1082,19 +1089,19 @@ fn fused_fe_scoring_timing() {
                 std::hint::black_box(gpu.score(&device, &rows, false).unwrap());
             });
             let max = gpu.max_batch();
+            let build = || {
+                let p = Some(&pinned);
+                FeLayout::build_split(&query, &stats, &docs, Some(&map), max, threads, p).unwrap()
+            };
             let fused = median_ms(15, &mut || {
-                let layouts =
-                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max, threads).unwrap();
+                let layouts = build();
                 std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
                     .unwrap();
             });
             let layout = median_ms(15, &mut || {
-                std::hint::black_box(
-                    FeLayout::build_split(&query, &stats, &docs, Some(&map), max, threads).unwrap(),
-                );
+                std::hint::black_box(build());
             });
-            let layouts =
-                FeLayout::build_split(&query, &stats, &docs, Some(&map), max, threads).unwrap();
+            let layouts = build();
             let turn = median_ms(15, &mut || {
                 std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
                     .unwrap();
@@ -1137,36 +1144,54 @@ fn fused_fe_scoring_timing() {
                 })
             });
             // The handler's way: the fields but the documents read, then the documents laid
-            // out as they are read (not framed first).
-            let decode_layout = |tasks: usize| {
+            // out as they are read (not framed first), into pinned memory (as served) or onto
+            // the heap.
+            let decode_layout = |tasks: usize, pinned: Option<&PinnedPool>| {
                 pool.install(|| {
                     let head = msgpack_rank::frame(body.clone()).unwrap();
-                    head.fe_layouts(&map, max, tasks).unwrap().unwrap()
+                    head.fe_layouts(&map, max, tasks, pinned).unwrap().unwrap()
                 })
             };
-            let gpu_served = median_ms(15, &mut || {
-                let layouts = decode_layout(threads);
-                std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
-                    .unwrap();
-            });
+            let mut time_served = |pinned: Option<&PinnedPool>| {
+                let served = median_ms(15, &mut || {
+                    let layouts = decode_layout(threads, pinned);
+                    std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
+                        .unwrap();
+                });
+                let laid_out = median_ms(15, &mut || {
+                    std::hint::black_box(decode_layout(threads, pinned));
+                });
+                let layouts = decode_layout(threads, pinned);
+                assert_eq!(layouts[0].is_pinned(), pinned.is_some());
+                let turn = median_ms(15, &mut || {
+                    std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
+                        .unwrap();
+                });
+                (served, laid_out, turn)
+            };
+            let (gpu_served, laid_out, turn) = time_served(Some(&pinned));
+            let (heap_served, heap_laid_out, heap_turn) = time_served(None);
             let framing = median_ms(15, &mut || {
                 pool.install(|| std::hint::black_box(framed()));
             });
-            // How the layout's time moves with its runs' count (the last: the served one).
-            let by_tasks: Vec<f64> = [1, 2, 4, 8, threads]
+            // How the layout's time moves with its runs' count.
+            let by_tasks: Vec<String> = [1, 2, 4, 8]
                 .iter()
                 .map(|&tasks| {
-                    median_ms(15, &mut || {
-                        std::hint::black_box(decode_layout(tasks));
-                    })
+                    let ms = median_ms(15, &mut || {
+                        std::hint::black_box(decode_layout(tasks, Some(&pinned)));
+                    });
+                    format!("{ms:.3}")
                 })
                 .collect();
-            let laid_out = by_tasks[by_tasks.len() - 1];
-            let by_tasks: Vec<String> = by_tasks.iter().map(|ms| format!("{ms:.3}")).collect();
-            sweeps.push(format!("| {name} | {n} | {} |", by_tasks.join(" | ")));
+            sweeps.push(format!(
+                "| {name} | {n} | {} | {laid_out:.3} |",
+                by_tasks.join(" | ")
+            ));
             served.push(format!(
                 "| {name} | {n} | {:.2} | {cpu_served:.3} | {framing:.3} | {gpu_served:.3} | \
-                 {laid_out:.3} | {turn:.3} | {:.1}× |",
+                 {laid_out:.3} | {turn:.3} | {heap_served:.3} | {heap_laid_out:.3} | \
+                 {heap_turn:.3} | {:.1}× |",
                 body.len() as f64 / 1e6,
                 cpu_served / gpu_served
             ));
@@ -1174,13 +1199,15 @@ fn fused_fe_scoring_timing() {
     }
     println!(
         "\nFrom the MessagePack body, as /v1/rank serves it ({threads} threads; CPU: frame, \
-         decode+FE, score; GPU: decode+layout as read, device turn):"
+         decode+FE, score; GPU: decode+layout as read into pinned memory, device turn; the same \
+         with the layout on the heap):"
     );
     println!(
         "| ranker | docs | body MB | CPU {threads} threads | CPU: framing | GPU fused | GPU: \
-         decode + layout | GPU: device turn | GPU vs CPU |"
+         decode + layout | GPU: device turn | heap: fused | heap: decode + layout | heap: device \
+         turn | GPU vs CPU |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in served {
         println!("{row}");
     }

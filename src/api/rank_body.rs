@@ -13,6 +13,7 @@ use std::collections::HashMap;
 use super::format::{BodyError, Format};
 use super::msgpack_rank::{self, Framed};
 use super::{FeatureValues, RankDocument, RankRequest, MAX_FEATURE_VALUES};
+use crate::gpu::pinned::PinnedPool;
 use crate::gpu::GpuError;
 use crate::rank::cut_input;
 use crate::rank::engine::RowSource;
@@ -188,6 +189,7 @@ impl RowSource for RankBody {
         gather: &GatherMap,
         max_docs: usize,
         threads: usize,
+        pinned: Option<&PinnedPool>,
     ) -> Option<Result<Vec<FeLayout>, GpuError>> {
         let RankBody::Framed(framed) = self else {
             return None;
@@ -195,7 +197,7 @@ impl RowSource for RankBody {
         if framed.len() > max_docs && !framed.frame_documents(threads) {
             return None;
         }
-        framed.fe_layouts(gather, max_docs, threads)
+        framed.fe_layouts(gather, max_docs, threads, pinned)
     }
 }
 

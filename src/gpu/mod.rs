@@ -12,6 +12,7 @@
 //! - [`lru`]: the byte-budgeted LRU cache. The ranker caches (CPU-side in `rank::store`,
 //!   GPU-side in `rank::gpu`) and the posting cache (`select::gpu`) are instances of it.
 //! - [`mapped`]: pinned host memory that kernels write through its device mapping.
+//! - [`pinned`]: a pool of pinned host memory that the host writes and any device copies in.
 //! - [`power`]: board power and energy through NVML, for the benchmark and the metrics.
 
 pub mod combine;
@@ -21,6 +22,7 @@ pub mod executor;
 pub mod lru;
 pub mod mapped;
 pub mod module;
+pub mod pinned;
 pub mod power;
 
 pub use combine::Combiner;

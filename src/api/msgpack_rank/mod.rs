@@ -33,6 +33,7 @@ use rayon::prelude::*;
 use self::parallel::{chain_walks, frame_in_parallel, guess_document_start, guess_tail};
 use self::reader::Reader;
 use super::RankRequest;
+use crate::gpu::pinned::PinnedPool;
 use crate::gpu::GpuError;
 use crate::rank::fe::{
     fill_rows_in_chunks, FeError, FeatureResolver, GatherMap, HitDocument, HitStream, Prepared,
@@ -278,14 +279,16 @@ impl Framed {
     /// rmp-serde, or is invalid; no `query` or `stats`, or invalid ones; documents that do not
     /// end where the fields after them were read to start; more than `max_docs` documents not
     /// framed. `Some(Err)` when the batch is over the FE kernel's limits (a query of more than
-    /// [`MAX_TERMS`](crate::rank::gpu::fe::MAX_TERMS) terms): work for the CPU.
+    /// [`MAX_TERMS`](crate::rank::gpu::fe::MAX_TERMS) terms): work for the CPU. The layouts
+    /// are joined into `pinned` memory while the pool has room.
     pub fn fe_layouts(
         &self,
         gather: &GatherMap,
         max_docs: usize,
         threads: usize,
+        pinned: Option<&PinnedPool>,
     ) -> Option<Result<Vec<FeLayout>, GpuError>> {
-        self.fe_layouts_in_tasks(gather, max_docs, threads, MIN_FUSED_CHUNK)
+        self.fe_layouts_in_tasks(gather, max_docs, threads, MIN_FUSED_CHUNK, pinned)
     }
 
     /// [`Framed::fe_layouts`] in runs of at least `min_run` documents (tests reach many runs
@@ -296,6 +299,7 @@ impl Framed {
         max_docs: usize,
         threads: usize,
         min_run: usize,
+        pinned: Option<&PinnedPool>,
     ) -> Option<Result<Vec<FeLayout>, GpuError>> {
         let (Some(query), Some(stats)) = (&self.head.query, &self.head.stats) else {
             return None;
@@ -312,7 +316,7 @@ impl Framed {
         if self.bounds.is_empty() {
             let runs = (self.len() / min_run).clamp(1, threads);
             let parts = self.lay_out_unframed(&reading, runs)?;
-            return Some(FeLayout::join(&prepared, Some(gather), &parts).map(|l| vec![l]));
+            return Some(FeLayout::join(&prepared, Some(gather), &parts, pinned).map(|l| vec![l]));
         }
         let bounds = self.sized_bounds()?;
         let mut layouts = Vec::with_capacity(self.len().div_ceil(max_docs));
@@ -328,7 +332,7 @@ impl Framed {
                 .collect();
             let parts = parts.into_iter().collect::<Read<Vec<_>>>().ok()?;
             let parts: Vec<LayoutPart> = parts.into_iter().map(|run| run.part).collect();
-            match FeLayout::join(&prepared, Some(gather), &parts) {
+            match FeLayout::join(&prepared, Some(gather), &parts, pinned) {
                 Ok(layout) => layouts.push(layout),
                 Err(err) => return Some(Err(err)),
             }
@@ -843,7 +847,7 @@ mod tests {
             (&framed, 3, 70, 1),
         ] {
             let Some(framed) = framed else { continue };
-            let laid = framed.fe_layouts_in_tasks(&gather, max_docs, threads, min_run);
+            let laid = framed.fe_layouts_in_tasks(&gather, max_docs, threads, min_run, None);
             let Some(layouts) = laid else { continue };
             let request = full.expect("the fused path laid out a body that does not decode");
             feature_matrix(request, loaded, threads).expect("the full path takes the request");
@@ -855,7 +859,8 @@ mod tests {
                 })
                 .collect();
             let (query, stats) = (query.unwrap(), stats.unwrap());
-            let want = FeLayout::build_split(query, stats, &docs, Some(&gather), max_docs, threads);
+            let want =
+                FeLayout::build_split(query, stats, &docs, Some(&gather), max_docs, threads, None);
             // As Debug: a missing static feature is NaN, unequal to itself.
             let got = layouts.map_err(|err| err.to_string());
             let want = want.map_err(|err| err.to_string());
@@ -928,10 +933,10 @@ mod tests {
             let loaded = store.get(&case.ranker).unwrap();
             let gather = loaded.fe.as_ref().unwrap().gather_map();
             let framed = frame_in_tasks(Bytes::from(msgpack(&case)), 2).unwrap();
-            assert!(framed.fe_layouts(&gather, 65_536, 2).is_none());
+            assert!(framed.fe_layouts(&gather, 65_536, 2, None).is_none());
             let unframed = frame(Bytes::from(msgpack(&case))).unwrap();
             assert!(unframed
-                .fe_layouts_in_tasks(&gather, 65_536, 4, 1)
+                .fe_layouts_in_tasks(&gather, 65_536, 4, 1, None)
                 .is_none());
         }
     }
@@ -965,7 +970,7 @@ mod tests {
         let loaded = store.get(&request.ranker).unwrap();
         let gather = loaded.fe.as_ref().unwrap().gather_map();
         let framed = frame_in_tasks(Bytes::from(msgpack(&request)), 2).unwrap();
-        let laid_out = framed.fe_layouts(&gather, 65_536, 2);
+        let laid_out = framed.fe_layouts(&gather, 65_536, 2, None);
         assert!(
             matches!(laid_out, Some(Err(GpuError::TooLarge { .. }))),
             "{laid_out:?}"

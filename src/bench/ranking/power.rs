@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use super::{gpu_err, rows_for, BenchError, BenchRanker, CpuThreads};
+use crate::gpu::pinned::PinnedPool;
 use crate::gpu::power::{PowerMeter, PowerReading};
 use crate::gpu::{GpuDevice, GpuError};
 use crate::rank::cpu::CpuPlan;
@@ -192,6 +193,8 @@ pub fn bench_power(
             .map_err(power_err("GPU idle".into()))?;
         report.gpu_idle = Some(idle);
         let (mut fe, stats) = (GpuFe::new(), synth_corpus_stats());
+        // Layouts in pinned memory, as the served path joins them.
+        let pinned = PinnedPool::new(std::sync::Arc::clone(device.context()), 64 << 20);
         for bench in rankers {
             let name = bench.name.as_str();
             let rows = rows_for(bench, config.docs, config.seed);
@@ -210,7 +213,7 @@ pub fn bench_power(
                 Box::new(|| r.score(device, &rows, false).map(|_| ())),
             )];
             if let Some((map, query, docs)) = &hits {
-                let (r, fe, stats) = (&r, &mut fe, &stats);
+                let (r, fe, stats, pinned) = (&r, &mut fe, &stats, &pinned);
                 loads.push((
                     "gpu+fe",
                     Box::new(move || {
@@ -222,6 +225,7 @@ pub fn bench_power(
                             Some(map),
                             r.max_batch(),
                             threads,
+                            Some(pinned),
                         )
                         .map_err(GpuFeError::into_gpu_error)?;
                         r.score_hits(device, fe, &layouts, false, false).map(|_| ())

@@ -39,6 +39,7 @@ use parking_lot::Mutex;
 use super::batch::micros;
 use super::{HitBatch, RowSource};
 use crate::backend::{fell_back, Backend, Processor, Stage};
+use crate::gpu::pinned::PinnedPool;
 use crate::gpu::{Executor, Fleet, GpuError};
 use crate::rank::fe::{FeatureResolver, HitError};
 use crate::rank::gpu::cache::GpuRankerCache;
@@ -142,7 +143,13 @@ pub struct Backends {
     in_flight: Arc<AtomicUsize>,
     fe_backend: Backend,
     gpu: OnceLock<Fleet<GpuRanking>>,
+    /// Pinned host memory that hit layouts are joined into, for any device ([`PinnedPool`]).
+    pinned: OnceLock<PinnedPool>,
 }
+
+/// The most pinned host memory hit layouts hold at once: 64 requests of 10 000 hit documents
+/// (about 2.5 MB each) fit; past it, layouts stay on the heap (a pageable copy).
+const PINNED_LAYOUT_BYTES: usize = 256 << 20;
 
 impl Backends {
     /// CPU work on `threads` threads (1: the calling thread); hit documents' features on
@@ -166,6 +173,7 @@ impl Backends {
             in_flight: Arc::new(AtomicUsize::new(0)),
             fe_backend,
             gpu: OnceLock::new(),
+            pinned: OnceLock::new(),
         }
     }
 
@@ -182,7 +190,10 @@ impl Backends {
                 (Arc::clone(executor), GpuRanking { rankers, fe })
             })
             .collect();
-        let _ = self.gpu.set(Fleet::new(devices));
+        if self.gpu.set(Fleet::new(devices)).is_ok() {
+            let ctx = Arc::clone(executors[0].device().context());
+            let _ = self.pinned.set(PinnedPool::new(ctx, PINNED_LAYOUT_BYTES));
+        }
     }
 
     /// Whether there is a GPU.
@@ -346,7 +357,8 @@ impl Backends {
             let laid_out = self.install(|| {
                 let (query, stats, docs) = (&batch.query, &batch.stats, &batch.docs);
                 let max = DEFAULT_MAX_BATCH;
-                FeLayout::build_split(query, stats, docs, Some(&map), max, self.width())
+                let pinned = self.pinned.get();
+                FeLayout::build_split(query, stats, docs, Some(&map), max, self.width(), pinned)
             });
             match laid_out {
                 Err(GpuFeError::Hits(err)) => return Err(FeRefused::Hits(err)),
@@ -392,7 +404,9 @@ impl Backends {
         }
         let started = Instant::now();
         let map = resolver.gather_map();
-        let laid_out = self.install(|| source.hit_layouts(&map, DEFAULT_MAX_BATCH, self.width()));
+        let laid_out = self.install(|| {
+            source.hit_layouts(&map, DEFAULT_MAX_BATCH, self.width(), self.pinned.get())
+        });
         match laid_out {
             None => SourceFused::Declined,
             Some(Err(err)) => {
@@ -586,6 +600,7 @@ impl Backends {
                                 Some(&map),
                                 DEFAULT_MAX_BATCH,
                                 self.threads,
+                                self.pinned.get(),
                             )
                         })
                         .map_err(GpuFeError::into_gpu_error)?;

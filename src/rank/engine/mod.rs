@@ -31,6 +31,7 @@ pub use backends::{Backends, FeRefused, HitPath, HitsScored, PoolTaskFailed, Sou
 pub use batch::{BatchConfig, ScoreError, Scored};
 
 use crate::backend::{Backend, Processor};
+use crate::gpu::pinned::PinnedPool;
 use crate::gpu::{Executor, GpuError};
 use crate::rank::fe::{CorpusStats, GatherMap, HitDocument, QueryInfo};
 use crate::rank::gpu::cache::GpuRankerCache;
@@ -96,14 +97,16 @@ pub trait RowSource: Send + 'static {
     /// with `gather`'s static features, parallel on the current rayon pool over `threads`.
     /// `None` when it does not lay them out (not all hit documents, or not valid ones: its
     /// [`RowSource::rows`] then decide, errors included); `Some(Err)` when the batch is over the
-    /// device's limits (its rows then go to the CPU). None by default.
+    /// device's limits (its rows then go to the CPU). Joined into `pinned` memory while the
+    /// pool has room. None by default.
     fn hit_layouts(
         &mut self,
         gather: &GatherMap,
         max_docs: usize,
         threads: usize,
+        pinned: Option<&PinnedPool>,
     ) -> Option<Result<Vec<FeLayout>, GpuError>> {
-        let _ = (gather, max_docs, threads);
+        let _ = (gather, max_docs, threads, pinned);
         None
     }
 }

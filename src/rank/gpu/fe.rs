@@ -12,12 +12,15 @@
 //! BM25/BM25F use the CPU's f64 operation order without FMA contraction; the gather only copies
 //! (tests/parity.rs checks it).
 
+use std::ops::Range;
+
 use cudarc::driver::{
     CudaSlice, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
 };
 use rayon::prelude::*;
 
 use crate::gpu::error::DriverResultExt;
+use crate::gpu::pinned::{HostBuffer, PinnedPool, Plain};
 use crate::gpu::{GpuDevice, GpuError, KernelModule};
 use crate::rank::fe::catalogue::{CATALOGUE_LEN, STREAMS};
 use crate::rank::fe::{
@@ -84,25 +87,110 @@ impl GpuFeError {
 /// A batch of hit documents flattened for `fe_extract` (the layout is drawn in fe.cu): stream
 /// `doc * 4 + slot` for each catalogue stream, its non-empty phrases, their hits; and, for
 /// `fe_gather`, the ranker's gather codes and the documents' static features it reads.
-#[derive(Debug, Clone, PartialEq)]
+///
+/// The arrays lie in two buffers, each copied to the device in one piece: the 32-bit ones in
+/// `words`, the f64 ones in `reals`, each array from a multiple of 128 bytes. Joined into
+/// pinned memory when the caller has a [`PinnedPool`] with room (then the copy is one DMA
+/// each), else on the heap.
 pub struct FeLayout {
-    /// `[docs × 4 + 1]`: first phrase of each stream, then the phrase count.
-    stream_phrases: Vec<u32>,
-    /// `[phrases + 1]`: first hit of each phrase, then the hit count.
-    phrase_hits: Vec<u32>,
-    /// `[hits × 2]`: term, position.
-    hits: Vec<u32>,
-    /// `[docs × 4]`: each stream's length (0 for an absent stream).
-    stream_lengths: Vec<u32>,
-    /// `[Q]`.
-    idf: Vec<f64>,
+    /// The 32-bit arrays, at `word_arrays` ([`WordArray`]).
+    words: HostBuffer<u32>,
+    word_arrays: [Span; WORD_ARRAYS],
+    /// The f64 arrays, at `real_arrays` ([`RealArray`]).
+    reals: HostBuffer<f64>,
+    real_arrays: [Span; REAL_ARRAYS],
     params: FeParams,
-    /// `[width]`: the [`GatherMap`]'s codes (empty without one).
-    codes: Vec<i32>,
+    n_statics: usize,
+}
+
+/// The 32-bit arrays of a [`FeLayout`], in their order in `words`.
+#[derive(Debug, Clone, Copy)]
+enum WordArray {
+    /// `[docs × 4 + 1]`: first phrase of each stream, then the phrase count.
+    StreamPhrases,
+    /// `[phrases + 1]`: first hit of each phrase, then the hit count.
+    PhraseHits,
+    /// `[hits × 2]`: term, position.
+    Hits,
+    /// `[docs × 4]`: each stream's length (0 for an absent stream).
+    StreamLengths,
+    /// `[width]`: the [`GatherMap`]'s codes, i32 as their bits (empty without a map).
+    Codes,
+}
+const WORD_ARRAYS: usize = 5;
+
+/// The f64 arrays of a [`FeLayout`], in their order in `reals`.
+#[derive(Debug, Clone, Copy)]
+enum RealArray {
+    /// `[Q]`.
+    Idf,
     /// `[docs × n_statics]`: each document's value of each of the map's static keys, NaN when
     /// absent (a missing value, as on the CPU).
-    statics: Vec<f64>,
-    n_statics: usize,
+    Statics,
+}
+const REAL_ARRAYS: usize = 2;
+
+/// Where an array lies in its buffer.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+struct Span {
+    start: usize,
+    len: usize,
+}
+
+impl Span {
+    fn range(self) -> Range<usize> {
+        self.start..self.start + self.len
+    }
+}
+
+/// Bytes each array of a layout starts on a multiple of: a copied buffer's arrays stay as
+/// aligned on the device as separate allocations would be for the kernels' loads (hits are
+/// read as `uint2`).
+const ARRAY_ALIGN_BYTES: usize = 128;
+
+/// The spans of arrays of `lens` values of `T` laid back to back, each aligned, and the
+/// buffer's length.
+fn spans<T, const N: usize>(lens: [usize; N]) -> ([Span; N], usize) {
+    let align = ARRAY_ALIGN_BYTES / size_of::<T>();
+    let mut end = 0;
+    let spans = lens.map(|len| {
+        let span = Span { start: end, len };
+        end = (end + len).next_multiple_of(align);
+        span
+    });
+    (spans, end)
+}
+
+/// `buf`'s arrays at `spans` (in order, not overlapping) as separate slices.
+fn split_arrays<'a, T, const N: usize>(
+    mut buf: &'a mut [T],
+    spans: &[Span; N],
+) -> [&'a mut [T]; N] {
+    let mut taken = 0;
+    spans.map(|span| {
+        let (_, rest) = std::mem::take(&mut buf).split_at_mut(span.start - taken);
+        let (array, rest) = rest.split_at_mut(span.len);
+        buf = rest;
+        taken = span.start + span.len;
+        array
+    })
+}
+
+impl std::fmt::Debug for FeLayout {
+    /// The arrays by name (not the padding between them), `params` and `n_statics`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("FeLayout")
+            .field("stream_phrases", &self.stream_phrases())
+            .field("phrase_hits", &self.phrase_hits())
+            .field("hits", &self.hits())
+            .field("stream_lengths", &self.stream_lengths())
+            .field("idf", &self.idf())
+            .field("params", &self.params)
+            .field("codes", &self.codes())
+            .field("statics", &self.statics())
+            .field("n_statics", &self.n_statics)
+            .finish()
+    }
 }
 
 fn index32(n: usize, what: &'static str) -> Result<u32, GpuError> {
@@ -211,13 +299,15 @@ impl FeLayout {
         docs: &[HitDocument],
         gather: Option<&GatherMap>,
     ) -> Result<FeLayout, GpuFeError> {
-        FeLayout::build_from(0, query, stats, docs, gather, rayon::current_num_threads())
+        let threads = rayon::current_num_threads();
+        FeLayout::build_from(0, query, stats, docs, gather, threads, None)
     }
 
     /// [`FeLayout::build`] in layouts of at most `max_docs` documents each (a batch larger than
     /// one device batch holds runs as several), in order, each in parallel over at most
-    /// `threads` of the current rayon pool; an invalid document is reported with its index in
-    /// `docs`, the lowest one, before any layout is returned.
+    /// `threads` of the current rayon pool, into `pinned` memory while the pool has room; an
+    /// invalid document is reported with its index in `docs`, the lowest one, before any layout
+    /// is returned.
     ///
     /// # Errors
     /// As [`FeLayout::build`].
@@ -228,16 +318,17 @@ impl FeLayout {
         gather: Option<&GatherMap>,
         max_docs: usize,
         threads: usize,
+        pinned: Option<&PinnedPool>,
     ) -> Result<Vec<FeLayout>, GpuFeError> {
         let max_docs = max_docs.max(1);
         if docs.is_empty() {
             return Ok(vec![FeLayout::build_from(
-                0, query, stats, docs, gather, threads,
+                0, query, stats, docs, gather, threads, pinned,
             )?]);
         }
         (docs.chunks(max_docs).enumerate())
             .map(|(c, part)| {
-                FeLayout::build_from(c * max_docs, query, stats, part, gather, threads)
+                FeLayout::build_from(c * max_docs, query, stats, part, gather, threads, pinned)
             })
             .collect()
     }
@@ -252,6 +343,7 @@ impl FeLayout {
         docs: &[HitDocument],
         gather: Option<&GatherMap>,
         threads: usize,
+        pinned: Option<&PinnedPool>,
     ) -> Result<FeLayout, GpuFeError> {
         let prepared = Prepared::new(query, stats)?;
         let static_keys = gather.map_or(&[][..], |g| &g.static_keys[..]);
@@ -265,12 +357,13 @@ impl FeLayout {
             })
             .collect();
         let parts = parts.into_iter().collect::<Result<Vec<_>, _>>()?;
-        Ok(FeLayout::join(&prepared, gather, &parts)?)
+        Ok(FeLayout::join(&prepared, gather, &parts, pinned)?)
     }
 
     /// The layout of a batch whose documents are `parts`, in order, each laid out with
     /// `gather`'s static keys (none without one), for the query `prepared`; the parts are
-    /// joined in parallel on the current rayon pool.
+    /// joined in parallel on the current rayon pool, into `pinned` memory when there is a pool
+    /// with room.
     ///
     /// # Errors
     /// [`GpuError::TooLarge`] when the query has more than [`MAX_TERMS`] terms or the batch
@@ -279,6 +372,7 @@ impl FeLayout {
         prepared: &Prepared<'_>,
         gather: Option<&GatherMap>,
         parts: &[LayoutPart],
+        pinned: Option<&PinnedPool>,
     ) -> Result<FeLayout, GpuError> {
         if prepared.terms > MAX_TERMS {
             return Err(GpuError::TooLarge {
@@ -296,12 +390,21 @@ impl FeLayout {
         let n_hit_words: usize = parts.iter().map(|p| p.hits.len()).sum();
         index32(n_phrases, "phrases per batch")?;
         index32(n_hit_words / 2, "hits per batch")?;
+        let codes = gather.map_or(&[][..], |g| &g.codes[..]);
+        let (word_arrays, n_words) = spans::<u32, WORD_ARRAYS>([
+            n_streams + 1,
+            n_phrases + 1,
+            n_hit_words,
+            n_streams,
+            codes.len(),
+        ]);
+        let (real_arrays, n_reals) =
+            spans::<f64, REAL_ARRAYS>([prepared.idf.len(), n_docs * n_statics]);
         let mut layout = FeLayout {
-            stream_phrases: vec![0; n_streams + 1],
-            phrase_hits: vec![0; n_phrases + 1],
-            hits: vec![0; n_hit_words],
-            stream_lengths: vec![0; n_streams],
-            idf: prepared.idf.to_vec(),
+            words: HostBuffer::new(n_words, pinned),
+            word_arrays,
+            reals: HostBuffer::new(n_reals, pinned),
+            real_arrays,
             params: FeParams {
                 idf_sum: prepared.idf_sum,
                 avg_length: prepared.avg_length.map(|a| a.unwrap_or(0.0)),
@@ -313,20 +416,29 @@ impl FeLayout {
                 terms: prepared.terms,
                 n_docs: index32(n_docs, "documents per batch")?,
             },
-            codes: gather.map_or_else(Vec::new, |g| g.codes.clone()),
-            statics: vec![0.0; n_docs * n_statics],
             n_statics,
         };
+        // Pinned memory holds an earlier layout's values: every value of every array is written
+        // below (the padding between them is never read).
+        let [stream_phrases, phrase_hits, hits, stream_lengths, codes_out] =
+            split_arrays(&mut layout.words, &word_arrays);
+        let [idf, statics] = split_arrays(&mut layout.reals, &real_arrays);
+        stream_phrases[0] = 0;
+        phrase_hits[0] = 0;
+        for (out, &code) in codes_out.iter_mut().zip(codes) {
+            *out = code as u32;
+        }
+        idf.copy_from_slice(prepared.idf);
         // The parts are joined in parallel, each into its own slices of the arrays, as their
         // documents were walked (the H200 run of docs/benchmarks.md measured the whole layout,
         // 0.7-1.5 ms at 10 000 documents, not the join alone).
         let mut joins = Vec::with_capacity(parts.len());
         let mut rest = (
-            &mut layout.stream_phrases[1..],
-            &mut layout.phrase_hits[1..],
-            &mut layout.hits[..],
-            &mut layout.stream_lengths[..],
-            &mut layout.statics[..],
+            &mut stream_phrases[1..],
+            &mut phrase_hits[1..],
+            hits,
+            stream_lengths,
+            statics,
         );
         let (mut phrase_base, mut hit_base) = (0u32, 0u32);
         for part in parts {
@@ -366,35 +478,68 @@ impl FeLayout {
 
     /// Hits in the batch (catalogue streams only).
     pub fn n_hits(&self) -> usize {
-        self.hits.len() / 2
+        self.hits().len() / 2
+    }
+
+    fn words(&self, array: WordArray) -> &[u32] {
+        &self.words[self.word_arrays[array as usize].range()]
+    }
+
+    fn reals(&self, array: RealArray) -> &[f64] {
+        &self.reals[self.real_arrays[array as usize].range()]
+    }
+
+    fn stream_phrases(&self) -> &[u32] {
+        self.words(WordArray::StreamPhrases)
+    }
+
+    fn phrase_hits(&self) -> &[u32] {
+        self.words(WordArray::PhraseHits)
+    }
+
+    fn hits(&self) -> &[u32] {
+        self.words(WordArray::Hits)
+    }
+
+    fn stream_lengths(&self) -> &[u32] {
+        self.words(WordArray::StreamLengths)
+    }
+
+    fn codes(&self) -> &[u32] {
+        self.words(WordArray::Codes)
+    }
+
+    fn idf(&self) -> &[f64] {
+        self.reals(RealArray::Idf)
+    }
+
+    fn statics(&self) -> &[f64] {
+        self.reals(RealArray::Statics)
+    }
+
+    /// Whether the layout lies in pinned memory (copied to a device by DMA).
+    pub fn is_pinned(&self) -> bool {
+        matches!(self.words, HostBuffer::Pinned(_))
     }
 
     /// Features per document `fe_gather` writes (the gather map's width; 0 without one).
     pub fn width(&self) -> usize {
-        self.codes.len()
+        self.codes().len()
     }
 
-    /// Bytes copied to the device for this batch.
+    /// Bytes copied to the device for this batch (the arrays and the padding between them).
     pub fn upload_bytes(&self) -> usize {
-        4 * (self.stream_phrases.len()
-            + self.phrase_hits.len()
-            + self.hits.len()
-            + self.stream_lengths.len()
-            + self.codes.len())
-            + 8 * (self.idf.len() + self.statics.len())
+        4 * self.words.len() + 8 * self.reals.len()
     }
 }
 
 /// Device buffers of GPU feature extraction, grown to the largest batch seen and reused.
 #[derive(Default)]
 pub struct GpuFe {
-    stream_phrases: Option<CudaSlice<u32>>,
-    phrase_hits: Option<CudaSlice<u32>>,
-    hits: Option<CudaSlice<u32>>,
-    stream_lengths: Option<CudaSlice<u32>>,
-    idf: Option<CudaSlice<f64>>,
-    codes: Option<CudaSlice<i32>>,
-    statics: Option<CudaSlice<f64>>,
+    /// A layout's 32-bit arrays, as in [`FeLayout`]'s `words`.
+    words: Option<CudaSlice<u32>>,
+    /// Its f64 arrays.
+    reals: Option<CudaSlice<f64>>,
     /// The catalogue matrix `fe_extract` writes.
     out: Option<CudaSlice<f64>>,
     /// The ranker's rows, for [`GpuFe::extract_batch`] (scoring gathers into its own buffer).
@@ -411,6 +556,8 @@ struct Uploaded {
     params: FeParams,
     width: u32,
     n_statics: u32,
+    word_arrays: [Span; WORD_ARRAYS],
+    real_arrays: [Span; REAL_ARRAYS],
 }
 
 impl std::fmt::Debug for GpuFe {
@@ -440,21 +587,16 @@ fn reserve<'a, T: DeviceRepr + ValidAsZeroBits>(
     Ok(buf.insert(kept))
 }
 
-/// Copies `host` to the front of `buf`, growing it first when needed.
-fn upload_into<T: DeviceRepr + ValidAsZeroBits>(
+/// Queues the copy of `host` to the front of `buf`, growing it first when needed (one value
+/// more than `host` holds: an empty array at its end still points into the allocation).
+fn upload_into<T: DeviceRepr + ValidAsZeroBits + Plain>(
     device: &GpuDevice,
     buf: &mut Option<CudaSlice<T>>,
-    host: &[T],
+    host: &HostBuffer<T>,
 ) -> Result<(), GpuError> {
     const OP: &str = "feature-extraction upload";
-    let dst = reserve(device, buf, host.len(), OP)?;
-    if !host.is_empty() {
-        device
-            .stream()
-            .memcpy_htod(host, &mut dst.slice_mut(..host.len()))
-            .during(OP)?;
-    }
-    Ok(())
+    let dst = reserve(device, buf, host.len() + 1, OP)?;
+    host.copy_to(device.stream(), dst)
 }
 
 impl GpuFe {
@@ -463,20 +605,17 @@ impl GpuFe {
         GpuFe::default()
     }
 
-    /// Queues the copy of `layout` to the device, growing the buffers when needed.
+    /// Queues the copy of `layout` to the device (two copies: its 32-bit and its f64 arrays),
+    /// growing the buffers when needed. A pinned layout must stay alive and unchanged until the
+    /// stream has passed the copy (the callers' downloads wait for it).
     ///
     /// # Errors
     /// A driver error when an allocation or copy fails.
     pub fn upload(&mut self, device: &GpuDevice, layout: &FeLayout) -> Result<(), GpuError> {
         device.check_fault("feature-extraction upload")?;
         self.uploaded = None;
-        upload_into(device, &mut self.stream_phrases, &layout.stream_phrases)?;
-        upload_into(device, &mut self.phrase_hits, &layout.phrase_hits)?;
-        upload_into(device, &mut self.hits, &layout.hits)?;
-        upload_into(device, &mut self.stream_lengths, &layout.stream_lengths)?;
-        upload_into(device, &mut self.idf, &layout.idf)?;
-        upload_into(device, &mut self.codes, &layout.codes)?;
-        upload_into(device, &mut self.statics, &layout.statics)?;
+        upload_into(device, &mut self.words, &layout.words)?;
+        upload_into(device, &mut self.reals, &layout.reals)?;
         reserve(
             device,
             &mut self.out,
@@ -487,6 +626,8 @@ impl GpuFe {
             params: layout.params,
             width: index32(layout.width(), "ranker features")?,
             n_statics: index32(layout.n_statics, "static features")?,
+            word_arrays: layout.word_arrays,
+            real_arrays: layout.real_arrays,
         });
         Ok(())
     }
@@ -498,27 +639,19 @@ impl GpuFe {
     /// A driver error when the launch fails.
     pub fn launch(&mut self, device: &GpuDevice) -> Result<(), GpuError> {
         let function = device.function(KernelModule::Fe, "fe_extract")?;
-        let Some(params) = self.uploaded.map(|u| u.params).filter(|p| p.n_docs > 0) else {
+        let Some(u) = self.uploaded.filter(|u| u.params.n_docs > 0) else {
             return Ok(());
         };
-        let (
-            Some(stream_phrases),
-            Some(phrase_hits),
-            Some(hits),
-            Some(stream_lengths),
-            Some(idf),
-            Some(out),
-        ) = (
-            &self.stream_phrases,
-            &self.phrase_hits,
-            &self.hits,
-            &self.stream_lengths,
-            &self.idf,
-            &mut self.out,
-        )
+        let (Some(words), Some(reals), Some(out)) = (&self.words, &self.reals, &mut self.out)
         else {
             return Ok(());
         };
+        let params = u.params;
+        let word = |array: WordArray| words.slice(u.word_arrays[array as usize].range());
+        let (stream_phrases, phrase_hits) =
+            (word(WordArray::StreamPhrases), word(WordArray::PhraseHits));
+        let (hits, stream_lengths) = (word(WordArray::Hits), word(WordArray::StreamLengths));
+        let idf = reals.slice(u.real_arrays[RealArray::Idf as usize].range());
         // `build` checked that n_docs × 4 + 1 fits in u32.
         let threads = params.n_docs * STREAMS.len() as u32;
         let config = LaunchConfig {
@@ -528,19 +661,20 @@ impl GpuFe {
         };
         let mut launch = device.stream().launch_builder(function);
         launch
-            .arg(stream_phrases)
-            .arg(phrase_hits)
-            .arg(hits)
-            .arg(stream_lengths)
-            .arg(idf)
+            .arg(&stream_phrases)
+            .arg(&phrase_hits)
+            .arg(&hits)
+            .arg(&stream_lengths)
+            .arg(&idf)
             .arg(&params)
             .arg(out);
         // SAFETY: the arguments follow `fe_extract`'s signature in order and type: device
         // pointers to the u32 stream-phrase offsets, phrase-hit offsets, (term, position) hit
-        // pairs (read as uint2; device allocations are 256-byte aligned) and stream lengths, the
-        // f64 idf, `FeParams` by value (layout asserted above), and the f64 output. `upload`
-        // copied a layout whose offsets index only within its own arrays, with `params` from the
-        // same layout, into buffers at least that long, and sized `out` for n_docs × catalogue;
+        // pairs (read as uint2: each array starts 128-byte aligned in its 256-byte aligned
+        // allocation) and stream lengths, the f64 idf, `FeParams` by value (layout asserted
+        // above), and the f64 output. `upload` copied a layout whose offsets index only within
+        // its own arrays, with `params` and the arrays' spans from the same layout, into buffers
+        // at least that long, and sized `out` for n_docs × catalogue;
         // the grid covers n_docs × 4 threads in blocks of a multiple of 32, as the kernel's
         // launch-shape comment requires.
         unsafe { launch.launch(config) }.during("fe_extract launch")?;
@@ -571,10 +705,11 @@ impl GpuFe {
                 limit: rows.len(),
             });
         }
-        let (Some(out), Some(statics), Some(codes)) = (&self.out, &self.statics, &self.codes)
-        else {
+        let (Some(out), Some(words), Some(reals)) = (&self.out, &self.words, &self.reals) else {
             return Ok(());
         };
+        let codes = words.slice(u.word_arrays[WordArray::Codes as usize].range());
+        let statics = reals.slice(u.real_arrays[RealArray::Statics as usize].range());
         let config = LaunchConfig {
             grid_dim: (
                 (n.div_ceil(GATHER_BLOCK as usize)).clamp(1, 65_535 * 8) as u32,
@@ -587,15 +722,15 @@ impl GpuFe {
         let mut launch = device.stream().launch_builder(function);
         launch
             .arg(out)
-            .arg(statics)
-            .arg(codes)
+            .arg(&statics)
+            .arg(&codes)
             .arg(&u.params.n_docs)
             .arg(&u.width)
             .arg(&u.n_statics)
             .arg(rows);
         // SAFETY: the arguments follow `fe_gather`'s signature in order and type: the f64
         // catalogue (`upload` sized it n_docs × CATALOGUE_LEN), the f64 statics (n_docs ×
-        // n_statics, at least one value), the i32 codes (width, each a catalogue column below
+        // n_statics), the i32 codes as their u32 bits (width, each a catalogue column below
         // CATALOGUE_LEN or a static column below n_statics, as `GatherMap` builds them), three
         // u32 and the f64 rows, checked above to hold n_docs × width values. The grid-stride loop
         // covers any grid.
@@ -746,31 +881,35 @@ mod tests {
         assert_eq!(layout.n_docs(), 3);
         assert_eq!(layout.n_hits(), 5);
         // Streams: title, body, anchor, url of each document.
-        assert_eq!(layout.stream_lengths, [9, 0, 7, 3, 0, 0, 0, 0, 0, 30, 0, 0]);
         assert_eq!(
-            layout.stream_phrases,
+            layout.stream_lengths(),
+            [9, 0, 7, 3, 0, 0, 0, 0, 0, 30, 0, 0]
+        );
+        assert_eq!(
+            layout.stream_phrases(),
             [0, 2, 2, 2, 3, 3, 3, 3, 3, 3, 4, 4, 4]
         );
         // Empty phrases are dropped; the headings stream is not in the layout.
-        assert_eq!(layout.phrase_hits, [0, 2, 3, 4, 5]);
-        assert_eq!(layout.hits, [0, 1, 1, 2, 0, 5, 1, 2, 2, 20]);
-        assert_eq!(layout.idf, [1.0, 2.0, 3.0]);
+        assert_eq!(layout.phrase_hits(), [0, 2, 3, 4, 5]);
+        assert_eq!(layout.hits(), [0, 1, 1, 2, 0, 5, 1, 2, 2, 20]);
+        assert_eq!(layout.idf(), [1.0, 2.0, 3.0]);
         assert_eq!(layout.params.idf_sum, 6.0);
         assert_eq!(layout.params.avg_length, [0.0, 402.0, 0.0, 0.0]);
         assert_eq!(
             (layout.params.terms, layout.params.bm25f_weight),
             (3, BM25F_WEIGHTS)
         );
-        assert_eq!(layout.upload_bytes(), 4 * (13 + 5 + 10 + 12) + 8 * 3);
+        // Each array from a multiple of 128 bytes: 32 words, 16 reals.
+        assert_eq!(layout.upload_bytes(), 4 * (32 * 4) + 8 * 16);
     }
 
     #[test]
     fn empty_batch_has_one_offset_each() {
         let layout = FeLayout::build(&query(2), &CorpusStats::default(), &[], None).expect("valid");
         assert_eq!(layout.n_docs(), 0);
-        assert_eq!(layout.stream_phrases, [0]);
-        assert_eq!(layout.phrase_hits, [0]);
-        assert!(layout.hits.is_empty() && layout.stream_lengths.is_empty());
+        assert_eq!(layout.stream_phrases(), [0]);
+        assert_eq!(layout.phrase_hits(), [0]);
+        assert!(layout.hits().is_empty() && layout.stream_lengths().is_empty());
     }
 
     #[test]
@@ -820,27 +959,39 @@ mod tests {
         let layout =
             FeLayout::build(&query(1), &CorpusStats::default(), &docs, Some(&map)).expect("valid");
         assert_eq!((layout.width(), layout.n_statics), (3, 2));
-        assert_eq!(layout.codes, map.codes);
-        let statics: Vec<Option<f64>> = (layout.statics.iter())
+        assert_eq!(
+            layout.codes(),
+            map.codes.iter().map(|&c| c as u32).collect::<Vec<_>>()
+        );
+        let statics: Vec<Option<f64>> = (layout.statics().iter())
             .map(|v| (!v.is_nan()).then_some(*v))
             .collect();
         let (n, r, s) = (None, Some(0.25), Some(-1.0));
         assert_eq!(statics, [n, n, r, n, n, n, n, n, n, s]);
 
-        let split =
-            FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, Some(&map), 2, 4)
-                .expect("valid");
+        let split = FeLayout::build_split(
+            &query(1),
+            &CorpusStats::default(),
+            &docs,
+            Some(&map),
+            2,
+            4,
+            None,
+        )
+        .expect("valid");
         assert_eq!(
             split.iter().map(FeLayout::n_docs).collect::<Vec<_>>(),
             [2, 2, 1]
         );
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&split[2].statics), bits(&layout.statics[8..]));
-        let empty = FeLayout::build_split(&query(1), &CorpusStats::default(), &[], None, 2, 4);
+        assert_eq!(bits(&split[2].statics()), bits(&layout.statics()[8..]));
+        let empty =
+            FeLayout::build_split(&query(1), &CorpusStats::default(), &[], None, 2, 4, None);
         assert_eq!(empty.expect("valid").len(), 1);
         docs[3] = doc(&[("body", stream(10, &[&[[0, 4], [0, 3]]]))]);
-        let err = FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, None, 2, 4)
-            .unwrap_err();
+        let err =
+            FeLayout::build_split(&query(1), &CorpusStats::default(), &docs, None, 2, 4, None)
+                .unwrap_err();
         assert!(err.to_string().starts_with("document 3, "), "{err}");
     }
 
@@ -855,28 +1006,28 @@ mod tests {
         let docs = crate::rank::fe::synth_hit_documents(3 * CHUNK_DOCS + 17, 3, 9);
         let (q, stats) = (query(3), CorpusStats::default());
         let whole = FeLayout::build(&q, &stats, &docs, Some(&map)).expect("valid");
-        let ones = FeLayout::build_split(&q, &stats, &docs, Some(&map), 1, 4).expect("valid");
+        let ones = FeLayout::build_split(&q, &stats, &docs, Some(&map), 1, 4, None).expect("valid");
         let (mut phrases, mut hits) = (0u32, 0u32);
         for (d, one) in ones.iter().enumerate() {
             let streams = d * STREAMS.len()..(d + 1) * STREAMS.len();
             let moved = |v: &[u32], by: u32| v.iter().map(|&e| e + by).collect::<Vec<_>>();
             assert_eq!(
-                whole.stream_phrases[streams.start..=streams.end],
-                moved(&one.stream_phrases, phrases)
+                whole.stream_phrases()[streams.start..=streams.end],
+                moved(&one.stream_phrases(), phrases)
             );
-            assert_eq!(whole.stream_lengths[streams], one.stream_lengths[..]);
-            let n_phrases = one.phrase_hits.len() as u32 - 1;
+            assert_eq!(whole.stream_lengths()[streams], one.stream_lengths()[..]);
+            let n_phrases = one.phrase_hits().len() as u32 - 1;
             let ph = phrases as usize..=(phrases + n_phrases) as usize;
-            assert_eq!(whole.phrase_hits[ph], moved(&one.phrase_hits, hits));
+            assert_eq!(whole.phrase_hits()[ph], moved(&one.phrase_hits(), hits));
             let n_hits = one.n_hits() as u32;
             let words = 2 * hits as usize..2 * (hits + n_hits) as usize;
-            assert_eq!(whole.hits[words], one.hits[..]);
+            assert_eq!(whole.hits()[words], one.hits()[..]);
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&whole.statics[d..d + 1]), bits(&one.statics));
+            assert_eq!(bits(&whole.statics()[d..d + 1]), bits(&one.statics()));
             (phrases, hits) = (phrases + n_phrases, hits + n_hits);
         }
         assert_eq!(
-            (whole.phrase_hits.len() as u32 - 1, whole.n_hits() as u32),
+            (whole.phrase_hits().len() as u32 - 1, whole.n_hits() as u32),
             (phrases, hits)
         );
     }

@@ -393,8 +393,13 @@ impl GpuRanker {
             }
         }
         let chunks = layouts.iter().map(ChunkRows::Hits);
-        self.score_batches(device, chunks, Some(fe), explain, keep_rows, None)
-            .map(|(scores, _)| scores)
+        let scored = self.score_batches(device, chunks, Some(fe), explain, keep_rows, None);
+        if scored.is_err() {
+            // A layout in pinned memory goes back to its pool when the caller drops it: no copy
+            // from it may still be queued (a failed stream's error is already in `scored`).
+            let _ = device.stream().synchronize();
+        }
+        scored.map(|(scores, _)| scores)
     }
 
     /// [`GpuRanker::score`] with CUDA events recorded between the phases of each device batch,

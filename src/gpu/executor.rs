@@ -8,7 +8,7 @@
 //! Work that may be batched with other callers' work waits in a [`Combiner`](super::Combiner),
 //! which runs each batch during one turn.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -25,19 +25,24 @@ pub const RETRY_AFTER: Duration = Duration::from_secs(5);
 /// attempt per retry, not one for each request that arrives in the moment it reopens. The
 /// probe's success puts the device back in service, its failure takes it out again.
 #[derive(Debug, Default)]
-struct Outage(Mutex<Option<Instant>>);
+struct Outage {
+    until: Mutex<Option<Instant>>,
+    /// How many times the device was taken out: work that waited for a turn while this moved
+    /// goes elsewhere without trying the device.
+    taken_out: AtomicU64,
+}
 
 impl Outage {
     /// Whether the device is in service at `now`, or due for a probe.
     fn in_service(&self, now: Instant) -> bool {
-        self.0.lock().is_none_or(|until| now >= until)
+        self.until.lock().is_none_or(|until| now >= until)
     }
 
     /// Whether a piece of work may use the device at `now`: always while it is in service;
     /// once due for a probe, only the first caller, which claims the probe (the device stays out
     /// for [`RETRY_AFTER`] more unless the probe succeeds).
     fn admit(&self, now: Instant) -> bool {
-        let mut until = self.0.lock();
+        let mut until = self.until.lock();
         match *until {
             None => true,
             Some(at) if now >= at => {
@@ -50,12 +55,13 @@ impl Outage {
 
     /// Takes the device out of service from `now`.
     fn take_out(&self, now: Instant) {
-        *self.0.lock() = Some(now + RETRY_AFTER);
+        *self.until.lock() = Some(now + RETRY_AFTER);
+        self.taken_out.fetch_add(1, Ordering::Relaxed);
     }
 
     /// Puts the device back in service after work succeeded on it; whether it was out.
     fn recovered(&self) -> bool {
-        self.0.lock().take().is_some()
+        self.until.lock().take().is_some()
     }
 }
 
@@ -268,8 +274,9 @@ impl<S> Fleet<S> {
     }
 
     /// Runs `work` during a turn of the device [`Fleet::pick`] chooses. When the device fails
-    /// (see [`Executor::failed`]) it is taken out and the work runs on the next device; the
-    /// error comes back when the work itself failed, or when no device in service was left.
+    /// (see [`Executor::failed`]) it is taken out and the work runs on the next device, as does
+    /// work that was waiting for the device's turn when it was taken out; the error comes back
+    /// when the work itself failed, or when no device in service was left.
     ///
     /// # Errors
     /// The work's error, or the last device's failure; [`GpuError::Unavailable`] when every
@@ -282,7 +289,16 @@ impl<S> Fleet<S> {
         let mut tried = Vec::new();
         let mut last = None;
         while let Some((executor, state)) = self.pick(&tried, &holds) {
-            match executor.run(|device| work(device, state)) {
+            let outages = executor.outage.taken_out.load(Ordering::Relaxed);
+            // Work that queued for the turn while another piece failed on the device moves on
+            // without trying it (under load, many pieces wait for a turn).
+            let still_in_service = || executor.outage.taken_out.load(Ordering::Relaxed) == outages;
+            let ran = executor.run(|device| still_in_service().then(|| work(device, state)));
+            let Some(ran) = ran else {
+                tried.push(executor.device().ordinal());
+                continue;
+            };
+            match ran {
                 Ok(done) => {
                     executor.succeeded();
                     return Ok(done);
@@ -331,6 +347,7 @@ mod tests {
         assert!(!outage.recovered(), "a device in service was not out");
 
         outage.take_out(start);
+        assert_eq!(outage.taken_out.load(Ordering::Relaxed), 1);
         assert!(!outage.in_service(start) && !outage.admit(start));
         let due = start + RETRY_AFTER;
         assert!(outage.in_service(due), "due to be tried again");

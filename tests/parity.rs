@@ -730,6 +730,10 @@ fn score_tolerance(ranker: &Ranker) -> f64 {
     }
 }
 
+fn refs(layouts: &[FeLayout]) -> Vec<&FeLayout> {
+    layouts.iter().collect()
+}
+
 /// `GpuRanker::score_hits` on `docs` against the CPU's FE (`extract_batch`) and scoring: the
 /// rows it gathered on the device bit-identical, the scores within the ranker's tolerance, and
 /// the model inputs of `explain` those of the CPU.
@@ -767,7 +771,7 @@ fn check_fused(
     .unwrap_or_else(|e| panic!("{what}: layout: {e}"));
     let explain = docs.len() <= 2000;
     let got = gpu
-        .score_hits(device, fe, &layouts, explain, true)
+        .score_hits(device, fe, &refs(&layouts), explain, true)
         .unwrap_or_else(|e| panic!("{what}: GPU: {e}"));
     let got_rows = got.rows.expect("rows kept");
     assert_eq!(got_rows.len(), rows.len(), "{what}");
@@ -786,6 +790,27 @@ fn check_fused(
         let err = relative_error(g, c);
         worst = worst.max(err);
         assert!(err <= tolerance, "{what}: document {d}: GPU {g} vs CPU {c}");
+    }
+    // The documents in three layouts scored in one device batch, as the layouts of requests
+    // that share a device turn are: each gathered at its place among the rows.
+    if docs.len() >= 3 && docs.len() <= gpu.max_batch() {
+        let third = docs.len().div_ceil(3);
+        let threads = rayon::current_num_threads();
+        let parts = FeLayout::build_split(query, stats, docs, Some(&map), third, threads, None)
+            .unwrap_or_else(|e| panic!("{what}: layout: {e}"));
+        let packed = gpu
+            .score_hits(device, fe, &refs(&parts), false, true)
+            .unwrap_or_else(|e| panic!("{what}: GPU, packed: {e}"));
+        let packed_rows = packed.rows.expect("rows kept");
+        let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&packed_rows) == bits(&rows), "{what}: packed rows");
+        for (d, (&g, &c)) in packed.scores.iter().zip(&expected).enumerate() {
+            let err = relative_error(g, c);
+            assert!(
+                err <= tolerance,
+                "{what}: packed, document {d}: GPU {g} vs CPU {c}"
+            );
+        }
     }
     if let Some(inputs) = got.inputs {
         let n_inputs = ranker.inputs.len();
@@ -1095,16 +1120,28 @@ fn fused_fe_scoring_timing() {
             };
             let fused = median_ms(15, &mut || {
                 let layouts = build();
-                std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
-                    .unwrap();
+                std::hint::black_box(gpu.score_hits(
+                    &device,
+                    &mut fe,
+                    &refs(&layouts),
+                    false,
+                    false,
+                ))
+                .unwrap();
             });
             let layout = median_ms(15, &mut || {
                 std::hint::black_box(build());
             });
             let layouts = build();
             let turn = median_ms(15, &mut || {
-                std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
-                    .unwrap();
+                std::hint::black_box(gpu.score_hits(
+                    &device,
+                    &mut fe,
+                    &refs(&layouts),
+                    false,
+                    false,
+                ))
+                .unwrap();
             });
             println!(
                 "| {name} | {n} | {cpu1:.3} | {cpun:.3} | {old:.3} | {gathered:.3} | \
@@ -1155,8 +1192,14 @@ fn fused_fe_scoring_timing() {
             let mut time_served = |pinned: Option<&PinnedPool>| {
                 let served = median_ms(15, &mut || {
                     let layouts = decode_layout(threads, pinned);
-                    std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
-                        .unwrap();
+                    std::hint::black_box(gpu.score_hits(
+                        &device,
+                        &mut fe,
+                        &refs(&layouts),
+                        false,
+                        false,
+                    ))
+                    .unwrap();
                 });
                 let laid_out = median_ms(15, &mut || {
                     std::hint::black_box(decode_layout(threads, pinned));
@@ -1164,8 +1207,14 @@ fn fused_fe_scoring_timing() {
                 let layouts = decode_layout(threads, pinned);
                 assert_eq!(layouts[0].is_pinned(), pinned.is_some());
                 let turn = median_ms(15, &mut || {
-                    std::hint::black_box(gpu.score_hits(&device, &mut fe, &layouts, false, false))
-                        .unwrap();
+                    std::hint::black_box(gpu.score_hits(
+                        &device,
+                        &mut fe,
+                        &refs(&layouts),
+                        false,
+                        false,
+                    ))
+                    .unwrap();
                 });
                 (served, laid_out, turn)
             };

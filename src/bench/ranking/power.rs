@@ -228,6 +228,7 @@ pub fn bench_power(
                             Some(pinned),
                         )
                         .map_err(GpuFeError::into_gpu_error)?;
+                        let layouts: Vec<&FeLayout> = layouts.iter().collect();
                         r.score_hits(device, fe, &layouts, false, false).map(|_| ())
                     }),
                 ));

@@ -15,7 +15,8 @@
 use std::ops::Range;
 
 use cudarc::driver::{
-    CudaSlice, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg, ValidAsZeroBits,
+    CudaSlice, CudaViewMut, DeviceRepr, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    ValidAsZeroBits,
 };
 use rayon::prelude::*;
 
@@ -691,7 +692,7 @@ impl GpuFe {
     pub fn gather_into(
         &self,
         device: &GpuDevice,
-        rows: &mut CudaSlice<f64>,
+        rows: &mut CudaViewMut<'_, f64>,
     ) -> Result<(), GpuError> {
         let function = device.function(KernelModule::Fe, "fe_gather")?;
         let Some(u) = self.uploaded.filter(|u| u.params.n_docs > 0 && u.width > 0) else {
@@ -822,7 +823,7 @@ impl GpuFe {
         self.launch(device)?;
         let mut rows = self.rows.take();
         let gathered = reserve(device, &mut rows, out.len(), "feature rows allocation")
-            .and_then(|rows| self.gather_into(device, rows));
+            .and_then(|rows| self.gather_into(device, &mut rows.slice_mut(..)));
         self.rows = rows;
         gathered?;
         let got = GpuFe::download_from(device, &mut self.staging, self.rows.as_ref(), out.len())?;

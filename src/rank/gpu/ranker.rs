@@ -102,15 +102,16 @@ pub struct GpuScores {
 enum ChunkRows<'a> {
     /// Rows on the host: staged and copied in.
     Host(HostRows<'a>),
-    /// Hit documents: their layout copied in, the features extracted and gathered on the device.
-    Hits(&'a FeLayout),
+    /// Hit documents: each layout copied in, its features extracted and gathered on the device
+    /// after the layout before's, into one batch.
+    Hits(&'a [&'a FeLayout]),
 }
 
 impl ChunkRows<'_> {
     fn n_docs(&self) -> usize {
         match self {
             ChunkRows::Host(rows) => rows.n_docs(),
-            ChunkRows::Hits(layout) => layout.n_docs(),
+            ChunkRows::Hits(layouts) => layouts.iter().map(|l| l.n_docs()).sum(),
         }
     }
 }
@@ -361,7 +362,9 @@ impl GpuRanker {
     /// [`FeLayout::build_split`]) the layout is copied in, the features extracted (`fe_extract`)
     /// and gathered into this ranker's input buffer (`fe_gather`), then scored as
     /// [`GpuRanker::score`] scores rows; only the scores come back, and the rows too with
-    /// `keep_rows`. Documents are in layout order.
+    /// `keep_rows`. Documents are in layout order. Consecutive layouts that fit one device batch
+    /// together (several requests' layouts) are scored as one: one pass of the model, one copy
+    /// out.
     ///
     /// # Errors
     /// As [`GpuRanker::score`]; [`GpuError::TooLarge`] for a layout over the device batch;
@@ -370,7 +373,7 @@ impl GpuRanker {
         &self,
         device: &GpuDevice,
         fe: &mut GpuFe,
-        layouts: &[FeLayout],
+        layouts: &[&FeLayout],
         explain: bool,
         keep_rows: bool,
     ) -> Result<GpuScores, GpuError> {
@@ -392,7 +395,17 @@ impl GpuRanker {
                 });
             }
         }
-        let chunks = layouts.iter().map(ChunkRows::Hits);
+        let mut batches: Vec<&[&FeLayout]> = Vec::new();
+        let (mut first, mut docs) = (0, 0);
+        for (i, layout) in layouts.iter().enumerate() {
+            if docs + layout.n_docs() > self.max_batch {
+                batches.push(&layouts[first..i]);
+                (first, docs) = (i, 0);
+            }
+            docs += layout.n_docs();
+        }
+        batches.push(&layouts[first..]);
+        let chunks = batches.into_iter().map(ChunkRows::Hits);
         let scored = self.score_batches(device, chunks, Some(fe), explain, keep_rows, None);
         if scored.is_err() {
             // A layout in pinned memory goes back to its pool when the caller drops it: no copy
@@ -611,11 +624,18 @@ impl GpuRanker {
                 // at the end of this chunk.
                 b.upload_staged(values, stream)?;
             }
-            (ChunkRows::Hits(layout), Some(fe)) => {
+            (ChunkRows::Hits(layouts), Some(fe)) => {
                 record(0)?;
-                fe.upload(device, layout)?;
-                fe.launch(device)?;
-                fe.gather_into(device, &mut b.features)?;
+                // One layout after another on the stream: a layout's copy in waits for the
+                // kernels that read the one before from the same buffers.
+                let mut first = 0;
+                for layout in layouts {
+                    fe.upload(device, layout)?;
+                    fe.launch(device)?;
+                    let rows = first * self.n_features..;
+                    fe.gather_into(device, &mut b.features.slice_mut(rows))?;
+                    first += layout.n_docs();
+                }
             }
             (ChunkRows::Hits(_), None) => {
                 return Err(GpuError::BatchFailed {

@@ -122,8 +122,20 @@ impl TermScorer {
     /// The contribution of a posting with frequency `tf` in a document of scoring length `dl`.
     #[inline]
     pub fn contribution(&self, tf: u32, dl: u32) -> f32 {
+        self.contribution_at_norm(tf, self.norm(dl))
+    }
+
+    /// The length normalisation of a document of scoring length `dl`: the same for every term
+    /// of a query (it depends on k1, b and the mean length only).
+    #[inline]
+    pub fn norm(&self, dl: u32) -> f32 {
+        self.k1 * (self.one_minus_b + self.b * (dl as f32 / self.avgdl))
+    }
+
+    /// [`TermScorer::contribution`] from the document's [`TermScorer::norm`], bit for bit.
+    #[inline]
+    pub fn contribution_at_norm(&self, tf: u32, norm: f32) -> f32 {
         let tf = tf as f32;
-        let norm = self.k1 * (self.one_minus_b + self.b * (dl as f32 / self.avgdl));
         self.idf * ((tf * self.k1_plus_1) / (tf + norm))
     }
 

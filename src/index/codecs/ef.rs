@@ -115,6 +115,7 @@ pub(super) fn decode_docs(
     block: &[u8],
     b: BlockBounds,
     docs: &mut [u32; BLOCK_LEN],
+    high: &mut [u32; BLOCK_LEN + 8],
 ) {
     let l = (read_u32(block, 0) & 0xff) as u8;
     let low_len = packed_bytes(b.n, l);
@@ -122,8 +123,8 @@ pub(super) fn decode_docs(
     let high_at = 4 + low_len;
     let words = high_words(b.last - b.base, l, b.n);
     // Each byte writes 8 values from the next unwritten one; only its set bits' are kept. A
-    // block with more set bits than postings (corrupted) stops writing at the buffer's end.
-    let mut high = [0u32; BLOCK_LEN + 8];
+    // block with more set bits than postings (corrupted) stops writing at the buffer's end, and
+    // one with fewer leaves the last block's values in `high` (wrong docIDs, but capped).
     let mut i = 0usize;
     for (k, &byte) in block[high_at..high_at + words * 4].iter().enumerate() {
         let (places, count) = &HIGH_BYTES[byte as usize];
@@ -134,7 +135,7 @@ pub(super) fn decode_docs(
         }
         i = (i + *count as usize).min(BLOCK_LEN);
     }
-    for (d, &h) in docs[..b.n].iter_mut().zip(&high) {
+    for (d, &h) in docs[..b.n].iter_mut().zip(high.iter()) {
         *d = b.base.wrapping_add(h.wrapping_shl(l as u32) | *d);
     }
 }

@@ -142,6 +142,17 @@ impl TermScorer {
         self.k1 * (self.one_minus_b + self.b * (dl as f32 / self.avgdl))
     }
 
+    /// Whether [`TermScorer::contribution_at_norm`] may exceed `need`: true wherever it does
+    /// (the few where it does not cost a division later), without a division. The contribution
+    /// exceeds `need` when `idf·tf·(k1+1) > need·(tf + norm)` (tf + norm > 0); each side and
+    /// the contribution are within 4 f32 roundings (relative 2.4e-7) of their real values, so
+    /// the left side inflated by 1e-5 keeps every posting whose rounded contribution does.
+    #[inline]
+    pub fn may_exceed_at_norm(&self, tf: u32, norm: f32, need: f32) -> bool {
+        let tf = tf as f32;
+        self.idf * (tf * self.k1_plus_1) * (1.0 + 1e-5) > need * (tf + norm)
+    }
+
     /// [`TermScorer::contribution`] from the document's [`TermScorer::norm`], bit for bit.
     #[inline]
     pub fn contribution_at_norm(&self, tf: u32, norm: f32) -> f32 {
@@ -217,6 +228,25 @@ mod tests {
             let min_len = postings.iter().map(|p| p.1).min().unwrap();
             let skip = BlockMax::from_skip(crate::index::codecs::SkipEntry { max_tf, min_len, ..Default::default() });
             prop_assert!(bound <= s.max_bound(&skip) * (1.0 + 1e-12));
+        }
+
+        /// The division-free test keeps every posting whose contribution exceeds `need`, for
+        /// needs at, just below and just above the contribution (and any other).
+        #[test]
+        fn may_exceed_keeps_every_contribution_above_need(
+            k1 in 0f32..3.0, b in any_b(), df in 1u64..1_000_000, avgdl in 1f32..5000.0,
+            tf in 1u32..300, dl in 0u32..20_000, step in -3i32..=3, other in -20f32..20.0,
+        ) {
+            let s = TermScorer::new(Bm25Params { k1, b }, 1_000_000, df, avgdl as f64);
+            let norm = s.norm(dl);
+            let c = s.contribution_at_norm(tf, norm);
+            prop_assert_eq!(c.to_bits(), s.contribution(tf, dl).to_bits());
+            let near = f32::from_bits((c.to_bits() as i64 + step as i64).max(0) as u32);
+            for need in [near, other, f32::NEG_INFINITY] {
+                if c > need {
+                    prop_assert!(s.may_exceed_at_norm(tf, norm, need), "{} > {}", c, need);
+                }
+            }
         }
 
         /// Entries chosen at a shard's mean length bound the contributions scored with the

@@ -159,10 +159,9 @@ impl<'a> PostingCursor<'a> {
                 None => return self.terminate(),
             }
         }
-        // The current block's last docID is ≥ target, so the scan stops inside the block.
-        let docs = &self.dec.docs[..self.n];
-        self.pos += docs[self.pos..].partition_point(|&d| d < target);
-        self.doc = docs[self.pos];
+        // The current block's last docID is ≥ target, so the search stops inside the block.
+        self.pos = first_at_least(&self.dec.docs[..self.n], self.pos, target);
+        self.doc = self.dec.docs[self.pos];
         self.doc
     }
 
@@ -217,6 +216,29 @@ impl<'a> PostingCursor<'a> {
     }
 }
 
+/// Postings an in-block seek counts without a branch before it searches the rest.
+const SCAN: usize = 16;
+
+/// The first place from `from` on whose docID is ≥ `target`, where `docs` (increasing) ends
+/// with one that is. A seek mostly lands a few postings on (an AND's candidates are sought in
+/// order, most of them close together): the next [`SCAN`] postings are counted in one
+/// branch-free pass (their docIDs below `target`, vectorised), and only a target past them is
+/// searched for in the rest, by binary search.
+#[inline]
+fn first_at_least(docs: &[DocId], from: usize, target: DocId) -> usize {
+    if let Some(next) =
+        (docs.get(from..from + SCAN)).and_then(|s| <&[DocId; SCAN]>::try_from(s).ok())
+    {
+        let below: usize = next.iter().map(|&d| (d < target) as usize).sum();
+        if below < SCAN {
+            return from + below;
+        }
+        let rest = from + SCAN;
+        return rest + docs[rest..].partition_point(|&d| d < target);
+    }
+    from + docs[from..].partition_point(|&d| d < target)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -232,6 +254,25 @@ mod tests {
             s.write(&mut sk);
         }
         (bytes, sk)
+    }
+
+    proptest! {
+        /// The in-block search finds the first place from `from` on whose docID is ≥ the
+        /// target, whether the target is within the next postings it counts or past them.
+        #[test]
+        fn first_at_least_matches_a_linear_scan(
+            gaps in proptest::collection::vec(1u32..5, 1..=BLOCK_LEN),
+            from in 0usize..BLOCK_LEN,
+            ahead in 1u32..300,
+        ) {
+            let mut d = 0u32;
+            let docs: Vec<u32> = gaps.iter().map(|g| { d += g; d }).collect();
+            let from = from % docs.len();
+            // Any target above the docID at `from` and up to the last one.
+            let target = (docs[from] + ahead).min(*docs.last().unwrap());
+            let want = (from..docs.len()).find(|&i| docs[i] >= target).unwrap();
+            prop_assert_eq!(first_at_least(&docs, from, target), want);
+        }
     }
 
     proptest! {

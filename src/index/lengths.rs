@@ -67,13 +67,13 @@ impl LengthFloors {
         }
     }
 
-    /// A floor of document `d`'s length.
+    /// The code of document `d`'s length ([`floor_of`] gives its floor).
     ///
     /// # Panics
     /// When `d` is not a document of the index.
     #[inline]
-    pub fn floor(&self, d: DocId) -> u32 {
-        floor_of(self.codes[d as usize])
+    pub fn code(&self, d: DocId) -> u8 {
+        self.codes[d as usize]
     }
 }
 

@@ -536,11 +536,12 @@ impl Index {
         let _ = d;
     }
 
-    /// A floor of document `d`'s scoring length (`super::lengths`): a quarter of the bytes of
-    /// [`Index::scoring_length`], for bounds only.
+    /// The one-byte code of a floor of document `d`'s scoring length (`super::lengths`, whose
+    /// `floor_of` gives the floor): a quarter of the bytes of [`Index::scoring_length`], for
+    /// bounds only.
     #[inline]
-    pub fn scoring_length_floor(&self, d: DocId) -> u32 {
-        self.length_floors.floor(d)
+    pub fn scoring_length_code(&self, d: DocId) -> u8 {
+        self.length_floors.code(d)
     }
 
     /// Document `d`'s length in stream `stream` (an index into the manifest's streams).

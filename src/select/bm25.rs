@@ -53,12 +53,13 @@ pub struct TermScorer {
     /// query scores a shard with the whole collection's statistics).
     entry_avgdl: f64,
     /// The grid interval `BOUND_B[grid]..=BOUND_B[grid + 1]` holding the entries' b (the
-    /// query's b seen at `A₀`, see [`TermScorer::with_entry_avgdl`]), and its place in it (0 at
-    /// its start, 1 at its end): the chord's weights in [`TermScorer::max_bound`].
+    /// query's b seen at `A₀`, see [`TermScorer::with_entry_avgdl`]).
     grid: usize,
-    grid_t: f64,
-    /// `g` at the query's b and avgdl over `g` at the entries' b and `A₀` (1 when they agree).
-    g_scale: f64,
+    /// [`TermScorer::max_bound`]'s constants (see [`TermScorer::place_bounds`]): `idf·(k1+1)`
+    /// inflated by [`BOUND_SLACK`], and `k1·λ/A` times the chord's weight of each end of the
+    /// grid interval.
+    bound_top: f64,
+    bound_weights: [f64; 2],
 }
 
 /// Relative inflation of [`TermScorer::max_bound`] over the real-valued contribution (see the module doc).
@@ -68,8 +69,7 @@ impl TermScorer {
     /// A scorer for a term of document frequency `df` in a collection of `n` documents whose
     /// mean scoring length is `avgdl`.
     pub fn new(params: Bm25Params, n: u64, df: u64, avgdl: f64) -> Self {
-        let (grid, grid_t) = grid_place(params.b as f64);
-        Self {
+        let s = Self {
             idf: idf(n, df) as f32,
             k1: params.k1,
             k1_plus_1: params.k1 + 1.0,
@@ -77,10 +77,22 @@ impl TermScorer {
             b: params.b,
             avgdl: avgdl as f32,
             entry_avgdl: avgdl as f32 as f64,
-            grid,
-            grid_t,
-            g_scale: 1.0,
-        }
+            grid: 0,
+            bound_top: 0.0,
+            bound_weights: [0.0; 2],
+        };
+        s.place_bounds(params.b as f64, 1.0)
+    }
+
+    /// Sets [`TermScorer::max_bound`]'s constants for entries read at b `entry_b` (the query's
+    /// b seen at `A₀`) whose `g` is scaled by `lambda` to the query's (1 when they agree).
+    fn place_bounds(mut self, entry_b: f64, lambda: f64) -> Self {
+        let (grid, t) = grid_place(entry_b);
+        let k = self.k1 as f64 * lambda / self.avgdl as f64;
+        self.grid = grid;
+        self.bound_top = self.idf as f64 * self.k1_plus_1 as f64 * (1.0 + BOUND_SLACK);
+        self.bound_weights = [(1.0 - t) * k, t * k];
+        self
     }
 
     /// The same scorer bounding blocks whose [`BlockMax`] entries were chosen at mean length
@@ -94,10 +106,8 @@ impl TermScorer {
         if a0 == a || !(lambda.is_finite() && lambda > 0.0) {
             return self;
         }
-        (self.grid, self.grid_t) = grid_place((b / lambda).clamp(0.0, 1.0));
         self.entry_avgdl = a0;
-        self.g_scale = lambda;
-        self
+        self.place_bounds((b / lambda).clamp(0.0, 1.0), lambda)
     }
 
     /// The term's idf as f32 (what the contributions use).
@@ -122,8 +132,31 @@ impl TermScorer {
     /// The contribution of a posting with frequency `tf` in a document of scoring length `dl`.
     #[inline]
     pub fn contribution(&self, tf: u32, dl: u32) -> f32 {
+        self.contribution_at_norm(tf, self.norm(dl))
+    }
+
+    /// The length normalisation of a document of scoring length `dl`: the same for every term
+    /// of a query (it depends on k1, b and the mean length only).
+    #[inline]
+    pub fn norm(&self, dl: u32) -> f32 {
+        self.k1 * (self.one_minus_b + self.b * (dl as f32 / self.avgdl))
+    }
+
+    /// Whether [`TermScorer::contribution_at_norm`] may exceed `need`: true wherever it does
+    /// (the few where it does not cost a division later), without a division. The contribution
+    /// exceeds `need` when `idf·tf·(k1+1) > need·(tf + norm)` (tf + norm > 0); each side and
+    /// the contribution are within 4 f32 roundings (relative 2.4e-7) of their real values, so
+    /// the left side inflated by 1e-5 keeps every posting whose rounded contribution does.
+    #[inline]
+    pub fn may_exceed_at_norm(&self, tf: u32, norm: f32, need: f32) -> bool {
         let tf = tf as f32;
-        let norm = self.k1 * (self.one_minus_b + self.b * (dl as f32 / self.avgdl));
+        self.idf * (tf * self.k1_plus_1) * (1.0 + 1e-5) > need * (tf + norm)
+    }
+
+    /// [`TermScorer::contribution`] from the document's [`TermScorer::norm`], bit for bit.
+    #[inline]
+    pub fn contribution_at_norm(&self, tf: u32, norm: f32) -> f32 {
+        let tf = tf as f32;
         self.idf * ((tf * self.k1_plus_1) / (tf + norm))
     }
 
@@ -131,17 +164,18 @@ impl TermScorer {
     /// describes (a block's or a list's entry; see the module doc).
     #[inline]
     pub fn max_bound(&self, m: &BlockMax) -> f64 {
+        // With g_i = n_i / tf_i at the interval's ends (n_i = (1−b_i)·A₀ + b_i·dl_i) and the
+        // chord's weights w_i: idf·(k1+1) / (1 + k1·λ·(w_0·g_0 + w_1·g_1)/A), as one division.
         let a0 = self.entry_avgdl;
-        let g = |i: usize| {
-            let (tf, dl) = m.best[i];
-            let b = BOUND_B[i] as f64;
-            ((1.0 - b) * a0 + b * dl as f64) / tf as f64
+        let end = |i: usize| {
+            let (tf, dl) = m.best[self.grid + i];
+            let b = BOUND_B[self.grid + i] as f64;
+            ((1.0 - b) * a0 + b * dl as f64, tf as f64)
         };
-        let t = self.grid_t;
-        let g_min = self.g_scale * ((1.0 - t) * g(self.grid) + t * g(self.grid + 1));
-        let a = self.avgdl as f64;
-        let real = self.idf as f64 * self.k1_plus_1 as f64 / (1.0 + self.k1 as f64 * g_min / a);
-        real * (1.0 + BOUND_SLACK)
+        let ((n0, tf0), (n1, tf1)) = (end(0), end(1));
+        let [w0, w1] = self.bound_weights;
+        let d = tf0 * tf1;
+        self.bound_top * d / (d + w0 * n0 * tf1 + w1 * n1 * tf0)
     }
 }
 
@@ -194,6 +228,25 @@ mod tests {
             let min_len = postings.iter().map(|p| p.1).min().unwrap();
             let skip = BlockMax::from_skip(crate::index::codecs::SkipEntry { max_tf, min_len, ..Default::default() });
             prop_assert!(bound <= s.max_bound(&skip) * (1.0 + 1e-12));
+        }
+
+        /// The division-free test keeps every posting whose contribution exceeds `need`, for
+        /// needs at, just below and just above the contribution (and any other).
+        #[test]
+        fn may_exceed_keeps_every_contribution_above_need(
+            k1 in 0f32..3.0, b in any_b(), df in 1u64..1_000_000, avgdl in 1f32..5000.0,
+            tf in 1u32..300, dl in 0u32..20_000, step in -3i32..=3, other in -20f32..20.0,
+        ) {
+            let s = TermScorer::new(Bm25Params { k1, b }, 1_000_000, df, avgdl as f64);
+            let norm = s.norm(dl);
+            let c = s.contribution_at_norm(tf, norm);
+            prop_assert_eq!(c.to_bits(), s.contribution(tf, dl).to_bits());
+            let near = f32::from_bits((c.to_bits() as i64 + step as i64).max(0) as u32);
+            for need in [near, other, f32::NEG_INFINITY] {
+                if c > need {
+                    prop_assert!(s.may_exceed_at_norm(tf, norm, need), "{} > {}", c, need);
+                }
+            }
         }
 
         /// Entries chosen at a shard's mean length bound the contributions scored with the

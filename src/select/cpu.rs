@@ -17,6 +17,7 @@ use super::bm25::{TermScorer, BOUND_SLACK};
 use super::topk::TopK;
 use super::{Mode, Query, QueryTerms, SelectStats};
 use crate::index::codecs::BLOCK_LEN;
+use crate::index::lengths::floor_of;
 use crate::index::{DocId, Index, PostingCursor, PostingList, TERMINATED};
 
 /// One distinct query term that is in the index.
@@ -169,9 +170,11 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
     let present = vec![true; n_distinct];
     // Per list after the leader: the sum of the block bounds of the lists after it.
     let mut rest_after = vec![0f64; terms.len()];
-    // The leader's postings of a window that may enter: docID, contribution at the document's
-    // length floor, tf.
-    let mut cands = [(0 as DocId, 0f32, 0u32); BLOCK_LEN];
+    // The leader's postings of a window that may enter: docID, tf.
+    let mut cands = [(0 as DocId, 0u32); BLOCK_LEN];
+    // The norm at each length floor's code, for the bounds at the floor (every term of a query
+    // has the same norms): the same bits as the contribution at the floor, one division less.
+    let floor_norms: [f32; 256] = std::array::from_fn(|c| terms[0].scorer.norm(floor_of(c as u8)));
     let mut doc = terms[0].cursor.doc();
     'windows: while doc != TERMINATED {
         let mut window_end = TERMINATED;
@@ -214,23 +217,21 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
         // contributions bounded at the floor too; only a document that every list holds and
         // whose bound beats the k-th score has its exact length read (a cache miss, most of
         // the time) and is scored exactly.
-        let need = theta.map_or(f64::NEG_INFINITY, |theta| theta - others_bound);
+        let need = theta.map_or(f32::NEG_INFINITY, |theta| (theta - others_bound) as f32);
         let mut n_cands = 0;
         {
             let (docs, tfs) = leader.cursor.block_rest();
             let end = docs.partition_point(|&d| d <= window_end);
             for (&d, &tf) in docs[..end].iter().zip(&tfs[..end]) {
-                let bound = leader
-                    .scorer
-                    .contribution(tf, index.scoring_length_floor(d));
-                cands[n_cands] = (d, bound, tf);
-                n_cands += (bound as f64 > need) as usize;
+                let norm = floor_norms[index.scoring_length_code(d) as usize];
+                cands[n_cands] = (d, tf);
+                n_cands += leader.scorer.may_exceed_at_norm(tf, norm, need) as usize;
             }
         }
-        for &(d, bound, leader_tf) in &cands[..n_cands] {
+        for &(d, leader_tf) in &cands[..n_cands] {
             let theta = top.threshold();
-            let floor = index.scoring_length_floor(d);
-            let mut partial = bound as f64;
+            let norm = floor_norms[index.scoring_length_code(d) as usize];
+            let mut partial = leader.scorer.contribution_at_norm(leader_tf, norm) as f64;
             let mut enters = true;
             for (j, t) in others.iter_mut().enumerate() {
                 let found = t.cursor.seek(d);
@@ -241,7 +242,7 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
                     enters = false;
                     break;
                 }
-                partial += t.scorer.contribution(t.cursor.tf(), floor) as f64;
+                partial += t.scorer.contribution_at_norm(t.cursor.tf(), norm) as f64;
                 // The slack covers the summation order of the exact score.
                 if let Some(theta) = theta {
                     if partial * (1.0 + BOUND_SLACK) + rest_after[j + 1] <= theta {

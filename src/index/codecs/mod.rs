@@ -126,6 +126,8 @@ pub struct BlockDecoder {
     pub docs: [u32; BLOCK_LEN],
     /// The decoded term frequencies (`..n` valid after [`BlockDecoder::decode_tfs`]).
     pub tfs: [u32; BLOCK_LEN],
+    /// Scratch of the EF decode (its high parts), kept from block to block.
+    high: [u32; BLOCK_LEN + 8],
 }
 
 impl Default for BlockDecoder {
@@ -141,6 +143,7 @@ impl BlockDecoder {
             packer: BitPacker4x::new(),
             docs: [0; BLOCK_LEN],
             tfs: [0; BLOCK_LEN],
+            high: [0; BLOCK_LEN + 8],
         }
     }
 
@@ -156,7 +159,9 @@ impl BlockDecoder {
     /// and a cursor's seek to a docID ≤ `last` stops inside the block.
     pub fn decode_docs(&mut self, codec: Codec, block: &[u8], bounds: BlockBounds) {
         match codec {
-            Codec::Ef => ef::decode_docs(&self.packer, block, bounds, &mut self.docs),
+            Codec::Ef => {
+                ef::decode_docs(&self.packer, block, bounds, &mut self.docs, &mut self.high)
+            }
             Codec::Pfor => pfor::decode_docs(&self.packer, block, bounds, &mut self.docs),
         }
         // Only the upper bound: it is what keeps a docID inside the collection and a seek inside

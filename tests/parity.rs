@@ -1081,6 +1081,10 @@ fn fused_fe_scoring_timing() {
         let resolver = FeatureResolver::new(&ranker.features).unwrap();
         let map = resolver.gather_map();
         let gpu = GpuRanker::upload(&device, &ranker, PlanOptions::default()).unwrap();
+        let score = |fe: &mut GpuFe, layouts: &[FeLayout]| {
+            let scored = gpu.score_hits(&device, fe, &refs(layouts), false, false);
+            std::hint::black_box(scored.unwrap());
+        };
         for n in [1000usize, 10_000] {
             let query = synth_query(4, 7);
             let docs = synth_hit_documents(n, 4, 42);
@@ -1120,28 +1124,14 @@ fn fused_fe_scoring_timing() {
             };
             let fused = median_ms(15, &mut || {
                 let layouts = build();
-                std::hint::black_box(gpu.score_hits(
-                    &device,
-                    &mut fe,
-                    &refs(&layouts),
-                    false,
-                    false,
-                ))
-                .unwrap();
+                score(&mut fe, &layouts);
             });
             let layout = median_ms(15, &mut || {
                 std::hint::black_box(build());
             });
             let layouts = build();
             let turn = median_ms(15, &mut || {
-                std::hint::black_box(gpu.score_hits(
-                    &device,
-                    &mut fe,
-                    &refs(&layouts),
-                    false,
-                    false,
-                ))
-                .unwrap();
+                score(&mut fe, &layouts);
             });
             println!(
                 "| {name} | {n} | {cpu1:.3} | {cpun:.3} | {old:.3} | {gathered:.3} | \
@@ -1192,14 +1182,7 @@ fn fused_fe_scoring_timing() {
             let mut time_served = |pinned: Option<&PinnedPool>| {
                 let served = median_ms(15, &mut || {
                     let layouts = decode_layout(threads, pinned);
-                    std::hint::black_box(gpu.score_hits(
-                        &device,
-                        &mut fe,
-                        &refs(&layouts),
-                        false,
-                        false,
-                    ))
-                    .unwrap();
+                    score(&mut fe, &layouts);
                 });
                 let laid_out = median_ms(15, &mut || {
                     std::hint::black_box(decode_layout(threads, pinned));
@@ -1207,14 +1190,7 @@ fn fused_fe_scoring_timing() {
                 let layouts = decode_layout(threads, pinned);
                 assert_eq!(layouts[0].is_pinned(), pinned.is_some());
                 let turn = median_ms(15, &mut || {
-                    std::hint::black_box(gpu.score_hits(
-                        &device,
-                        &mut fe,
-                        &refs(&layouts),
-                        false,
-                        false,
-                    ))
-                    .unwrap();
+                    score(&mut fe, &layouts);
                 });
                 (served, laid_out, turn)
             };

@@ -985,7 +985,7 @@ mod tests {
             [2, 2, 1]
         );
         let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-        assert_eq!(bits(&split[2].statics()), bits(&layout.statics()[8..]));
+        assert_eq!(bits(split[2].statics()), bits(&layout.statics()[8..]));
         let empty =
             FeLayout::build_split(&query(1), &CorpusStats::default(), &[], None, 2, 4, None);
         assert_eq!(empty.expect("valid").len(), 1);
@@ -1014,17 +1014,17 @@ mod tests {
             let moved = |v: &[u32], by: u32| v.iter().map(|&e| e + by).collect::<Vec<_>>();
             assert_eq!(
                 whole.stream_phrases()[streams.start..=streams.end],
-                moved(&one.stream_phrases(), phrases)
+                moved(one.stream_phrases(), phrases)
             );
             assert_eq!(whole.stream_lengths()[streams], one.stream_lengths()[..]);
             let n_phrases = one.phrase_hits().len() as u32 - 1;
             let ph = phrases as usize..=(phrases + n_phrases) as usize;
-            assert_eq!(whole.phrase_hits()[ph], moved(&one.phrase_hits(), hits));
+            assert_eq!(whole.phrase_hits()[ph], moved(one.phrase_hits(), hits));
             let n_hits = one.n_hits() as u32;
             let words = 2 * hits as usize..2 * (hits + n_hits) as usize;
             assert_eq!(whole.hits()[words], one.hits()[..]);
             let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            assert_eq!(bits(&whole.statics()[d..d + 1]), bits(&one.statics()));
+            assert_eq!(bits(&whole.statics()[d..d + 1]), bits(one.statics()));
             (phrases, hits) = (phrases + n_phrases, hits + n_hits);
         }
         assert_eq!(

@@ -36,11 +36,11 @@ use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
-use super::batch::micros;
+use super::batch::{micros, record_batch};
 use super::{HitBatch, RowSource};
 use crate::backend::{fell_back, Backend, Processor, Stage};
 use crate::gpu::pinned::PinnedPool;
-use crate::gpu::{Executor, Fleet, GpuError};
+use crate::gpu::{Combiner, Executor, Fleet, GpuDevice, GpuError};
 use crate::rank::fe::{FeatureResolver, HitError};
 use crate::rank::gpu::cache::GpuRankerCache;
 use crate::rank::gpu::crossover::{self, Crossover, HitSample};
@@ -57,7 +57,33 @@ struct GpuRanking {
     rankers: GpuRankerCache,
     /// FE's device buffers, reused from batch to batch (used during the device's turn).
     fe: Mutex<GpuFe>,
+    /// Fused requests waiting for the device: whoever gets its turn scores every one queued so
+    /// far, those of one ranker in one device batch.
+    fused: Combiner<(), FusedJob, Result<FusedScores, GpuError>>,
 }
+
+/// A request's hit documents laid out for the fused path, queued for a device.
+struct FusedJob {
+    ranker: Arc<LoadedRanker>,
+    layouts: Vec<FeLayout>,
+}
+
+/// A fused job's scores and the device batch that scored them.
+struct FusedScores {
+    scores: Vec<f64>,
+    turn: Instant,
+    turn_us: u64,
+    batch_docs: usize,
+    batch_requests: usize,
+}
+
+/// The most fused requests one device turn takes (their documents are split into device
+/// batches as any layouts are).
+const FUSED_JOBS_PER_TURN: usize = 32;
+
+/// How long a fused request waits for a device's turn before it runs on the CPU instead (a
+/// safety valve: under load the wait is milliseconds).
+const FUSED_WAIT: Duration = Duration::from_secs(10);
 
 /// How a batch of hit documents runs (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -119,6 +145,10 @@ pub struct HitsScored {
     pub queue_us: u64,
     /// The device's turn (copy in, FE, gather, MIT, ME, copy out), or the CPU's scoring.
     pub eval_us: u64,
+    /// Documents and requests in the batch that scored them (on the device, several requests'
+    /// may share one turn).
+    pub batch_docs: usize,
+    pub batch_requests: usize,
 }
 
 /// How [`Backends::rank_source`] ended.
@@ -187,7 +217,8 @@ impl Backends {
             .map(|executor| {
                 let rankers = GpuRankerCache::new(Arc::clone(executor.device()), cache_bytes);
                 let fe = Mutex::new(GpuFe::new());
-                (Arc::clone(executor), GpuRanking { rankers, fe })
+                let fused = Combiner::new((), FUSED_JOBS_PER_TURN);
+                (Arc::clone(executor), GpuRanking { rankers, fe, fused })
             })
             .collect();
         if self.gpu.set(Fleet::new(devices)).is_ok() {
@@ -343,7 +374,7 @@ impl Backends {
     /// [`FeRefused::Hits`] (the CPU's error, whichever backend found it) for an invalid batch.
     pub fn rank_hits(
         &self,
-        loaded: &LoadedRanker,
+        loaded: &Arc<LoadedRanker>,
         batch: &HitBatch,
         keep_rows: bool,
     ) -> Result<HitsScored, FeRefused> {
@@ -364,7 +395,7 @@ impl Backends {
                 Err(GpuFeError::Hits(err)) => return Err(FeRefused::Hits(err)),
                 Err(GpuFeError::Gpu(err)) => fell_back(Stage::Fe, &loaded.name, &err),
                 Ok(layouts) => {
-                    if let Some(scored) = self.score_layouts(loaded, &layouts, started, keep_rows) {
+                    if let Some(scored) = self.score_layouts(loaded, layouts, started, keep_rows) {
                         return Ok(scored);
                     }
                 }
@@ -378,6 +409,7 @@ impl Backends {
         })?;
         let extracted = Instant::now();
         let scores = self.cpu(loaded, &rows);
+        record_batch(batch.docs.len(), 1);
         Ok(HitsScored {
             scores,
             rows: keep_rows.then_some(rows),
@@ -385,6 +417,8 @@ impl Backends {
             fe_us: micros(extracted - started),
             queue_us: 0,
             eval_us: micros(extracted.elapsed()),
+            batch_docs: batch.docs.len(),
+            batch_requests: 1,
         })
     }
 
@@ -392,7 +426,7 @@ impl Backends {
     /// ([`RowSource::hit_layouts`], on the CPU pool), for the ranker's fused device path.
     pub fn rank_source<S: RowSource>(
         &self,
-        loaded: &LoadedRanker,
+        loaded: &Arc<LoadedRanker>,
         source: &mut S,
         keep_rows: bool,
     ) -> SourceFused {
@@ -413,7 +447,7 @@ impl Backends {
                 fell_back(Stage::Fe, &loaded.name, &err);
                 SourceFused::FellBack
             }
-            Some(Ok(layouts)) => match self.score_layouts(loaded, &layouts, started, keep_rows) {
+            Some(Ok(layouts)) => match self.score_layouts(loaded, layouts, started, keep_rows) {
                 Some(scored) => SourceFused::Scored(scored),
                 None => SourceFused::FellBack,
             },
@@ -421,40 +455,96 @@ impl Backends {
     }
 
     /// The fused path's device turn: `layouts` (laid out from `started` on) extracted, gathered
-    /// and scored on the GPU in one turn, blocking while it waits for it; `None` after a GPU
-    /// failure (logged and counted), which leaves the batch to the CPU.
+    /// and scored on the GPU, blocking while it waits for a turn; `None` after a GPU failure
+    /// (logged and counted), which leaves the batch to the CPU. Without `keep_rows` the request
+    /// queues on the device ([`Backends::score_fused`]) and may share its turn with others; with
+    /// it (`explain`), it takes a turn alone.
     fn score_layouts(
         &self,
-        loaded: &LoadedRanker,
-        layouts: &[FeLayout],
+        loaded: &Arc<LoadedRanker>,
+        layouts: Vec<FeLayout>,
         started: Instant,
         keep_rows: bool,
     ) -> Option<HitsScored> {
         let gpu = self.gpu.get()?;
         let waiting = Instant::now();
-        let mut turn = waiting;
-        let scored = gpu.run(holds(loaded), |device, gpu| {
-            turn = Instant::now();
-            let cached =
-                (gpu.rankers).get_or_upload(&loaded.name, loaded.version, &loaded.ranker)?;
-            let fe = &mut gpu.fe.lock();
+        let n_docs = layouts.iter().map(FeLayout::n_docs).sum();
+        let scored = if keep_rows {
             let layouts: Vec<&FeLayout> = layouts.iter().collect();
-            (cached.gpu).score_hits(device, fe, &layouts, false, keep_rows)
-        });
+            gpu.run(holds(loaded), |device, gpu| {
+                let turn = Instant::now();
+                let cached =
+                    (gpu.rankers).get_or_upload(&loaded.name, loaded.version, &loaded.ranker)?;
+                let fe = &mut gpu.fe.lock();
+                let scored = (cached.gpu).score_hits(device, fe, &layouts, false, true)?;
+                record_batch(n_docs, 1);
+                let fused = FusedScores {
+                    scores: scored.scores,
+                    turn,
+                    turn_us: micros(turn.elapsed()),
+                    batch_docs: n_docs,
+                    batch_requests: 1,
+                };
+                Ok((fused, scored.rows))
+            })
+        } else {
+            self.score_fused(gpu, loaded, layouts)
+                .map(|fused| (fused, None))
+        };
         match scored {
-            Ok(scored) => Some(HitsScored {
+            Ok((scored, rows)) => Some(HitsScored {
                 scores: scored.scores,
-                rows: scored.rows,
+                rows,
                 processor: Processor::Gpu,
                 fe_us: micros(waiting - started),
-                queue_us: micros(turn - waiting),
-                eval_us: micros(turn.elapsed()),
+                queue_us: micros(scored.turn.saturating_duration_since(waiting)),
+                eval_us: scored.turn_us,
+                batch_docs: scored.batch_docs,
+                batch_requests: scored.batch_requests,
             }),
             Err(err) => {
                 fell_back(Stage::Rank, &loaded.name, &err);
                 None
             }
         }
+    }
+
+    /// Queues `layouts` for `loaded` on the device [`Fleet::pick`] chooses and waits for its
+    /// scores: the caller that gets the device's turn scores every fused request queued there
+    /// ([`score_fused_jobs`]). A device failure takes the device out (the request then goes to
+    /// the CPU, as do requests that waited [`FUSED_WAIT`] without a turn).
+    fn score_fused(
+        &self,
+        gpu: &Fleet<GpuRanking>,
+        loaded: &Arc<LoadedRanker>,
+        layouts: Vec<FeLayout>,
+    ) -> Result<FusedScores, GpuError> {
+        let (executor, state) =
+            gpu.pick(&[], holds(loaded))
+                .ok_or_else(|| GpuError::Unavailable {
+                    reason: "every GPU is out of service after a failure".into(),
+                })?;
+        let _queued = executor.queued();
+        let job = FusedJob {
+            ranker: Arc::clone(loaded),
+            layouts,
+        };
+        let answer = (state.fused)
+            .submit(executor.turns(), job, FUSED_WAIT, |(), jobs| {
+                executor.during_turn(|device| score_fused_jobs(device, state, &jobs))
+            })
+            .unwrap_or_else(|| {
+                Err(GpuError::Unavailable {
+                    reason: format!("no device turn within {} s", FUSED_WAIT.as_secs()),
+                })
+            });
+        match &answer {
+            Ok(_) => executor.succeeded(),
+            Err(err) => {
+                executor.failed(err);
+            }
+        }
+        answer
     }
 
     /// The feature rows of `batch` for `loaded` (row-major, the ranker's width), extracted on
@@ -672,6 +762,62 @@ fn no_crossover() -> Crossover {
 /// choice of a device.
 fn holds(loaded: &LoadedRanker) -> impl Fn(&GpuRanking) -> bool + '_ {
     |gpu| gpu.rankers.contains(&loaded.name)
+}
+
+/// Scores fused `jobs` in the device's turn, in queue order: consecutive jobs of one ranker
+/// version in one call (their layouts share device batches: one pass of the model, one copy
+/// out), split back into each job's scores. A failed call fails its jobs: the first with the
+/// error itself (a device failure counts once), the others as a failed batch.
+fn score_fused_jobs(
+    device: &Arc<GpuDevice>,
+    gpu: &GpuRanking,
+    jobs: &[FusedJob],
+) -> Vec<Result<FusedScores, GpuError>> {
+    let mut answers = Vec::with_capacity(jobs.len());
+    let same_ranker = |a: &FusedJob, b: &FusedJob| {
+        a.ranker.name == b.ranker.name && a.ranker.version == b.ranker.version
+    };
+    for group in jobs.chunk_by(same_ranker) {
+        let turn = Instant::now();
+        let loaded = &group[0].ranker;
+        let layouts: Vec<&FeLayout> = group.iter().flat_map(|job| &job.layouts).collect();
+        let batch_docs = layouts.iter().map(|l| l.n_docs()).sum();
+        let scored = (gpu.rankers)
+            .get_or_upload(&loaded.name, loaded.version, &loaded.ranker)
+            .and_then(|cached| {
+                let fe = &mut gpu.fe.lock();
+                (cached.gpu).score_hits(device, fe, &layouts, false, false)
+            });
+        let turn_us = micros(turn.elapsed());
+        match scored {
+            Ok(scored) => {
+                record_batch(batch_docs, group.len());
+                let mut rest = &scored.scores[..];
+                for job in group {
+                    let n = job.layouts.iter().map(FeLayout::n_docs).sum();
+                    let (scores, after) = rest.split_at(n);
+                    rest = after;
+                    answers.push(Ok(FusedScores {
+                        scores: scores.to_vec(),
+                        turn,
+                        turn_us,
+                        batch_docs,
+                        batch_requests: group.len(),
+                    }));
+                }
+            }
+            Err(err) => {
+                let reason = err.to_string();
+                answers.push(Err(err));
+                answers.extend((1..group.len()).map(|_| {
+                    Err(GpuError::BatchFailed {
+                        reason: reason.clone(),
+                    })
+                }));
+            }
+        }
+    }
+    answers
 }
 
 /// Why feature extraction refused a batch.

@@ -415,7 +415,7 @@ impl RankEngine {
         let hits = until(deadline, work)
             .await?
             .map_err(|err| RankError::Internal(err.to_string()))??;
-        Ok(fused_ranked(hits, n_docs))
+        Ok(fused_ranked(hits))
     }
 
     /// Ranks a source's hit documents on the fused device path, from a blocking thread, when
@@ -437,7 +437,7 @@ impl RankEngine {
                 .entered();
             let mut source = source;
             match backends.rank_source(&ranker, &mut source, keep_rows) {
-                SourceFused::Scored(hits) => Ok(fused_ranked(hits, n_docs)),
+                SourceFused::Scored(hits) => Ok(fused_ranked(hits)),
                 SourceFused::Declined => Err((source, backend)),
                 SourceFused::FellBack => Err((source, Backend::Cpu)),
             }
@@ -448,16 +448,15 @@ impl RankEngine {
     }
 }
 
-/// The answer to a job ranked on the fused path, alone in its batch (counted as a batch).
-fn fused_ranked<S>(hits: HitsScored, n_docs: usize) -> Ranked<S> {
-    batch::record_batch(n_docs, 1);
+/// The answer to a job ranked on the fused path (its batch counted where it ran).
+fn fused_ranked<S>(hits: HitsScored) -> Ranked<S> {
     Ranked::Scored {
         scored: Scored {
             scores: hits.scores,
             queue_us: hits.queue_us,
             eval_us: hits.eval_us,
-            batch_docs: n_docs,
-            batch_requests: 1,
+            batch_docs: hits.batch_docs,
+            batch_requests: hits.batch_requests,
             backend: hits.processor,
         },
         fe_us: hits.fe_us,
@@ -509,6 +508,8 @@ async fn until<T, E>(
 
 #[cfg(test)]
 mod tests {
+    use std::time::Duration;
+
     use super::*;
     use crate::rank::fe::{synth_corpus_stats, synth_hit_documents, synth_query};
 
@@ -597,6 +598,82 @@ mod tests {
                 Err(RankError::DeadlineExceeded)
             ));
         }
+    }
+
+    /// Fused requests that wait for the device while it is busy are scored together in its next
+    /// turn (one device batch, the layouts one after another), each with its own scores: those
+    /// of the CPU (on a GPU; skipped without one, failing under `RANKSERVE_REQUIRE_GPU=1`; under
+    /// `RANKSERVE_FAULT_GPU=1` every request comes back from the CPU).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn fused_requests_that_wait_for_the_device_share_its_turn() {
+        let what = "fused_requests_that_wait_for_the_device_share_its_turn";
+        let Some(device) = crate::gpu::device::device_for_tests(what) else {
+            return;
+        };
+        let faulty = std::env::var("RANKSERVE_FAULT_GPU").is_ok_and(|v| v == "1");
+        let (cpu, loaded) = engine(Backend::Cpu, false);
+        let executor = Executor::new(device);
+        let (gpu, _) = engine(Backend::Gpu, true);
+        gpu.install_gpu(std::slice::from_ref(&executor));
+        let gpu = Arc::new(gpu);
+        let batches: Vec<HitBatch> = (0..6)
+            .map(|i| HitBatch {
+                query: synth_query(3, i),
+                stats: synth_corpus_stats(),
+                docs: synth_hit_documents(40 + 90 * i as usize, 3, i),
+            })
+            .collect();
+        let scores = |engine: Arc<RankEngine>, batch: HitBatch, backend: Backend| {
+            let job = RankJob {
+                backend,
+                keep_rows: false,
+                ..job(&loaded, Documents::Hits(batch))
+            };
+            async move {
+                match engine.rank(job).await.expect("ranked") {
+                    Ranked::Scored { scored, .. } => scored,
+                    Ranked::Reread(never) => match never {},
+                }
+            }
+        };
+        let cpu = Arc::new(cpu);
+        let mut want = Vec::new();
+        for batch in &batches {
+            want.push(scores(Arc::clone(&cpu), batch.clone(), Backend::Cpu).await);
+        }
+        // The device is held while the requests queue for it, then let go.
+        let turn = executor.turns().take();
+        let tasks: Vec<_> = (batches.iter().cloned())
+            .map(|batch| tokio::spawn(scores(Arc::clone(&gpu), batch, Backend::Gpu)))
+            .collect();
+        let waiting_since = Instant::now();
+        while executor.load() < batches.len() && !faulty {
+            assert!(
+                waiting_since.elapsed() < Duration::from_secs(20),
+                "the requests never queued"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        drop(turn);
+        let mut shared = false;
+        for (i, (task, want)) in tasks.into_iter().zip(&want).enumerate() {
+            let got = task.await.expect("ranked");
+            let ran = if faulty {
+                Processor::Cpu
+            } else {
+                Processor::Gpu
+            };
+            assert_eq!(got.backend, ran, "request {i}");
+            shared |= got.batch_requests > 1;
+            assert_eq!(got.scores.len(), want.scores.len(), "request {i}");
+            for (d, (g, w)) in got.scores.iter().zip(&want.scores).enumerate() {
+                assert!(
+                    (g - w).abs() <= 1e-4 * w.abs().max(1.0),
+                    "request {i}, document {d}: GPU {g} vs CPU {w}"
+                );
+            }
+        }
+        assert!(shared || faulty, "no request shared a device turn");
     }
 
     /// Hit documents on the fused device path (FE, gather and scoring in one device turn) give

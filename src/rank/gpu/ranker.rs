@@ -23,7 +23,8 @@ use parking_lot::Mutex;
 
 pub use super::batch::GpuPhases;
 use super::batch::{BatchBuffers, BatchShape, PhaseEvents};
-use super::fe::{FeLayout, GpuFe};
+use super::fe::GpuFe;
+use super::layout::FeLayout;
 use super::trees::{GpuTrees, TreeLayout, TreeTargets};
 use crate::gpu::error::DriverResultExt;
 use crate::gpu::{GpuDevice, GpuError, KernelModule};

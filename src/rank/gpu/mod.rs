@@ -10,4 +10,5 @@ pub mod crossover;
 pub mod fe;
 pub mod layout;
 pub mod ranker;
+mod rows;
 pub mod trees;

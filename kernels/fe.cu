@@ -3,7 +3,7 @@
 // streams of a document are independent, so each gets its own thread, and the per-document
 // aggregates and BM25F follow once every stream is done).
 //
-// Flattened hit layout (built by `rank::gpu::fe::FeLayout`; all indices u32):
+// Flattened hit layout (built by `rank::gpu::layout::FeLayout`; all indices u32):
 //   stream s = doc * FE_STREAMS + slot, slot in catalogue order (title, body, anchor, url); a
 //   catalogue stream absent from the document is a stream of length 0 without phrases, and
 //   streams outside the catalogue are not in the layout (they publish nothing).
@@ -80,7 +80,7 @@
 #define DF_BM25F_NORM 13
 #define DF_QUERY_TERMS 14
 
-// Query-level values and constants (must match `rank::gpu::fe::FeParams`, 136 bytes). The
+// Query-level values and constants (must match `rank::gpu::layout::FeParams`, 136 bytes). The
 // constants come from `rank::fe` (BM25_K1, BM25_B, BM25F_K1, BM25F_WEIGHTS, BM25F_B), so they
 // are defined once.
 struct FeParams {

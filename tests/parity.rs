@@ -21,7 +21,8 @@ use rankserve::rank::fe::{
     feature_names, synth_corpus_stats, synth_hit_documents, synth_query, CorpusStats,
     FeatureResolver, HitDocument, HitStream, QueryInfo, Streams,
 };
-use rankserve::rank::gpu::fe::{FeLayout, GpuFe};
+use rankserve::rank::gpu::fe::GpuFe;
+use rankserve::rank::gpu::layout::FeLayout;
 use rankserve::rank::gpu::ranker::GpuRanker;
 use rankserve::rank::gpu::trees::{GpuTrees, TreeLayout, TreeTargets};
 use rankserve::rank::model::{Decision, Input, Node, Ranker, Tree};
@@ -629,7 +630,7 @@ fn fe_longest_query_gpu_matches_cpu() {
         return;
     };
     let mut gpu = GpuFe::new();
-    let q = rankserve::rank::gpu::fe::MAX_TERMS;
+    let q = rankserve::rank::gpu::layout::MAX_TERMS;
     check_fe(
         &device,
         &mut gpu,
@@ -886,7 +887,7 @@ fn fused_hits_gpu_match_cpu() {
             let what = format!("{what}, {name}, {} documents, Q = {q}", docs.len());
             check_fused(&device, &mut fe, ranker, &gpu, &query, &stats, &docs, &what);
         }
-        let q = rankserve::rank::gpu::fe::MAX_TERMS;
+        let q = rankserve::rank::gpu::layout::MAX_TERMS;
         let docs = fe_small_documents(700, q, 41);
         let longest = format!("{what}, {name}, Q = {q}");
         let query = synth_query(q, 3);

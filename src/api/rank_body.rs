@@ -18,7 +18,7 @@ use crate::gpu::GpuError;
 use crate::rank::cut_input;
 use crate::rank::engine::RowSource;
 use crate::rank::fe::{fill_rows_in_chunks, GatherMap};
-use crate::rank::gpu::fe::FeLayout;
+use crate::rank::gpu::layout::FeLayout;
 use crate::rank::store::LoadedRanker;
 
 /// A `/v1/rank` body.

@@ -38,7 +38,7 @@ use crate::gpu::GpuError;
 use crate::rank::fe::{
     fill_rows_in_chunks, FeError, FeatureResolver, GatherMap, HitDocument, HitStream, Prepared,
 };
-use crate::rank::gpu::fe::{FeLayout, LayoutPart};
+use crate::rank::gpu::layout::{FeLayout, LayoutPart};
 
 /// The body is one the fast reader leaves to rmp-serde.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -279,7 +279,7 @@ impl Framed {
     /// rmp-serde, or is invalid; no `query` or `stats`, or invalid ones; documents that do not
     /// end where the fields after them were read to start; more than `max_docs` documents not
     /// framed. `Some(Err)` when the batch is over the FE kernel's limits (a query of more than
-    /// [`MAX_TERMS`](crate::rank::gpu::fe::MAX_TERMS) terms): work for the CPU. The layouts
+    /// [`MAX_TERMS`](crate::rank::gpu::layout::MAX_TERMS) terms): work for the CPU. The layouts
     /// are joined into `pinned` memory while the pool has room.
     pub fn fe_layouts(
         &self,
@@ -493,7 +493,7 @@ mod tests {
     use crate::backend::Backend;
     use crate::bench::replay::synth_requests;
     use crate::rank::fe::{synth_hit_documents, synth_query};
-    use crate::rank::gpu::fe::MAX_TERMS;
+    use crate::rank::gpu::layout::MAX_TERMS;
     use crate::rank::store::{LoadedRanker, RankerStore};
     use proptest::prelude::*;
     use std::sync::atomic::AtomicBool;

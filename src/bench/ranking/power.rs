@@ -11,7 +11,8 @@ use crate::gpu::power::{PowerMeter, PowerReading};
 use crate::gpu::{GpuDevice, GpuError};
 use crate::rank::cpu::CpuPlan;
 use crate::rank::fe::{synth_corpus_stats, synth_hit_documents, synth_query, FeatureResolver};
-use crate::rank::gpu::fe::{FeLayout, GpuFe, GpuFeError};
+use crate::rank::gpu::fe::GpuFe;
+use crate::rank::gpu::layout::{FeLayout, GpuFeError};
 use crate::rank::gpu::ranker::GpuRanker;
 
 /// Power under a constant load of one ranker on one backend.

@@ -44,7 +44,8 @@ use crate::gpu::{Combiner, Executor, Fleet, GpuDevice, GpuError};
 use crate::rank::fe::{FeatureResolver, HitError};
 use crate::rank::gpu::cache::GpuRankerCache;
 use crate::rank::gpu::crossover::{self, Crossover, HitSample};
-use crate::rank::gpu::fe::{FeLayout, GpuFe, GpuFeError};
+use crate::rank::gpu::fe::GpuFe;
+use crate::rank::gpu::layout::{FeLayout, GpuFeError};
 use crate::rank::gpu::ranker::DEFAULT_MAX_BATCH;
 use crate::rank::store::LoadedRanker;
 

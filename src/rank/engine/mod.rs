@@ -35,7 +35,7 @@ use crate::gpu::pinned::PinnedPool;
 use crate::gpu::{Executor, GpuError};
 use crate::rank::fe::{CorpusStats, GatherMap, HitDocument, QueryInfo};
 use crate::rank::gpu::cache::GpuRankerCache;
-use crate::rank::gpu::fe::FeLayout;
+use crate::rank::gpu::layout::FeLayout;
 use crate::rank::store::{LoadedRanker, RankerStore};
 use batch::{micros, Batcher, Job};
 use tokio::sync::oneshot;
@@ -696,7 +696,7 @@ mod tests {
         gpu.install_gpu(std::slice::from_ref(&executor));
         let (auto, _) = engine(Backend::Auto, true);
         auto.install_gpu(&[executor]);
-        let over_limit = crate::rank::gpu::fe::MAX_TERMS + 1;
+        let over_limit = crate::rank::gpu::layout::MAX_TERMS + 1;
         // Under RANKSERVE_FAULT_GPU=1 every device call fails: every batch reruns on the CPU.
         let faulty = std::env::var("RANKSERVE_FAULT_GPU").is_ok_and(|v| v == "1");
         for (engine, docs, terms, ran) in [
@@ -768,7 +768,7 @@ mod tests {
         let (cpu, loaded) = engine(Backend::Cpu, false);
         let (gpu, _) = engine(Backend::Gpu, false);
         gpu.install_gpu(&[Executor::new(device)]);
-        let over_limit = crate::rank::gpu::fe::MAX_TERMS + 1;
+        let over_limit = crate::rank::gpu::layout::MAX_TERMS + 1;
         for (terms, fe_on) in [(3, Processor::Gpu), (over_limit, Processor::Cpu)] {
             let cpu_job = RankJob {
                 backend: Backend::Cpu,

@@ -3,7 +3,10 @@
 
 Sends every query of a queries file (one per line, as `rankserve queries synth` writes them)
 once per configuration (ranker × candidates), after one warm-up pass, from `--concurrency`
-clients (processes, one connection each, taking the queries in turn), and prints per configuration
+clients (processes, one connection each, taking the queries in turn) — or, with `--seconds`,
+each client cycles through its share for that long after the warm-up pass, and the throughput is
+the answers within that window over its length (one pass of a few queries per client measures
+mostly how the clients start and end) — and prints per configuration
 the throughput, the median, p90 and p99 of the client-measured latency, the medians of the
 server's stage timings (select_us, fe_us, me_us, queue_us, total_us), the p99 of select_us and
 total_us, and how many queries each processor selected (`backends.select`). Standard library only.
@@ -29,14 +32,18 @@ def percentile(values, q):
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def client(url, bodies, start):
+def client(url, bodies, start, until=None):
     """One client: sends `bodies` in turn on one keep-alive connection from `start` (a shared
-    clock) on; returns [(latency_us, reply)] or raises SystemExit on a non-200 answer."""
+    clock) on, once each or, with `until`, round and round until then; returns
+    [(latency_us, reply)] or raises SystemExit on a non-200 answer."""
     conn = http.client.HTTPConnection(url.hostname, url.port)
     while time.time() < start:
         time.sleep(0.0005)
     results = []
-    for body in bodies:
+    sent = 0
+    while sent < len(bodies) if until is None else time.time() < until:
+        body = bodies[sent % len(bodies)]
+        sent += 1
         payload = json.dumps(body).encode()
         started = time.perf_counter()
         conn.request("POST", "/v1/search", payload, {"Content-Type": "application/json"})
@@ -45,27 +52,31 @@ def client(url, bodies, start):
         elapsed_us = (time.perf_counter() - started) * 1e6
         if response.status != 200:
             raise SystemExit(f"{response.status}: {data[:300]!r}")
+        if until is not None and time.time() > until:
+            break  # answered after the window
         results.append((elapsed_us, json.loads(data)))
     return results
 
 
-def run(url, bodies, concurrency):
+def run(url, bodies, concurrency, seconds=None):
     """Sends `bodies` from `concurrency` client processes (one Python process each: threads of
     one process share its interpreter lock, which measured 5× the server's own median time on
-    the H100 host with four of them), client i taking bodies i, i + concurrency, ...; returns
-    (seconds from the common start to the last answer, [(latency_us, reply)] in order)."""
-    if concurrency == 1:
+    the H100 host with four of them), client i taking bodies i, i + concurrency, ... (once each,
+    or for `seconds` round and round); returns (seconds from the common start to the last
+    answer, or `seconds`; [(latency_us, reply)])."""
+    if concurrency == 1 and seconds is None:
         started = time.perf_counter()
         results = client(url, bodies, 0)
         return time.perf_counter() - started, results
-    start = time.time() + 0.2
+    # Every process is forked and waiting before the clock starts.
+    start = time.time() + 0.2 + 0.01 * concurrency
+    until = None if seconds is None else start + seconds
     with multiprocessing.Pool(concurrency) as pool:
-        shares = pool.starmap(client, [(url, bodies[i::concurrency], start) for i in range(concurrency)])
-    seconds = time.time() - start
-    results = [None] * len(bodies)
-    for i, share in enumerate(shares):
-        results[i::concurrency] = share
-    return seconds, results
+        shares = pool.starmap(
+            client, [(url, bodies[i::concurrency], start, until) for i in range(concurrency)]
+        )
+    elapsed = time.time() - start if seconds is None else seconds
+    return elapsed, [result for share in shares for result in share]
 
 
 def main():
@@ -78,6 +89,7 @@ def main():
     p.add_argument("--backend", choices=["auto", "cpu", "gpu"], help="the server's default when absent")
     p.add_argument("--k", type=int, default=10)
     p.add_argument("--concurrency", type=int, default=1)
+    p.add_argument("--seconds", type=float, help="closed-loop for this long instead of one pass")
     args = p.parse_args()
 
     url = urllib.parse.urlparse(args.url)
@@ -99,7 +111,7 @@ def main():
                 body["backend"] = args.backend
             bodies = [dict(body, query=q) for q in queries]
             run(url, bodies, args.concurrency)  # warm-up: caches, the ranker's batching thread
-            seconds, results = run(url, bodies, args.concurrency)
+            seconds, results = run(url, bodies, args.concurrency, args.seconds)
             client = [elapsed for elapsed, _ in results]
             timings = {}
             for _, reply in results:

@@ -4,7 +4,8 @@
 # starts one server per binary on that index (all at once, each on its own port), then for each
 # round, mode and client count lets the binaries take turns running scripts/search_latency.py
 # (BM25 order, no ranker). BINS lists "name=path" pairs; DOCS (default 3 000 000), QUERIES
-# (500), MODES ("or and_or"), CLIENTS ("1 4 16"), BACKENDS ("auto"), ROUNDS (2) size it. Logs
+# (500), MODES ("or and_or"), CLIENTS ("1 4 16"), BACKENDS ("auto"), ROUNDS (2) size it; SECONDS_PER_RUN
+# runs each point closed-loop for that long instead of one pass over the queries. Logs
 # and every table go to $OUT; a line per run is printed last. ARGS_<name> adds serve flags to
 # one server (e.g. ARGS_alone="--gpu-select-batch 1", the same binary without GPU batches); at the
 # end each server's GPU batch sizes (queries per batch, from /metrics) are printed.
@@ -47,7 +48,7 @@ for round in $(seq "${ROUNDS:-2}"); do
           log="$out/${bin%%=*}-$mode-$clients-$backend-$round.log"
           python3 scripts/search_latency.py --url "http://127.0.0.1:$p" --queries "$work/queries.txt" \
             --rankers none --candidates 100 --mode "$mode" --backend "$backend" \
-            --concurrency "$clients" > "$log" 2>&1
+            --concurrency "$clients" ${SECONDS_PER_RUN:+--seconds "$SECONDS_PER_RUN"} > "$log" 2>&1
           row=$(tail -1 "$log" | awk '{printf "qps %s p50 %s p90 %s p99 %s select p50 %s p99 %s total p50 %s p99 %s %s %s", $4, $5, $6, $7, $8, $9, $13, $14, $15, $16}')
           summary+=("round $round $mode clients $clients $backend ${bin%%=*}: $row")
         done

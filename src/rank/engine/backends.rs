@@ -24,7 +24,8 @@
 //!   `fe_backend=gpu`, for `fe_backend=auto` (the default) with scoring on `gpu`, and for `auto`
 //!   on both from the ranker's hits crossover ([`crate::rank::gpu::crossover::measure_hits`]: FE
 //!   and scoring together) on; under `auto` only while a device is idle or the batch is large
-//!   ([`FUSED_UNDER_LOAD_DOCS`]).
+//!   ([`FUSED_UNDER_LOAD_DOCS`]). Fused requests waiting for the same device share its turn
+//!   (one caller leads a [`Combiner`] and scores them all).
 //!
 //! Any GPU failure (a CUDA error, a ranker over the GPU cache's budget, a query over the FE
 //! kernel's term limit) moves the work to the CPU, which gives the same answer; it is logged
@@ -125,11 +126,12 @@ impl HitPath {
 }
 
 /// Under `fe_backend=auto`, the fewest hit documents with which a batch takes the fused path
-/// while every device has work: a fused batch takes a device turn of its own (0.15–0.2 ms),
-/// where feature rows from many requests share one batch. On the H100 host with 16 clients,
-/// rows (FE on the CPU) served 2.6–3× the fused path's requests of 100 documents, the fused
-/// path 1.4–1.7× the rows' of 1 000 (docs/benchmarks.md, "Served"). Sizes between were not
-/// measured; a line through the two requests/s figures crosses near 600.
+/// while every device has work: fused requests share a device turn only with the fused
+/// requests queued at the moment, where feature rows from every request of the ranker share
+/// batches. With shared turns (docs/benchmarks.md, "Served"), requests of 100 documents on one
+/// GPU of the H200 host: the fused path served 0.92–1.15× the rows' requests at 16 clients and
+/// 0.72–0.74× at 64; of 1 000 documents on the H100 host, 2.3–2.9× at 16 and 64 clients. Sizes
+/// between were not measured.
 const FUSED_UNDER_LOAD_DOCS: usize = 512;
 
 /// Hit documents ranked by [`Backends::rank_hits`].

@@ -130,7 +130,7 @@ impl HitPath {
 /// requests queued at the moment, where feature rows from every request of the ranker share
 /// batches. With shared turns (docs/benchmarks.md, "Served"), requests of 100 documents on one
 /// GPU of the H200 host: the fused path served 0.92–1.15× the rows' requests at 16 clients and
-/// 0.72–0.74× at 64; of 1 000 documents on the H100 host, 2.3–2.9× at 16 and 64 clients. Sizes
+/// 0.72–0.74× at 64; of 1 000 documents on the H100 host, 2.1–2.9× at 16 and 64 clients. Sizes
 /// between were not measured.
 const FUSED_UNDER_LOAD_DOCS: usize = 512;
 

@@ -11,7 +11,8 @@
 # and RANKSERVE_FAULT_GPU=1@MS (GPU 1 fails from FAULT_MS = 2000 ms after start) while 64
 # clients replay for 3 × SECONDS_PER_RUN: every request must still be answered. Logs and the
 # device lines of /metrics go to $OUT; a table is printed last (server p99s: FE or layout,
-# queue for the device, scoring).
+# queue for the device, scoring; how busy the host's cores were, and the devices' seconds in
+# turns per second, to tell a host-bound point from a device-bound one).
 #
 #   OUT=$OUT bash scripts/multi_gpu_bench.sh carry/rankserve
 #   OUT=$OUT FE_BACKENDS=gpu bash scripts/multi_gpu_bench.sh new=carry/rankserve old=carry/old/rankserve
@@ -48,17 +49,36 @@ serve() {
   echo "server on $port never became ready" >&2
 }
 
+# The host's idle and total CPU ticks so far (every core).
+cpu_ticks() {
+  awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t}' /proc/stat
+}
+
+# Microseconds the devices of the server on port $1 have spent in turns so far, summed.
+turn_us() {
+  curl -s "http://127.0.0.1:$1/metrics" |
+    awk '/^rankserve_gpu_device_busy_microseconds_total/{s += $2} END{printf "%d\n", s}'
+}
+
 # One replay against port $1 of log $2 with $3 clients for $4 seconds into $5 (JSON); prints a
-# table row "rps p50 p99 ok errors fe_p99 queue_p99 me_p99".
+# table row "rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy device_turns": how busy the
+# host's cores were (all processes, the replay client's included) and the devices' time in
+# turns per second of the run, summed over devices (2.0: two devices never idle).
 replay() {
+  local ticks turns
+  ticks=$(cpu_ticks)
+  turns=$(turn_us "$1")
   "$bin" replay --url "http://127.0.0.1:$1" --log "$2" --concurrency "$3" --duration "$4" \
     --json >"$5" 2>>"$out/replay.err"
-  python3 - "$5" <<'PY'
+  python3 - "$5" "$ticks" "$(cpu_ticks)" "$turns" "$(turn_us "$1")" "$4" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
+(idle0, total0), (idle1, total1) = (map(int, a.split()) for a in sys.argv[2:4])
+turns = (int(sys.argv[5]) - int(sys.argv[4])) / (float(sys.argv[6]) * 1e6)
 lat = j["latency_us"]
 print(round(j["throughput_rps"]), lat["p50"], lat["p99"], j["ok"], sum(j["errors"].values()),
-      j["server_fe_us"]["p99"], j["server_queue_us"]["p99"], j["server_me_us"]["p99"])
+      j["server_fe_us"]["p99"], j["server_queue_us"]["p99"], j["server_me_us"]["p99"],
+      f"{100 * (1 - (idle1 - idle0) / max(1, total1 - total0)):.0f}%", f"{turns:.2f}")
 PY
 }
 
@@ -106,11 +126,11 @@ kill $(jobs -p) 2>/dev/null
 wait 2>/dev/null
 
 echo
-echo "| FE | round | ranker | clients | binary | GPUs | req/s | p50 µs | p99 µs | ok | errors | server FE p99 | queue p99 | scoring p99 |"
-echo "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| FE | round | ranker | clients | binary | GPUs | req/s | p50 µs | p99 µs | ok | errors | server FE p99 | queue p99 | scoring p99 | host CPU busy | device turns s/s |"
+echo "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
   echo "| ${r// / | } |"
 done
 echo
-echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors fe_p99 queue_p99 me_p99 = $fault"
+echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy device_turns = $fault"
 cat "$out/metrics-fault.txt"

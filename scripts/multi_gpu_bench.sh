@@ -49,8 +49,16 @@ serve() {
   echo "server on $port never became ready" >&2
 }
 
-# shellcheck source=scripts/load_counters.sh
-source scripts/load_counters.sh
+# The host's idle and total CPU ticks so far (every core).
+cpu_ticks() {
+  awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t}' /proc/stat
+}
+
+# Microseconds the devices of the server on port $1 have spent in turns so far, summed.
+turn_us() {
+  curl -s "http://127.0.0.1:$1/metrics" |
+    awk '/^rankserve_gpu_device_busy_microseconds_total/{s += $2} END{printf "%d\n", s}'
+}
 
 # One replay against port $1 of log $2 with $3 clients for $4 seconds into $5 (JSON); prints a
 # table row "rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy device_turns": how busy the

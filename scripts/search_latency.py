@@ -9,7 +9,10 @@ the answers within that window over its length (one pass of a few queries per cl
 mostly how the clients start and end) — and prints per configuration
 the throughput, the median, p90 and p99 of the client-measured latency, the medians of the
 server's stage timings (select_us, fe_us, me_us, queue_us, total_us), the p99 of select_us and
-total_us, and how many queries each processor selected (`backends.select`). Standard library only.
+total_us, with `--seconds` how busy the host's cores were (every process, the clients' included)
+and the server's devices' seconds in turns per second (summed over devices: 2.00 is two devices
+never idle) over the window, and how many queries each processor selected (`backends.select`).
+Standard library only.
 
 Example:
   rankserve serve --index idx --addr 127.0.0.1:8090 &
@@ -58,25 +61,54 @@ def client(url, bodies, start, until=None):
     return results
 
 
+def load_counters(url):
+    """The host's idle and total CPU ticks (/proc/stat, every core; None elsewhere) and the
+    server's seconds in device turns, summed over its devices (/metrics)."""
+    try:
+        with open("/proc/stat") as f:
+            ticks = [int(v) for v in f.readline().split()[1:]]
+        cpu = (ticks[3] + ticks[4], sum(ticks))
+    except OSError:
+        cpu = None
+    conn = http.client.HTTPConnection(url.hostname, url.port)
+    conn.request("GET", "/metrics")
+    turns = sum(
+        float(line.split()[-1])
+        for line in conn.getresponse().read().decode().splitlines()
+        if line.startswith("rankserve_gpu_device_busy_microseconds_total")
+    )
+    return cpu, turns / 1e6
+
+
 def run(url, bodies, concurrency, seconds=None):
     """Sends `bodies` from `concurrency` client processes (one Python process each: threads of
     one process share its interpreter lock, which measured 5× the server's own median time on
     the H100 host with four of them), client i taking bodies i, i + concurrency, ... (once each,
     or for `seconds` round and round); returns (seconds from the common start to the last
-    answer, or `seconds`; [(latency_us, reply)])."""
+    answer, or `seconds`; [(latency_us, reply)]; with `seconds`, how busy the host's cores were
+    and the devices' seconds in turns per second over that window, else None)."""
     if concurrency == 1 and seconds is None:
         started = time.perf_counter()
         results = client(url, bodies, 0)
-        return time.perf_counter() - started, results
+        return time.perf_counter() - started, results, None
     # Every process is forked and waiting before the clock starts.
     start = time.time() + 0.2 + 0.01 * concurrency
     until = None if seconds is None else start + seconds
+    load = None
     with multiprocessing.Pool(concurrency) as pool:
-        shares = pool.starmap(
+        shares = pool.starmap_async(
             client, [(url, bodies[i::concurrency], start, until) for i in range(concurrency)]
         )
+        if until is not None:
+            time.sleep(max(0.0, start - time.time()))
+            (cpu0, turns0) = load_counters(url)
+            time.sleep(max(0.0, until - time.time()))
+            (cpu1, turns1) = load_counters(url)
+            host = cpu0 and cpu1 and 1 - (cpu1[0] - cpu0[0]) / max(1, cpu1[1] - cpu0[1])
+            load = (host, (turns1 - turns0) / seconds)
+        shares = shares.get()
     elapsed = time.time() - start if seconds is None else seconds
-    return elapsed, [result for share in shares for result in share]
+    return elapsed, [result for share in shares for result in share], load
 
 
 def main():
@@ -99,7 +131,7 @@ def main():
     print(f"{len(queries)} queries, mode {args.mode}, k {args.k}, {args.concurrency} clients, "
           f"backend {args.backend or 'default'}")
     print("ranker   cand  hits    qps  client_p50_us client_p90_us client_p99_us  select_us select_p99 fe_us  me_us "
-          "queue_us total_us total_p99  selected_by")
+          "queue_us total_us total_p99 host_busy turns_s/s  selected_by")
     for ranker in args.rankers.split(","):
         for candidates in [int(c) for c in args.candidates.split(",")]:
             if ranker == "none" and candidates != int(args.candidates.split(",")[0]):
@@ -111,7 +143,7 @@ def main():
                 body["backend"] = args.backend
             bodies = [dict(body, query=q) for q in queries]
             run(url, bodies, args.concurrency)  # warm-up: caches, the ranker's batching thread
-            seconds, results = run(url, bodies, args.concurrency, args.seconds)
+            seconds, results, load = run(url, bodies, args.concurrency, args.seconds)
             client = [elapsed for elapsed, _ in results]
             timings = {}
             for _, reply in results:
@@ -127,7 +159,8 @@ def main():
                 f"{percentile(client, 0.99):13.0f} {med['select_us']:10.0f} "
                 f"{percentile(timings['select_us'], 0.99):10.0f} {med['fe_us']:5.0f} "
                 f"{med['me_us']:6.0f} {med['queue_us']:8.0f} {med['total_us']:8.0f} "
-                f"{percentile(timings['total_us'], 0.99):9.0f}  "
+                f"{percentile(timings['total_us'], 0.99):9.0f} "
+                + (f"{load[0]:9.0%} {load[1]:9.2f}  " if load and load[0] is not None else "        -         -  ")
                 + " ".join(f"{side}:{n}" for side, n in sorted(sides.items()))
             )
 

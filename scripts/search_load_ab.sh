@@ -5,9 +5,9 @@
 # round, mode and client count lets the binaries take turns running scripts/search_latency.py
 # (BM25 order, no ranker). BINS lists "name=path" pairs; DOCS (default 3 000 000), QUERIES
 # (500), MODES ("or and_or"), CLIENTS ("1 4 16"), BACKENDS ("auto"), ROUNDS (2) size it; SECONDS_PER_RUN
-# runs each point closed-loop for that long instead of one pass over the queries. Each line also
-# says how busy the host's cores were and the devices' seconds in turns per second, summed
-# over devices (over the whole client run, its warm-up pass included). Logs
+# runs each point closed-loop for that long instead of one pass over the queries, and then each
+# line also says how busy the host's cores were and the devices' seconds in turns per second
+# (summed over devices) in that window. Logs
 # and every table go to $OUT; a line per run is printed last. ARGS_<name> adds serve flags to
 # one server (e.g. ARGS_alone="--gpu-select-batch 1", the same binary without GPU batches); at the
 # end each server's GPU batch sizes (queries per batch, from /metrics) are printed.
@@ -24,8 +24,6 @@ trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$work"' EXIT
 start=$(date +%s)
 bash "$(dirname "$0")/synth_index.sh" "$first" "$work"
 echo "index and queries: $(($(date +%s) - start)) s"
-# shellcheck source=scripts/load_counters.sh
-source scripts/load_counters.sh
 
 port=18600
 for bin in "${bins[@]}"; do
@@ -51,14 +49,10 @@ for round in $(seq "${ROUNDS:-2}"); do
         for bin in "${bins[@]}"; do
           p=$((p + 1))
           log="$out/${bin%%=*}-$mode-$clients-$backend-$round.log"
-          before="$(cpu_ticks) $(turn_us "$p") $(date +%s.%N)"
           python3 scripts/search_latency.py --url "http://127.0.0.1:$p" --queries "$work/queries.txt" \
             --rankers none --candidates 100 --mode "$mode" --backend "$backend" \
             --concurrency "$clients" ${SECONDS_PER_RUN:+--seconds "$SECONDS_PER_RUN"} > "$log" 2>&1
-          busy=$(echo "$before $(cpu_ticks) $(turn_us "$p") $(date +%s.%N)" |
-            awk '{printf "host CPU %.0f%% device turns %.2f s/s", 100 * (1 - ($5 - $1) / ($6 - $2)), ($7 - $3) / 1e6 / ($8 - $4)}')
-          row=$(tail -1 "$log" | awk '{printf "qps %s p50 %s p90 %s p99 %s select p50 %s p99 %s total p50 %s p99 %s %s %s", $4, $5, $6, $7, $8, $9, $13, $14, $15, $16}')
-          row="$row $busy"
+          row=$(tail -1 "$log" | awk '{printf "qps %s p50 %s p90 %s p99 %s select p50 %s p99 %s total p50 %s p99 %s host %s turns %s s/s %s %s", $4, $5, $6, $7, $8, $9, $13, $14, $15, $16, $17, $18}')
           summary+=("round $round $mode clients $clients $backend ${bin%%=*}: $row")
         done
       done

@@ -652,7 +652,9 @@ mod tests {
                 waiting_since.elapsed() < Duration::from_secs(20),
                 "the requests never queued"
             );
-            tokio::time::sleep(Duration::from_millis(5)).await;
+            // A blocking sleep: the turn is a lock guard, not held across an await; the
+            // requests run on the runtime's other workers.
+            std::thread::sleep(Duration::from_millis(5));
         }
         drop(turn);
         let mut shared = false;

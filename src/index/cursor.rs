@@ -198,16 +198,28 @@ impl<'a> PostingCursor<'a> {
     pub fn seek(&mut self, target: DocId) -> DocId {
         match target <= self.doc {
             true => self.doc,
-            false => self.seek_ahead(target),
+            false => self.seek_ahead(target, false),
         }
     }
 
-    /// [`PostingCursor::seek`] to a target past the current posting.
-    fn seek_ahead(&mut self, target: DocId) -> DocId {
+    /// [`PostingCursor::seek`] before walking the block from there ([`PostingCursor::block_rest`],
+    /// [`PostingCursor::advance`]): a block it lands in is decoded at once, not read in place.
+    #[inline]
+    pub fn seek_to_walk(&mut self, target: DocId) -> DocId {
+        match target <= self.doc {
+            true => self.doc,
+            false => self.seek_ahead(target, true),
+        }
+    }
+
+    /// [`PostingCursor::seek`] to a target past the current posting; a block entered is
+    /// decoded at once when `walk`.
+    fn seek_ahead(&mut self, target: DocId, walk: bool) -> DocId {
         if target > self.list.block_last(self.block) {
-            match self.block_from(self.block, target) {
-                Some(j) => self.enter(j),
-                None => return self.terminate(),
+            match (self.block_from(self.block, target), walk) {
+                (Some(j), true) => self.load(j),
+                (Some(j), false) => self.enter(j),
+                (None, _) => return self.terminate(),
             }
         }
         // The current block's last docID is ≥ target, so the search stops inside the block.
@@ -367,7 +379,12 @@ mod tests {
                 let shallow = c.shallow_seek(from, t);
                 prop_assert_eq!(shallow, if before == TERMINATED { None } else { naive });
                 let want = if t <= before { before } else { first_at_least(t) };
-                prop_assert_eq!(c.seek(t), want);
+                // Every third seek as a walk's (its block decoded at once).
+                let got = match i % 3 {
+                    1 => c.seek_to_walk(t),
+                    _ => c.seek(t),
+                };
+                prop_assert_eq!(got, want);
                 if want != TERMINATED {
                     prop_assert_eq!(c.tf(), want % 7 + 1);
                 }

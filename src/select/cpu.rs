@@ -223,7 +223,7 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
         for t in others.iter() {
             t.prefetch_window_block(doc);
         }
-        let first = leader.cursor.seek(doc);
+        let first = leader.cursor.seek_to_walk(doc);
         if first > window_end {
             doc = first;
             continue;
@@ -442,7 +442,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
         // each needs its length (a cache miss, most of the time): asked for all at once here,
         // the reads overlap rather than stall one candidate at a time.
         for &i in essential {
-            terms[i].cursor.seek(start);
+            terms[i].cursor.seek_to_walk(start);
             let (docs, _) = terms[i].cursor.block_rest();
             for &d in &docs[..docs.partition_point(|&d| d <= window_end)] {
                 index.prefetch_scoring_length(d);

@@ -16,7 +16,8 @@
 //! Decoding (CPU): unpack the low bits, then read the high bits a byte at a time: the `i`-th set
 //! bit at position `p` gives `h_i = p − i`, so a byte `k` whose set bits are the `i`-th on
 //! gives `h_{i+j} = (8k − i) + (p_j − j)` for its `j`-th set bit at place `p_j`, and a table of
-//! `p_j − j` per byte value writes all its values at once, with no branch per posting. On the GPU each thread takes a high word, counts its set bits (popcount), a
+//! `p_j − j` per byte value writes all its values at once, with no branch per posting. A cursor's
+//! seeks into a block read it in place first ([`InPlace`]), decoding nothing. On the GPU each thread takes a high word, counts its set bits (popcount), a
 //! prefix sum over the counts says which `i` each word's bits belong to, and each set bit is
 //! decoded independently: exactly the Para-EF scheme.
 

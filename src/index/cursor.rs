@@ -6,13 +6,22 @@
 //! posting; [`PostingCursor::seek`] moves to the first posting whose docID is ≥ the target and
 //! never moves backwards (a target ≤ the current docID leaves the cursor where it is).
 //! Term frequencies are decoded lazily, only for blocks where [`PostingCursor::tf`] is called.
+//! An Elias-Fano block a seek lands in is first read in place ([`InPlace`]): its first
+//! [`SEEKS_IN_PLACE`] seeks decode nothing, and only a block sought more often, or walked
+//! posting by posting, is decoded.
 
-use super::codecs::BlockDecoder;
+use super::codecs::ef::InPlace;
+use super::codecs::{BlockDecoder, Codec};
 use super::postings::PostingList;
 use super::DocId;
 
 /// The docID of an exhausted cursor (no index has 2³² − 1 documents).
 pub const TERMINATED: DocId = u32::MAX;
+
+/// Seeks an Elias-Fano block answers in place before it is decoded: most blocks an AND
+/// follower lands in are sought once or twice, and a seek in place costs a few decoded seeks,
+/// a decode a few dozen.
+pub const SEEKS_IN_PLACE: u32 = 8;
 
 /// A cursor over one posting list.
 pub struct PostingCursor<'a> {
@@ -22,6 +31,8 @@ pub struct PostingCursor<'a> {
     n: usize,
     pos: usize,
     tfs_ready: bool,
+    /// The block when it is read in place rather than decoded, and the seeks it may still answer.
+    in_place: Option<(InPlace<'a>, u32)>,
     doc: DocId,
     blocks_decoded: u64,
 }
@@ -36,6 +47,7 @@ impl<'a> PostingCursor<'a> {
             n: 0,
             pos: 0,
             tfs_ready: false,
+            in_place: None,
             doc: TERMINATED,
             blocks_decoded: 0,
         };
@@ -53,11 +65,39 @@ impl<'a> PostingCursor<'a> {
         self.n = bounds.n;
         self.pos = 0;
         self.tfs_ready = false;
+        self.in_place = None;
         self.doc = self.dec.docs[0];
         self.blocks_decoded += 1;
     }
 
+    /// Moves to block `j` for a seek into it: an Elias-Fano block is read in place, a PFor
+    /// block (whose docIDs are a prefix sum) decoded.
+    fn enter(&mut self, j: usize) {
+        if self.list.codec == Codec::Pfor {
+            return self.load(j);
+        }
+        let bounds = self.list.bounds(j);
+        let block = InPlace::new(self.list.block_bytes(j), bounds);
+        self.in_place = Some((block, SEEKS_IN_PLACE));
+        self.block = j;
+        self.n = bounds.n;
+        self.pos = 0;
+        self.tfs_ready = false;
+        self.blocks_decoded += 1;
+    }
+
+    /// Decodes a block read in place, the cursor staying on its posting.
+    fn decode_in_place(&mut self) {
+        if self.in_place.take().is_some() {
+            let bounds = self.list.bounds(self.block);
+            self.dec
+                .decode_docs(self.list.codec, self.list.block_bytes(self.block), bounds);
+            self.doc = self.dec.docs[self.pos];
+        }
+    }
+
     fn terminate(&mut self) -> DocId {
+        self.in_place = None;
         self.block = self.list.n_blocks();
         self.doc = TERMINATED;
         TERMINATED
@@ -76,6 +116,9 @@ impl<'a> PostingCursor<'a> {
     #[inline]
     pub fn tf(&mut self) -> u32 {
         assert!(self.doc != TERMINATED, "tf() on a terminated cursor");
+        if let Some((block, _)) = &self.in_place {
+            return block.tf(self.pos);
+        }
         if !self.tfs_ready {
             self.dec.decode_tfs(
                 self.list.codec,
@@ -104,6 +147,7 @@ impl<'a> PostingCursor<'a> {
         if self.doc == TERMINATED {
             return (&[], &[]);
         }
+        self.decode_in_place();
         self.tf();
         (
             &self.dec.docs[self.pos..self.n],
@@ -132,6 +176,7 @@ impl<'a> PostingCursor<'a> {
         if self.doc == TERMINATED {
             return TERMINATED;
         }
+        self.decode_in_place();
         self.pos += 1;
         if self.pos < self.n {
             self.doc = self.dec.docs[self.pos];
@@ -149,17 +194,43 @@ impl<'a> PostingCursor<'a> {
     /// docID or [`TERMINATED`]. Blocks whose last docID is below `target` are skipped without
     /// being decoded: the skip entries are searched by galloping from the current block, then
     /// binary search.
+    #[inline]
     pub fn seek(&mut self, target: DocId) -> DocId {
-        if target <= self.doc {
-            return self.doc;
+        match target <= self.doc {
+            true => self.doc,
+            false => self.seek_ahead(target, false),
         }
+    }
+
+    /// [`PostingCursor::seek`] before walking the block from there ([`PostingCursor::block_rest`],
+    /// [`PostingCursor::advance`]): a block it lands in is decoded at once, not read in place.
+    #[inline]
+    pub fn seek_to_walk(&mut self, target: DocId) -> DocId {
+        match target <= self.doc {
+            true => self.doc,
+            false => self.seek_ahead(target, true),
+        }
+    }
+
+    /// [`PostingCursor::seek`] to a target past the current posting; a block entered is
+    /// decoded at once when `walk`.
+    fn seek_ahead(&mut self, target: DocId, walk: bool) -> DocId {
         if target > self.list.block_last(self.block) {
-            match self.block_from(self.block, target) {
-                Some(j) => self.load(j),
-                None => return self.terminate(),
+            match (self.block_from(self.block, target), walk) {
+                (Some(j), true) => self.load(j),
+                (Some(j), false) => self.enter(j),
+                (None, _) => return self.terminate(),
             }
         }
         // The current block's last docID is ≥ target, so the search stops inside the block.
+        if let Some((block, seeks_left)) = &mut self.in_place {
+            if *seeks_left > 0 {
+                *seeks_left -= 1;
+                (self.pos, self.doc) = block.seek(target);
+                return self.doc;
+            }
+            self.decode_in_place();
+        }
         self.pos = first_at_least(&self.dec.docs[..self.n], self.pos, target);
         self.doc = self.dec.docs[self.pos];
         self.doc
@@ -308,7 +379,12 @@ mod tests {
                 let shallow = c.shallow_seek(from, t);
                 prop_assert_eq!(shallow, if before == TERMINATED { None } else { naive });
                 let want = if t <= before { before } else { first_at_least(t) };
-                prop_assert_eq!(c.seek(t), want);
+                // Every third seek as a walk's (its block decoded at once).
+                let got = match i % 3 {
+                    1 => c.seek_to_walk(t),
+                    _ => c.seek(t),
+                };
+                prop_assert_eq!(got, want);
                 if want != TERMINATED {
                     prop_assert_eq!(c.tf(), want % 7 + 1);
                 }

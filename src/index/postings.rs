@@ -154,6 +154,22 @@ impl<'a> PostingList<'a> {
         &self.bytes[start..end]
     }
 
+    /// Asks for block `j`'s bytes to be brought into the cache ahead of its reads (a hint).
+    #[inline]
+    pub fn prefetch_block(&self, j: usize) {
+        super::prefetch(self.block_bytes(j));
+    }
+
+    /// Asks for block `j`'s skip and block-max entries to be brought into the cache ahead of
+    /// their reads (a hint; nothing past the list's end).
+    #[inline]
+    pub fn prefetch_entries(&self, j: usize) {
+        let skip = j * SKIP_ENTRY_BYTES;
+        super::prefetch(self.skips.get(skip..skip + SKIP_ENTRY_BYTES).unwrap_or(&[]));
+        let max = j * BLOCK_MAX_BYTES;
+        super::prefetch(self.maxes.get(max..max + BLOCK_MAX_BYTES).unwrap_or(&[]));
+    }
+
     /// Block `j`'s docID bounds.
     pub fn bounds(&self, j: usize) -> BlockBounds {
         bounds_of(|k| self.skip(k), j, self.df as usize)

@@ -523,17 +523,8 @@ impl Index {
     /// [`Index::scoring_length`]: a hint, nothing where the architecture has no prefetch.
     #[inline]
     pub fn prefetch_scoring_length(&self, d: DocId) {
-        #[cfg(target_arch = "x86_64")]
-        if let Some(p) = self.docs.section(0).get(d as usize * 4) {
-            // SAFETY: a prefetch never faults, and the address is inside the mapping.
-            unsafe {
-                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-                    (p as *const u8).cast(),
-                )
-            }
-        }
-        #[cfg(not(target_arch = "x86_64"))]
-        let _ = d;
+        let at = d as usize * 4;
+        super::prefetch(self.docs.section(0).get(at..at + 4).unwrap_or(&[]));
     }
 
     /// The one-byte code of a floor of document `d`'s scoring length (`super::lengths`, whose

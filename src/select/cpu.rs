@@ -20,6 +20,10 @@ use crate::index::codecs::BLOCK_LEN;
 use crate::index::lengths::floor_of;
 use crate::index::{DocId, Index, PostingCursor, PostingList, TERMINATED};
 
+/// Blocks ahead of a block-max place whose entries are asked for when the place moves: windows
+/// mostly move one block at a time, and the entries of the next ones are then in cache.
+const ENTRIES_AHEAD: usize = 4;
+
 /// One distinct query term that is in the index.
 struct Term<'a> {
     /// Position among the query's distinct terms (the summation order).
@@ -52,11 +56,20 @@ impl<'a> Term<'a> {
         if doc > self.shallow_last {
             let j = self.cursor.shallow_seek(self.shallow, doc)?;
             let list = self.cursor.list();
+            list.prefetch_entries(j + ENTRIES_AHEAD);
             self.shallow = j;
             self.shallow_last = list.block_last(j);
             self.shallow_bound = self.scorer.max_bound(&list.block_max(j));
         }
         Some((self.shallow_last, self.shallow_bound))
+    }
+
+    /// Asks for the block at the block-max place to be brought into the cache when the cursor is
+    /// not on it yet (a window's candidates at or after `doc` are sought in it).
+    fn prefetch_window_block(&self, doc: DocId) {
+        if self.cursor.block_last() < doc {
+            self.cursor.list().prefetch_block(self.shallow);
+        }
     }
 
     /// An upper bound of the term's contribution to any document.
@@ -205,7 +218,12 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
             }
         }
         let (leader, others) = terms.split_first_mut().expect("at least one term");
-        let first = leader.cursor.seek(doc);
+        // Its candidates are sought in the other lists' blocks at the window: asked for now,
+        // their reads overlap the leader's.
+        for t in others.iter() {
+            t.prefetch_window_block(doc);
+        }
+        let first = leader.cursor.seek_to_walk(doc);
         if first > window_end {
             doc = first;
             continue;
@@ -424,7 +442,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
         // each needs its length (a cache miss, most of the time): asked for all at once here,
         // the reads overlap rather than stall one candidate at a time.
         for &i in essential {
-            terms[i].cursor.seek(start);
+            terms[i].cursor.seek_to_walk(start);
             let (docs, _) = terms[i].cursor.block_rest();
             for &d in &docs[..docs.partition_point(|&d| d <= window_end)] {
                 index.prefetch_scoring_length(d);

@@ -342,6 +342,30 @@ pub(crate) fn unpack(
     }
 }
 
+/// Value `i` of `n` values of `width` bits in the `PACK` layout at the start of `bytes`, read in
+/// place (the others are not unpacked). Words past the end of `bytes` read as zero.
+#[inline]
+pub(crate) fn packed_value(bytes: &[u8], n: usize, width: u8, i: usize) -> u32 {
+    let (word, shift) = match n == BLOCK_LEN {
+        // Lane i % 4 at bit (i / 4)·width of the lane, whose word k is word 4k + lane.
+        true => {
+            let at = i / 4 * width as usize;
+            (4 * (at / 32) + i % 4, at % 32)
+        }
+        false => {
+            let at = i * width as usize;
+            (at / 32, at % 32)
+        }
+    };
+    let next = match n == BLOCK_LEN {
+        true => word + 4,
+        false => word + 1,
+    };
+    let read = |w: usize| bytes.get(4 * w..4 * w + 4).map_or(0, |b| read_u32(b, 0)) as u64;
+    let pair = read(word) | read(next) << 32;
+    ((pair >> shift) & ((1u64 << width) - 1)) as u32
+}
+
 /// Appends `values` at `width` bits in the `SEQ` layout.
 pub(crate) fn pack_seq(values: &[u32], width: u8, out: &mut Vec<u8>) {
     let mut acc = 0u64;
@@ -617,6 +641,24 @@ pub(crate) mod tests {
         #[test]
         fn random_lists_round_trip((docs, tfs) in list_strategy()) {
             round_trip(&docs, &tfs);
+        }
+    }
+
+    proptest! {
+        /// A value read in place is the one unpacking gives, in either layout, at any width.
+        #[test]
+        fn packed_values_read_in_place_match_unpacking(
+            values in proptest::collection::vec(any::<u32>(), 1..=BLOCK_LEN),
+            width in 0u8..=32,
+        ) {
+            let mask = ((1u64 << width) - 1) as u32;
+            let values: Vec<u32> = values.iter().map(|v| v & mask).collect();
+            let packer = BitPacker4x::new();
+            let mut out = Vec::new();
+            pack(&packer, &values, width, &mut out);
+            for (i, &v) in values.iter().enumerate() {
+                prop_assert_eq!(packed_value(&out, values.len(), width, i), v);
+            }
         }
     }
 

@@ -15,6 +15,8 @@
 //! (dev machine)".
 
 use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
@@ -22,7 +24,8 @@ use rankserve::api::feature_matrix;
 use rankserve::api::msgpack_rank;
 use rankserve::api::Format;
 use rankserve::bench::replay::synth_requests;
-use rankserve::rank::store::RankerStore;
+use rankserve::bench::selection::Clock;
+use rankserve::rank::store::{LoadedRanker, RankerStore};
 
 /// The allocator of the `rankserve` binary, so that the bench measures what the server runs.
 #[global_allocator]
@@ -31,13 +34,18 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 const DOCS: usize = 1000;
 const RANKER: &str = "medium";
 
-fn bench(c: &mut Criterion) {
+/// The bundled medium ranker, as the server loads it.
+fn medium_ranker() -> Arc<LoadedRanker> {
     let store = RankerStore::open(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("rankers"),
         1 << 30,
     )
     .expect("the bundled rankers open");
-    let loaded = store.get(RANKER).expect("the medium ranker loads");
+    store.get(RANKER).expect("the medium ranker loads")
+}
+
+fn bench(c: &mut Criterion) {
+    let loaded = medium_ranker();
     let request = synth_requests(RANKER, &loaded.ranker, DOCS, 1, None, 1)
         .pop()
         .expect("one request");
@@ -130,5 +138,54 @@ fn bench(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, bench);
+/// The fused device path's host side alone (`layout` above) per document: 1 000 and 10 000
+/// documents, on one thread timed by its CPU clock (in a pool of one thread: on a machine
+/// shared with other work it leaves out the time the thread waits for a core), and on the
+/// server's default `cpu_threads` by the wall clock.
+fn bench_layout(c: &mut Criterion) {
+    let loaded = medium_ranker();
+    let gather = (loaded.fe.as_ref())
+        .expect("FE serves the ranker")
+        .gather_map();
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let one_thread = rayon::ThreadPoolBuilder::new()
+        .num_threads(1)
+        .build()
+        .expect("a pool of one thread");
+    let mut group = c.benchmark_group("layout");
+    for docs in [1_000, 10_000] {
+        let request = synth_requests(RANKER, &loaded.ranker, docs, 1, None, 1)
+            .pop()
+            .expect("one request");
+        let body = Bytes::from(
+            Format::Msgpack
+                .encode(&request)
+                .expect("the request encodes"),
+        );
+        let lay_out = |threads| {
+            let framed = msgpack_rank::frame(body.clone()).expect("frames");
+            (framed.fe_layouts(&gather, 65_536, threads, None))
+                .expect("hit documents")
+                .expect("within the kernel's limits")
+        };
+        group.throughput(Throughput::Elements(docs as u64));
+        let id = BenchmarkId::new(format!("{docs}_docs"), "1_thread_cpu_clock");
+        group.bench_function(id, |b| {
+            b.iter_custom(|iters| {
+                one_thread.install(|| {
+                    let start = Clock::ThreadCpu.now_us();
+                    for _ in 0..iters {
+                        std::hint::black_box(lay_out(1));
+                    }
+                    Duration::from_secs_f64((Clock::ThreadCpu.now_us() - start) / 1e6)
+                })
+            })
+        });
+        let id = BenchmarkId::new(format!("{docs}_docs"), format!("{threads}_threads"));
+        group.bench_function(id, |b| b.iter(|| lay_out(threads)));
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench, bench_layout);
 criterion_main!(benches);

@@ -31,12 +31,13 @@ use bytes::Bytes;
 use rayon::prelude::*;
 
 use self::parallel::{chain_walks, frame_in_parallel, guess_document_start, guess_tail};
-use self::reader::Reader;
+use self::reader::{catalogue_slot, is_utf8, HitSink, Reader, StreamCheck};
 use super::RankRequest;
 use crate::gpu::pinned::PinnedPool;
 use crate::gpu::GpuError;
 use crate::rank::fe::{
     fill_rows_in_chunks, FeError, FeatureResolver, GatherMap, HitDocument, HitStream, Prepared,
+    STREAMS,
 };
 use crate::rank::gpu::layout::{FeLayout, LayoutPart};
 
@@ -393,32 +394,25 @@ impl Framed {
         // Room for the documents the run's bytes hold at this body's mean document size.
         let mean = ((self.end - self.first) / self.len.max(1)).max(MIN_DOCUMENT_BYTES);
         let room = max.min((to.saturating_sub(start)).div_ceil(mean) + 1);
-        let mut part = LayoutPart::with_capacity(room, reading.static_keys.len());
-        let mut buffers = DocumentBuffers::default();
+        let mut sink = LayoutSink::new(
+            LayoutPart::with_capacity(room, reading.static_keys.len()),
+            reading,
+        );
         let mut docs = 0;
         while reader.pos < to && docs < max {
             // A feature vector is the rows path's.
-            reader.framed_document(&mut buffers, |_| Err(Unhandled))?;
+            (reader.framed_document(|_| Err(Unhandled), |r| r.hit_document_into(&mut sink)))?;
             if ends.is_some_and(|ends| ends[docs] != reader.pos) {
                 return Err(Unhandled);
             }
-            let value = |key: &str| buffers.static_value(key);
-            // The error's index is dropped with the error: the full path reports it.
-            (part.push(
-                docs,
-                &buffers.hits,
-                reading.terms,
-                reading.static_keys,
-                value,
-            ))
-            .map_err(|_| Unhandled)?;
+            sink.push_document()?;
             docs += 1;
         }
         Ok(LaidOut {
             start,
             next: reader.pos,
             docs,
-            part,
+            part: sink.part,
         })
     }
 
@@ -438,6 +432,89 @@ struct Reading<'a> {
     terms: u32,
     /// The static features the ranker reads, in its gather map's order.
     static_keys: &'a [String],
+}
+
+/// A run's layout as its documents are read: a document's catalogue streams wait by slot and
+/// its static features by key until it is read whole, then it is appended to the run's part
+/// (the layout has streams in catalogue order, the wire any order). Hits are checked as they
+/// are read: an invalid document is the full path's.
+struct LayoutSink<'r> {
+    part: LayoutPart,
+    /// The document's catalogue streams by slot; an absent one is empty, as it lays out.
+    streams: [HitStream; STREAMS.len()],
+    /// A stream outside the catalogue, read to be checked only.
+    other: HitStream,
+    /// The document's value of each of `reading.static_keys`, NaN when absent.
+    statics: Vec<f64>,
+    reading: &'r Reading<'r>,
+}
+
+impl<'r> LayoutSink<'r> {
+    fn new(part: LayoutPart, reading: &'r Reading<'r>) -> Self {
+        LayoutSink {
+            part,
+            streams: Default::default(),
+            other: HitStream::default(),
+            statics: vec![f64::NAN; reading.static_keys.len()],
+            reading,
+        }
+    }
+
+    /// Appends the document read to the part.
+    fn push_document(&mut self) -> Read<()> {
+        let statics = self.statics.iter().copied();
+        (self
+            .part
+            .push_valid(|slot| Some(&self.streams[slot]), statics))
+        .map_err(|_| Unhandled)
+    }
+}
+
+impl<'a> HitSink<'a> for LayoutSink<'_> {
+    fn clear(&mut self) {
+        for stream in &mut self.streams {
+            stream.length = 0;
+            stream.phrases.clear();
+        }
+        self.statics.fill(f64::NAN);
+    }
+
+    #[inline]
+    fn id(&mut self, id: Option<&'a [u8]>) -> Read<()> {
+        match id.is_none_or(is_utf8) {
+            true => Ok(()),
+            false => Err(Unhandled),
+        }
+    }
+
+    #[inline]
+    fn stream(&mut self, name: &'a [u8]) -> Read<&mut HitStream> {
+        match catalogue_slot(name) {
+            Some(slot) => Ok(&mut self.streams[slot]),
+            None if is_utf8(name) => Ok(&mut self.other),
+            None => Err(Unhandled),
+        }
+    }
+
+    #[inline]
+    fn stream_read(&mut self, check: StreamCheck) -> Read<()> {
+        match check.is_valid(self.reading.terms) {
+            true => Ok(()),
+            false => Err(Unhandled),
+        }
+    }
+
+    /// A repeated name keeps its last value, as in the decoded map.
+    #[inline]
+    fn static_feature(&mut self, name: &'a [u8], value: f64) -> Read<()> {
+        let keys = self.reading.static_keys;
+        match keys.iter().position(|key| key.as_bytes() == name) {
+            Some(k) => self.statics[k] = value,
+            None if is_utf8(name) => {}
+            None => return Err(Unhandled),
+        }
+        Ok(())
+    }
 }
 
 /// A run of consecutive documents laid out by one task.
@@ -978,6 +1055,212 @@ mod tests {
         assert!(framed
             .feature_matrix(loaded.fe.as_ref(), loaded.ranker.features.len(), 2)
             .is_some());
+    }
+
+    /// MessagePack written as given: map entries in this order, repeated keys kept, strings
+    /// as bytes (invalid UTF-8 included).
+    #[derive(Clone)]
+    enum Wire {
+        Map(Vec<(&'static [u8], Wire)>),
+        Array(Vec<Wire>),
+        U32(u32),
+        F64(f64),
+        Str(&'static [u8]),
+    }
+
+    impl Wire {
+        fn phrases(phrases: &[&[[u32; 2]]]) -> Wire {
+            let hit = |hit: &[u32; 2]| Wire::Array(hit.map(Wire::U32).into());
+            Wire::Array(
+                phrases
+                    .iter()
+                    .map(|p| Wire::Array(p.iter().map(hit).collect()))
+                    .collect(),
+            )
+        }
+
+        fn stream(length: u32, phrases: &[&[[u32; 2]]]) -> Wire {
+            Wire::Map(vec![
+                (b"length", Wire::U32(length)),
+                (b"phrases", Wire::phrases(phrases)),
+            ])
+        }
+
+        /// In the shortest forms, as clients write it.
+        fn write(&self, out: &mut Vec<u8>) {
+            let len = |out: &mut Vec<u8>, fixed: u8, long: u8, len: usize| match len < 16 {
+                true => out.push(fixed | len as u8),
+                false => {
+                    out.push(long);
+                    out.extend((len as u16).to_be_bytes());
+                }
+            };
+            match self {
+                Wire::Map(entries) => {
+                    len(out, 0x80, 0xde, entries.len());
+                    for (key, value) in entries {
+                        Wire::Str(key).write(out);
+                        value.write(out);
+                    }
+                }
+                Wire::Array(items) => {
+                    len(out, 0x90, 0xdc, items.len());
+                    items.iter().for_each(|item| item.write(out));
+                }
+                Wire::U32(v @ 0..=0x7f) => out.push(*v as u8),
+                Wire::U32(v) => {
+                    out.push(0xce);
+                    out.extend(v.to_be_bytes());
+                }
+                Wire::F64(v) => {
+                    out.push(0xcb);
+                    out.extend(v.to_be_bytes());
+                }
+                Wire::Str(bytes) => {
+                    len(out, 0xa0, 0xda, bytes.len());
+                    out.extend(*bytes);
+                }
+            }
+        }
+    }
+
+    /// Odd hit documents the layout path must lay out as the full path does, or leave to it:
+    /// each one put among 90 valid documents (runs of one document and more, framed and not),
+    /// checked by [`layouts_equal_the_full_path`].
+    #[test]
+    fn odd_hit_documents_lay_out_as_the_full_path_or_are_left_to_it() {
+        let store = store();
+        let loaded = store.get("medium").unwrap();
+        let streams =
+            |streams: Vec<(&'static [u8], Wire)>| Wire::Map(vec![(b"streams", Wire::Map(streams))]);
+        let statics =
+            |statics: Vec<(&'static [u8], Wire)>| Wire::Map(vec![(b"static", Wire::Map(statics))]);
+        let valid = Wire::Map(vec![
+            (b"id", Wire::Str(b"d")),
+            (
+                b"streams",
+                Wire::Map(vec![
+                    (
+                        b"body",
+                        Wire::stream(900, &[&[[0, 3], [1, 200]], &[[2, 700]]]),
+                    ),
+                    (b"title", Wire::stream(9, &[&[[1, 0]]])),
+                ]),
+            ),
+            (
+                b"static",
+                Wire::Map(vec![
+                    (b"static_rank", Wire::F64(0.5)),
+                    (b"spam", Wire::F64(1.0)),
+                ]),
+            ),
+        ]);
+        let q64 = Wire::stream(64, &[&[[63, 0], [0, 63]]]);
+        let length_last = |position| {
+            let phrases = Wire::phrases(&[&[[0, position]]]);
+            Wire::Map(vec![(b"phrases", phrases), (b"length", Wire::U32(5))])
+        };
+        // (document, the query's terms, whether it is laid out)
+        let cases = [
+            (valid.clone(), 3, true),
+            (Wire::Map(vec![]), 3, true),
+            (streams(vec![]), 3, true),
+            (streams(vec![(b"body", Wire::stream(0, &[]))]), 3, true),
+            (
+                streams(vec![(b"url", Wire::stream(4, &[&[], &[[0, 3]], &[]]))]),
+                3,
+                true,
+            ),
+            (streams(vec![(b"body", q64.clone())]), 64, true),
+            (streams(vec![(b"body", q64)]), 63, false),
+            (streams(vec![(b"anchor", length_last(4))]), 3, true),
+            (streams(vec![(b"anchor", length_last(5))]), 3, false),
+            // A repeated stream keeps its last copy.
+            (
+                streams(vec![
+                    (b"body", Wire::stream(9, &[&[[0, 1]]])),
+                    (b"body", Wire::stream(30, &[&[[2, 20]]])),
+                ]),
+                3,
+                true,
+            ),
+            // Streams outside the catalogue are checked, not laid out.
+            (
+                streams(vec![
+                    (b"headings", Wire::stream(9, &[&[[0, 1]]])),
+                    ("körper".as_bytes(), Wire::stream(3, &[])),
+                ]),
+                3,
+                true,
+            ),
+            (
+                streams(vec![(b"headings", Wire::stream(9, &[&[[0, 9]]]))]),
+                3,
+                false,
+            ),
+            (
+                streams(vec![(b"body", Wire::stream(9, &[&[[3, 1]]]))]),
+                3,
+                false,
+            ),
+            (
+                streams(vec![(b"body", Wire::stream(9, &[&[[0, 4]], &[[1, 4]]]))]),
+                3,
+                false,
+            ),
+            (
+                streams(vec![(b"body", Wire::stream(9, &[&[[0, 5], [1, 2]]]))]),
+                3,
+                false,
+            ),
+            (streams(vec![(b"b\xffdy", Wire::stream(9, &[]))]), 3, false),
+            // NaN, infinite, repeated, integer and missing static features.
+            (
+                statics(vec![(b"static_rank", Wire::F64(f64::NAN))]),
+                3,
+                true,
+            ),
+            (
+                statics(vec![
+                    (b"page_quality", Wire::F64(f64::INFINITY)),
+                    (b"page_quality", Wire::F64(-2.0)),
+                ]),
+                3,
+                true,
+            ),
+            (statics(vec![(b"static_rank", Wire::U32(7))]), 3, true),
+            (statics(vec![(b"\xffx", Wire::F64(1.0))]), 3, false),
+            // Ids: any UTF-8, or the full path's error.
+            (
+                Wire::Map(vec![(b"id", Wire::Str("dé".as_bytes()))]),
+                3,
+                true,
+            ),
+            (Wire::Map(vec![(b"id", Wire::Str(b"d\xff"))]), 3, false),
+        ];
+        for (i, (odd, terms, laid_out)) in cases.into_iter().enumerate() {
+            let mut documents = vec![valid.clone(); 90];
+            documents[45] = odd;
+            let documents = documents
+                .into_iter()
+                .map(|hits| Wire::Map(vec![(b"hits", hits)]));
+            let idf = Wire::Array((0..terms).map(|t| Wire::F64(1.0 + f64::from(t))).collect());
+            let avg_length = Wire::Map(vec![(b"body", Wire::F64(400.0))]);
+            let request = Wire::Map(vec![
+                (b"ranker", Wire::Str(b"medium")),
+                (b"documents", Wire::Array(documents.collect())),
+                (
+                    b"query",
+                    Wire::Map(vec![(b"terms", Wire::U32(terms)), (b"idf", idf)]),
+                ),
+                (b"stats", Wire::Map(vec![(b"avg_length", avg_length)])),
+            ]);
+            let mut body = Vec::new();
+            request.write(&mut body);
+            let full = Format::Msgpack.decode_rank_request(&body).ok();
+            let got = layouts_equal_the_full_path(&body, full.as_ref(), &loaded);
+            assert_eq!(got, laid_out, "case {i}");
+        }
     }
 
     #[test]

@@ -7,34 +7,131 @@ use std::collections::BTreeMap;
 use super::{DocumentBuffers, Fused, Given, Read, Unhandled};
 use crate::api::{FeatureValues, RankDocument, RankRequest, MAX_DOCUMENTS};
 use crate::backend::Backend;
-use crate::rank::fe::{CorpusStats, HitDocument, HitStream, Phrases, QueryInfo, Streams, STREAMS};
+use crate::rank::fe::{CorpusStats, HitDocument, HitStream, Phrases, QueryInfo, STREAMS};
 
-/// Where a hit document's static features go as they are read: the document's map, or (the
-/// fused decode) a list whose names borrow the body.
-trait StaticSink<'a> {
+/// Where a hit document goes as it is read ([`Reader::hit_document_into`]): a
+/// [`HitDocument`] (the full decode), a reused one ([`DocumentBuffers`], the rows path's FE
+/// reads it) or the next document of a layout part (`LayoutSink`, the fused device path).
+pub(super) trait HitSink<'a> {
+    /// Forgets the document read before.
     fn clear(&mut self);
-    fn insert(&mut self, name: &'a str, value: f64);
+    /// The document's id (`None` when absent or `nil`); `Unhandled` when it is not valid
+    /// UTF-8.
+    fn id(&mut self, id: Option<&'a [u8]>) -> Read<()>;
+    /// Where to read the stream called `name` (the reader replaces its length and phrases);
+    /// `Unhandled` when the name is not valid UTF-8.
+    fn stream(&mut self, name: &'a [u8]) -> Read<&mut HitStream>;
+    /// The stream last given by [`HitSink::stream`] is read: what its hits show of the
+    /// validation rules.
+    fn stream_read(&mut self, check: StreamCheck) -> Read<()>;
+    /// A static feature; `Unhandled` when its name is not valid UTF-8.
+    fn static_feature(&mut self, name: &'a [u8], value: f64) -> Read<()>;
 }
 
-impl StaticSink<'_> for BTreeMap<String, f64> {
+/// `bytes` as a `str` when valid UTF-8.
+pub(super) fn utf8(bytes: &[u8]) -> Read<&str> {
+    std::str::from_utf8(bytes).map_err(|_| Unhandled)
+}
+
+/// Whether `bytes` are valid UTF-8. Names and ids are short and mostly ASCII: checked as such
+/// first, inline, saving the general check's call.
+pub(super) fn is_utf8(bytes: &[u8]) -> bool {
+    bytes.is_ascii() || std::str::from_utf8(bytes).is_ok()
+}
+
+/// The catalogue slot (index in [`STREAMS`]) of a stream named `name`.
+pub(super) fn catalogue_slot(name: &[u8]) -> Option<usize> {
+    STREAMS.iter().position(|stream| stream.as_bytes() == name)
+}
+
+/// A fresh document each time (the full decode).
+impl<'a> HitSink<'a> for HitDocument {
     fn clear(&mut self) {
-        BTreeMap::clear(self);
+        *self = HitDocument::default();
     }
 
-    fn insert(&mut self, name: &str, value: f64) {
-        BTreeMap::insert(self, name.to_string(), value);
+    fn id(&mut self, id: Option<&'a [u8]>) -> Read<()> {
+        self.id = id.map(utf8).transpose()?.map(str::to_string);
+        Ok(())
+    }
+
+    fn stream(&mut self, name: &'a [u8]) -> Read<&mut HitStream> {
+        Ok(match catalogue_slot(name) {
+            Some(slot) => self.streams.slot_mut(slot, &mut Vec::new()),
+            None => self.streams.other_mut(utf8(name)?),
+        })
+    }
+
+    fn stream_read(&mut self, _: StreamCheck) -> Read<()> {
+        Ok(())
+    }
+
+    fn static_feature(&mut self, name: &'a [u8], value: f64) -> Read<()> {
+        self.static_features.insert(utf8(name)?.to_string(), value);
+        Ok(())
     }
 }
 
-impl<'a> StaticSink<'a> for Vec<(&'a str, f64)> {
+/// Vectors reused from document to document: streams of earlier documents wait in `spare`,
+/// the id's string is kept, static features borrow their names from the body.
+impl<'a> HitSink<'a> for DocumentBuffers<'a> {
     fn clear(&mut self) {
-        Vec::clear(self);
+        self.hits.streams.clear_into(&mut self.spare);
+        self.statics.clear();
+    }
+
+    fn id(&mut self, id: Option<&'a [u8]>) -> Read<()> {
+        match id {
+            Some(given) => {
+                let kept = self.hits.id.get_or_insert_with(String::new);
+                kept.clear();
+                kept.push_str(utf8(given)?);
+            }
+            None => self.hits.id = None,
+        }
+        Ok(())
+    }
+
+    fn stream(&mut self, name: &'a [u8]) -> Read<&mut HitStream> {
+        let streams = &mut self.hits.streams;
+        Ok(match catalogue_slot(name) {
+            Some(slot) => streams.slot_mut(slot, &mut self.spare),
+            None => streams.other_mut(utf8(name)?),
+        })
+    }
+
+    fn stream_read(&mut self, _: StreamCheck) -> Read<()> {
+        Ok(())
     }
 
     /// A repeated name is kept twice; lookups search from the end, so the last value wins as
     /// in the map.
-    fn insert(&mut self, name: &'a str, value: f64) {
-        self.push((name, value));
+    fn static_feature(&mut self, name: &'a [u8], value: f64) -> Read<()> {
+        self.statics.push((utf8(name)?, value));
+        Ok(())
+    }
+}
+
+/// What a stream's hits show of the validation rules ([`crate::rank::fe::hits`]), gathered as
+/// they are read, to be checked against the query's terms.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct StreamCheck {
+    length: u32,
+    /// Whether positions strictly increase along the stream.
+    increasing: bool,
+    /// One past the largest term given (0 without hits).
+    term_end: u64,
+    /// One past the last position given (0 without hits).
+    position_end: u64,
+}
+
+impl StreamCheck {
+    /// Whether every hit is valid for a query of `terms` terms: terms below it, positions
+    /// strictly increasing, so all below the length when the last one is.
+    pub(super) fn is_valid(&self, terms: u32) -> bool {
+        self.increasing
+            && self.term_end <= u64::from(terms)
+            && self.position_end <= u64::from(self.length)
     }
 }
 
@@ -169,6 +266,11 @@ impl<'a> Reader<'a> {
 
     /// An `f64` field: serde takes any integer or float and converts it with `as`.
     fn f64(&mut self) -> Read<f64> {
+        // Most are written as f64: read those without the dispatch.
+        if self.bytes.get(self.pos) == Some(&0xcb) {
+            self.pos += 1;
+            return Ok(f64::from_be_bytes(self.be()?));
+        }
         Ok(match self.number()? {
             Number::Unsigned(v) => v as f64,
             Number::Signed(v) => v as f64,
@@ -189,13 +291,25 @@ impl<'a> Reader<'a> {
         Ok(value)
     }
 
+    #[inline]
     fn u32(&mut self) -> Read<u32> {
-        // Most hit terms and positions are positive fixints: read them without the dispatch.
-        if let Some(&fixint @ 0x00..=0x7f) = self.bytes.get(self.pos) {
-            self.pos += 1;
-            return Ok(u32::from(fixint));
+        // Most hit terms and positions are positive fixints, most others 8 or 16 bits: read
+        // them without the dispatch.
+        match self.peek()? {
+            fixint @ 0x00..=0x7f => {
+                self.pos += 1;
+                Ok(u32::from(fixint))
+            }
+            0xcc => {
+                self.pos += 1;
+                Ok(u32::from(self.byte()?))
+            }
+            0xcd => {
+                self.pos += 1;
+                Ok(u32::from(u16::from_be_bytes(self.be()?)))
+            }
+            _ => Ok(self.unsigned(u64::from(u32::MAX))? as u32),
         }
-        Ok(self.unsigned(u64::from(u32::MAX))? as u32)
     }
 
     fn bool(&mut self) -> Read<bool> {
@@ -344,118 +458,109 @@ impl<'a> Reader<'a> {
 
     fn hit_document(&mut self) -> Read<HitDocument> {
         let mut doc = HitDocument::default();
-        let mut statics = BTreeMap::new();
-        self.hit_document_into(&mut doc, &mut statics, &mut Vec::new())?;
-        doc.static_features = statics;
+        self.hit_document_into(&mut doc)?;
         Ok(doc)
     }
 
-    /// A hit document into `doc`'s id and streams and `statics` (`doc`'s static map is left
-    /// alone), replacing what they held: `spare` gives streams whose vectors are reused and
-    /// takes back those `doc` held.
-    fn hit_document_into(
-        &mut self,
-        doc: &mut HitDocument,
-        statics: &mut impl StaticSink<'a>,
-        spare: &mut Vec<HitStream>,
-    ) -> Read<()> {
-        doc.streams.clear_into(spare);
-        statics.clear();
+    /// A hit document into `sink`, which forgets the one before.
+    pub(super) fn hit_document_into(&mut self, sink: &mut impl HitSink<'a>) -> Read<()> {
+        sink.clear();
         let (mut id, mut streams, mut static_features) = (false, false, false);
         for _ in 0..self.map_len()? {
             match self.str_bytes()? {
                 b"id" => {
                     first_time(&mut id)?;
-                    match self.optional(Self::str)? {
-                        Some(given) => {
-                            let kept = doc.id.get_or_insert_with(String::new);
-                            kept.clear();
-                            kept.push_str(given);
-                        }
-                        None => doc.id = None,
-                    }
+                    let given = self.optional(Self::str_bytes)?;
+                    sink.id(given)?;
                 }
                 b"streams" => {
                     first_time(&mut streams)?;
-                    self.streams_into(&mut doc.streams, spare)?;
+                    // A repeated name keeps its last stream, as serde's visitor does: the
+                    // sink gives the same stream again.
+                    for _ in 0..self.map_len()? {
+                        let name = self.str_bytes()?;
+                        let check = self.hit_stream_into(sink.stream(name)?)?;
+                        sink.stream_read(check)?;
+                    }
                 }
                 b"static" => {
                     first_time(&mut static_features)?;
                     for _ in 0..self.map_len()? {
-                        let name = self.str()?;
-                        statics.insert(name, self.f64()?);
+                        let name = self.str_bytes()?;
+                        sink.static_feature(name, self.f64()?)?;
                     }
                 }
                 _ => return Err(Unhandled),
             }
         }
         if !id {
-            doc.id = None;
+            sink.id(None)?;
         }
         Ok(())
     }
 
-    /// Streams by name into empty `streams`, each read into a stream taken from `spare` (or a
-    /// new one); a repeated name keeps its last stream, as serde's visitor does.
-    fn streams_into(&mut self, streams: &mut Streams, spare: &mut Vec<HitStream>) -> Read<()> {
-        for _ in 0..self.map_len()? {
-            let name = self.str_bytes()?;
-            let mut stream = spare.pop().unwrap_or_default();
-            // Catalogue names (most streams) are matched as bytes, saving the UTF-8 check and a
-            // second lookup by name.
-            match STREAMS.iter().position(|stream| stream.as_bytes() == name) {
-                Some(slot) => {
-                    self.hit_stream_into(&mut stream)?;
-                    spare.extend(streams.set_slot(slot, stream));
-                }
-                None => {
-                    let name = std::str::from_utf8(name).map_err(|_| Unhandled)?;
-                    self.hit_stream_into(&mut stream)?;
-                    streams.insert(name, stream);
-                }
-            }
-        }
-        Ok(())
-    }
-
-    /// A stream into `stream`, replacing its length and phrases (their vectors are reused).
-    fn hit_stream_into(&mut self, stream: &mut HitStream) -> Read<()> {
-        let (mut length, mut phrases) = (None, false);
-        let (hits, ends) = stream.phrases.parts_mut();
-        hits.clear();
-        ends.clear();
+    /// A stream into `stream`, replacing its length and phrases (their vectors are reused);
+    /// what its hits show of the validation rules.
+    fn hit_stream_into(&mut self, stream: &mut HitStream) -> Read<StreamCheck> {
+        let (mut length, mut phrases) = (None, None);
+        stream.phrases.clear();
         for _ in 0..self.map_len()? {
             match self.str_bytes()? {
                 b"length" => set_once(&mut length, self.u32()?)?,
-                b"phrases" => {
-                    first_time(&mut phrases)?;
-                    self.phrases_into(&mut stream.phrases)?;
-                }
+                b"phrases" => set_once(&mut phrases, self.phrases_into(&mut stream.phrases)?)?,
                 _ => return Err(Unhandled),
             }
         }
         stream.length = length.ok_or(Unhandled)?;
-        Ok(())
+        let (increasing, term_end, position_end) = phrases.unwrap_or((true, 0, 0));
+        Ok(StreamCheck {
+            length: stream.length,
+            increasing,
+            term_end,
+            position_end,
+        })
     }
 
     /// Phrases, each a list of `[term, position]` hits (2-element arrays in fixarray form;
-    /// other forms are left to serde), into empty `phrases`.
-    fn phrases_into(&mut self, phrases: &mut Phrases) -> Read<()> {
+    /// other forms are left to serde), into empty `phrases`; whether positions strictly
+    /// increase, one past the largest term, one past the last position (see [`StreamCheck`]).
+    fn phrases_into(&mut self, phrases: &mut Phrases) -> Read<(bool, u64, u64)> {
+        // A copy of the reader: its position stays in a register through the loop.
+        let mut reader = Reader { ..*self };
         let (hits, ends) = phrases.parts_mut();
-        let phrase_count = self.array_len()?;
-        ends.reserve(self.capacity(phrase_count));
+        let (mut increasing, mut term_end, mut position_end) = (true, 0, 0);
+        let phrase_count = reader.array_len()?;
+        ends.reserve(reader.capacity(phrase_count));
         for _ in 0..phrase_count {
-            let hit_count = self.array_len()?;
-            hits.reserve(self.capacity(hit_count));
+            let hit_count = reader.array_len()?;
+            hits.reserve(reader.capacity(hit_count));
             for _ in 0..hit_count {
-                if self.byte()? != 0x92 {
-                    return Err(Unhandled);
-                }
-                hits.push([self.u32()?, self.u32()?]);
+                let [term, position] = reader.hit()?;
+                increasing &= u64::from(position) >= position_end;
+                position_end = u64::from(position) + 1;
+                term_end = term_end.max(u64::from(term) + 1);
+                hits.push([term, position]);
             }
             ends.push(hits.len());
         }
-        Ok(())
+        self.pos = reader.pos;
+        Ok((increasing, term_end, position_end))
+    }
+
+    /// A `[term, position]` hit.
+    #[inline]
+    fn hit(&mut self) -> Read<[u32; 2]> {
+        // Most hits are a fixarray of two positive fixints: read those in one go.
+        if let Some(&[0x92, term @ 0x00..=0x7f, position @ 0x00..=0x7f]) =
+            self.bytes.get(self.pos..self.pos + 3)
+        {
+            self.pos += 3;
+            return Ok([u32::from(term), u32::from(position)]);
+        }
+        if self.byte()? != 0x92 {
+            return Err(Unhandled);
+        }
+        Ok([self.u32()?, self.u32()?])
     }
 
     /// One document of a framed request into `row` (the ranker's width): its feature vector
@@ -468,7 +573,7 @@ impl<'a> Reader<'a> {
         buffers: &mut DocumentBuffers<'a>,
         row: &mut [f64],
     ) -> Read<()> {
-        let given = self.framed_document(buffers, |r| {
+        let features = |r: &mut Self| {
             if r.array_len()? != row.len() {
                 return Err(Unhandled);
             }
@@ -476,7 +581,8 @@ impl<'a> Reader<'a> {
                 *slot = r.optional(Self::f64)?.unwrap_or(f64::NAN);
             }
             Ok(())
-        })?;
+        };
+        let given = self.framed_document(features, |r| r.hit_document_into(buffers))?;
         if given == Given::Hits {
             let resolver = fused.resolver.ok_or(Unhandled)?;
             let query = fused.query.as_ref().ok_or(Unhandled)?;
@@ -487,17 +593,16 @@ impl<'a> Reader<'a> {
         Ok(())
     }
 
-    /// One document of a framed request: its hits into `buffers` (the document and its static
-    /// features), or its feature vector read by `features` (called with the reader at the
-    /// vector). Which of the two it gave; a document with neither or both (not `nil`) is the
-    /// full path's error.
+    /// One document of a framed request: its feature vector read by `features` or its hits by
+    /// `hits` (each called with the reader at the value). Which of the two it gave; a document
+    /// with neither or both (not `nil`) is the full path's error.
     pub(super) fn framed_document(
         &mut self,
-        buffers: &mut DocumentBuffers<'a>,
         features: impl FnOnce(&mut Self) -> Read<()>,
+        hits: impl FnOnce(&mut Self) -> Read<()>,
     ) -> Read<Given> {
         let (mut id, mut features_seen, mut hits_seen) = (false, false, false);
-        let mut features = Some(features);
+        let (mut features, mut hits) = (Some(features), Some(hits));
         let mut given = None;
         for _ in 0..self.map_len()? {
             let field = self.str_bytes()?;
@@ -513,7 +618,9 @@ impl<'a> Reader<'a> {
             }
             match field {
                 b"id" => {
-                    self.str()?;
+                    if !is_utf8(self.str_bytes()?) {
+                        return Err(Unhandled);
+                    }
                 }
                 // Both given is the full path's error.
                 _ if given.is_some() => return Err(Unhandled),
@@ -524,12 +631,7 @@ impl<'a> Reader<'a> {
                 }
                 _ => {
                     given = Some(Given::Hits);
-                    let DocumentBuffers {
-                        hits,
-                        statics,
-                        spare,
-                    } = buffers;
-                    self.hit_document_into(hits, statics, spare)?;
+                    (hits.take().ok_or(Unhandled)?)(self)?;
                 }
             }
         }

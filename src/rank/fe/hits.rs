@@ -94,6 +94,21 @@ impl Streams {
         self.catalogue[slot].replace(stream)
     }
 
+    /// The catalogue stream of `slot`, taken from `spare` (or new) when absent, for a decoder
+    /// that reads a stream into it in place (`api::msgpack_rank`).
+    ///
+    /// # Panics
+    /// When `slot >= STREAMS.len()`.
+    pub(crate) fn slot_mut(&mut self, slot: usize, spare: &mut Vec<HitStream>) -> &mut HitStream {
+        self.catalogue[slot].get_or_insert_with(|| spare.pop().unwrap_or_default())
+    }
+
+    /// The stream outside the catalogue called `name`, new when absent, for a decoder that
+    /// reads a stream into it in place.
+    pub(crate) fn other_mut(&mut self, name: &str) -> &mut HitStream {
+        self.others.entry(name.to_string()).or_default()
+    }
+
     /// Removes every stream, moving the catalogue streams onto `spare` (a decoder that reuses
     /// their vectors; `api::msgpack_rank`).
     pub(crate) fn clear_into(&mut self, spare: &mut Vec<HitStream>) {
@@ -288,6 +303,12 @@ impl Phrases {
     /// Each phrase's hits, in order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[[u32; 2]]> {
         (0..self.ends.len()).map(|phrase| &self[phrase])
+    }
+
+    /// Removes every phrase, keeping the vectors.
+    pub fn clear(&mut self) {
+        self.hits.clear();
+        self.ends.clear();
     }
 
     /// Appends a phrase.

@@ -13,8 +13,8 @@ use crate::gpu::pinned::{HostBuffer, PinnedPool};
 use crate::gpu::GpuError;
 use crate::rank::fe::catalogue::STREAMS;
 use crate::rank::fe::{
-    validate_document, CorpusStats, GatherMap, HitDocument, HitError, Prepared, QueryInfo, BM25F_B,
-    BM25F_K1, BM25F_WEIGHTS, BM25_B, BM25_K1,
+    validate_document, CorpusStats, GatherMap, HitDocument, HitError, HitStream, Prepared,
+    QueryInfo, BM25F_B, BM25F_K1, BM25F_WEIGHTS, BM25_B, BM25_K1,
 };
 
 /// The most query terms the kernel takes (`FE_MAX_TERMS` in fe.cu: term sets are 64-bit masks,
@@ -231,17 +231,35 @@ impl LayoutPart {
         value: impl Fn(&str) -> Option<f64>,
     ) -> Result<(), GpuFeError> {
         validate_document(doc, terms).map_err(|e| e.at_index(index))?;
-        let values = static_keys.iter().map(|key| value(key));
-        self.statics.extend(values.map(|v| v.unwrap_or(f64::NAN)));
-        for name in STREAMS {
-            let stream = doc.streams.get(name);
+        let values = static_keys.iter().map(|key| value(key).unwrap_or(f64::NAN));
+        Ok(self.push_valid(|slot| doc.streams.slot(slot), values)?)
+    }
+
+    /// Appends a valid document: its catalogue streams by slot (`None`: absent) and its values
+    /// of the static keys.
+    ///
+    /// # Errors
+    /// [`GpuError::TooLarge`] when the run overflows the kernel's 32-bit indices.
+    pub(crate) fn push_valid<'s>(
+        &mut self,
+        stream: impl Fn(usize) -> Option<&'s HitStream>,
+        statics: impl IntoIterator<Item = f64>,
+    ) -> Result<(), GpuError> {
+        self.statics.extend(statics);
+        for slot in 0..STREAMS.len() {
+            let stream = stream(slot);
             self.stream_lengths.push(stream.map_or(0, |s| s.length));
-            // Empty phrases count nowhere on the CPU: they are left out.
-            for phrase in stream.into_iter().flat_map(|s| s.phrases.iter()) {
-                if !phrase.is_empty() {
-                    self.hits.extend_from_slice(phrase.as_flattened());
-                    let end = index32(self.hits.len() / 2, "hits per batch")?;
-                    self.phrase_hit_ends.push(end);
+            if let Some(stream) = stream {
+                // The stream's hits are its phrases' one after the other: copied in one piece.
+                let mut end = self.hits.len() / 2;
+                self.hits
+                    .extend_from_slice(stream.phrases.hits().as_flattened());
+                index32(self.hits.len() / 2, "hits per batch")?;
+                // Empty phrases count nowhere on the CPU: they are left out.
+                for phrase in stream.phrases.iter().filter(|phrase| !phrase.is_empty()) {
+                    end += phrase.len();
+                    // Within the hits checked above.
+                    self.phrase_hit_ends.push(end as u32);
                 }
             }
             let end = index32(self.phrase_hit_ends.len(), "phrases per batch")?;

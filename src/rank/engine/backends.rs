@@ -25,7 +25,7 @@
 //!   on both from the ranker's hits crossover ([`crate::rank::gpu::crossover::measure_hits`]: FE
 //!   and scoring together) on; under `auto` only while a device is idle or the batch is large
 //!   ([`FUSED_UNDER_LOAD_DOCS`]). Fused requests waiting for the same device share its turn
-//!   (one caller leads a [`Combiner`] and scores them all).
+//!   (one caller leads the device's queue of fused requests, `fused.rs`, and scores them all).
 //!
 //! Any GPU failure (a CUDA error, a ranker over the GPU cache's budget, a query over the FE
 //! kernel's term limit) moves the work to the CPU, which gives the same answer; it is logged
@@ -38,10 +38,11 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::batch::{micros, record_batch};
+use super::fused::{self, FusedQueue, FusedScores, FUSED_JOBS_PER_TURN};
 use super::{HitBatch, RowSource};
 use crate::backend::{fell_back, Backend, Processor, Stage};
 use crate::gpu::pinned::PinnedPool;
-use crate::gpu::{Combiner, Executor, Fleet, GpuDevice, GpuError};
+use crate::gpu::{Executor, Fleet, GpuError};
 use crate::rank::fe::{FeatureResolver, HitError};
 use crate::rank::gpu::cache::GpuRankerCache;
 use crate::rank::gpu::crossover::{self, Crossover, HitSample};
@@ -61,31 +62,8 @@ struct GpuRanking {
     fe: Mutex<GpuFe>,
     /// Fused requests waiting for the device: whoever gets its turn scores every one queued so
     /// far, those of one ranker in one device batch.
-    fused: Combiner<(), FusedJob, Result<FusedScores, GpuError>>,
+    fused: FusedQueue,
 }
-
-/// A request's hit documents laid out for the fused path, queued for a device.
-struct FusedJob {
-    ranker: Arc<LoadedRanker>,
-    layouts: Vec<FeLayout>,
-}
-
-/// A fused job's scores and the device batch that scored them.
-struct FusedScores {
-    scores: Vec<f64>,
-    turn: Instant,
-    turn_us: u64,
-    batch_docs: usize,
-    batch_requests: usize,
-}
-
-/// The most fused requests one device turn takes (their documents are split into device
-/// batches as any layouts are).
-const FUSED_JOBS_PER_TURN: usize = 32;
-
-/// How long a fused request waits for a device's turn before it runs on the CPU instead (a
-/// safety valve: under load the wait is milliseconds).
-const FUSED_WAIT: Duration = Duration::from_secs(10);
 
 /// How a batch of hit documents runs (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,7 +198,7 @@ impl Backends {
             .map(|executor| {
                 let rankers = GpuRankerCache::new(Arc::clone(executor.device()), cache_bytes);
                 let fe = Mutex::new(GpuFe::new());
-                let fused = Combiner::new((), FUSED_JOBS_PER_TURN);
+                let fused = FusedQueue::new((), FUSED_JOBS_PER_TURN);
                 (Arc::clone(executor), GpuRanking { rankers, fe, fused })
             })
             .collect();
@@ -460,7 +438,7 @@ impl Backends {
     /// The fused path's device turn: `layouts` (laid out from `started` on) extracted, gathered
     /// and scored on the GPU, blocking while it waits for a turn; `None` after a GPU failure
     /// (logged and counted), which leaves the batch to the CPU. Without `keep_rows` the request
-    /// queues on the device ([`Backends::score_fused`]) and may share its turn with others; with
+    /// queues on the device ([`fused::score`]) and may share its turn with others; with
     /// it (`explain`), it takes a turn alone.
     fn score_layouts(
         &self,
@@ -491,7 +469,13 @@ impl Backends {
                 Ok((fused, scored.rows))
             })
         } else {
-            self.score_fused(gpu, loaded, layouts)
+            (gpu.pick(&[], holds(loaded)))
+                .ok_or_else(|| GpuError::Unavailable {
+                    reason: "every GPU is out of service after a failure".into(),
+                })
+                .and_then(|(executor, gpu)| {
+                    fused::score(executor, &gpu.fused, &gpu.rankers, &gpu.fe, loaded, layouts)
+                })
                 .map(|fused| (fused, None))
         };
         match scored {
@@ -510,44 +494,6 @@ impl Backends {
                 None
             }
         }
-    }
-
-    /// Queues `layouts` for `loaded` on the device [`Fleet::pick`] chooses and waits for its
-    /// scores: the caller that gets the device's turn scores every fused request queued there
-    /// ([`score_fused_jobs`]). A device failure takes the device out (the request then goes to
-    /// the CPU, as do requests that waited [`FUSED_WAIT`] without a turn).
-    fn score_fused(
-        &self,
-        gpu: &Fleet<GpuRanking>,
-        loaded: &Arc<LoadedRanker>,
-        layouts: Vec<FeLayout>,
-    ) -> Result<FusedScores, GpuError> {
-        let (executor, state) =
-            gpu.pick(&[], holds(loaded))
-                .ok_or_else(|| GpuError::Unavailable {
-                    reason: "every GPU is out of service after a failure".into(),
-                })?;
-        let _queued = executor.queued();
-        let job = FusedJob {
-            ranker: Arc::clone(loaded),
-            layouts,
-        };
-        let answer = (state.fused)
-            .submit(executor.turns(), job, FUSED_WAIT, |(), jobs| {
-                executor.during_turn(|device| score_fused_jobs(device, state, &jobs))
-            })
-            .unwrap_or_else(|| {
-                Err(GpuError::Unavailable {
-                    reason: format!("no device turn within {} s", FUSED_WAIT.as_secs()),
-                })
-            });
-        match &answer {
-            Ok(_) => executor.succeeded(),
-            Err(err) => {
-                executor.failed(err);
-            }
-        }
-        answer
     }
 
     /// The feature rows of `batch` for `loaded` (row-major, the ranker's width), extracted on
@@ -765,62 +711,6 @@ fn no_crossover() -> Crossover {
 /// choice of a device.
 fn holds(loaded: &LoadedRanker) -> impl Fn(&GpuRanking) -> bool + '_ {
     |gpu| gpu.rankers.contains(&loaded.name)
-}
-
-/// Scores fused `jobs` in the device's turn, in queue order: consecutive jobs of one ranker
-/// version in one call (their layouts share device batches: one pass of the model, one copy
-/// out), split back into each job's scores. A failed call fails its jobs: the first with the
-/// error itself (a device failure counts once), the others as a failed batch.
-fn score_fused_jobs(
-    device: &Arc<GpuDevice>,
-    gpu: &GpuRanking,
-    jobs: &[FusedJob],
-) -> Vec<Result<FusedScores, GpuError>> {
-    let mut answers = Vec::with_capacity(jobs.len());
-    let same_ranker = |a: &FusedJob, b: &FusedJob| {
-        a.ranker.name == b.ranker.name && a.ranker.version == b.ranker.version
-    };
-    for group in jobs.chunk_by(same_ranker) {
-        let turn = Instant::now();
-        let loaded = &group[0].ranker;
-        let layouts: Vec<&FeLayout> = group.iter().flat_map(|job| &job.layouts).collect();
-        let batch_docs = layouts.iter().map(|l| l.n_docs()).sum();
-        let scored = (gpu.rankers)
-            .get_or_upload(&loaded.name, loaded.version, &loaded.ranker)
-            .and_then(|cached| {
-                let fe = &mut gpu.fe.lock();
-                (cached.gpu).score_hits(device, fe, &layouts, false, false)
-            });
-        let turn_us = micros(turn.elapsed());
-        match scored {
-            Ok(scored) => {
-                record_batch(batch_docs, group.len());
-                let mut rest = &scored.scores[..];
-                for job in group {
-                    let n = job.layouts.iter().map(FeLayout::n_docs).sum();
-                    let (scores, after) = rest.split_at(n);
-                    rest = after;
-                    answers.push(Ok(FusedScores {
-                        scores: scores.to_vec(),
-                        turn,
-                        turn_us,
-                        batch_docs,
-                        batch_requests: group.len(),
-                    }));
-                }
-            }
-            Err(err) => {
-                let reason = err.to_string();
-                answers.push(Err(err));
-                answers.extend((1..group.len()).map(|_| {
-                    Err(GpuError::BatchFailed {
-                        reason: reason.clone(),
-                    })
-                }));
-            }
-        }
-    }
-    answers
 }
 
 /// Why feature extraction refused a batch.

@@ -22,6 +22,7 @@
 
 pub mod backends;
 pub mod batch;
+mod fused;
 
 use std::convert::Infallible;
 use std::sync::Arc;

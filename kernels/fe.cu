@@ -106,14 +106,53 @@ __device__ __forceinline__ double fe_length_factor(double avg, double b, unsigne
     return avg > 0.0 ? 1.0 - b + b * (double)length / avg : 1.0;
 }
 
-// The earliest latest-hit position over the terms in `terms`: where the smallest window that
-// ends at the newest hit and covers those terms starts.
-__device__ __forceinline__ unsigned fe_window_start(unsigned long long terms, const unsigned* last) {
+// Per-term state of a stream's walk is held for FE_FEW_TERMS terms when the query has no more
+// (most queries): every index into it is then a compile-time one after unrolling, so the arrays
+// live in registers. For longer queries (up to FE_MAX_TERMS) they are indexed at run time and
+// live in local memory, a dependent load per access: the walk of a long stream (hundreds of
+// hits in a long body) then sets the kernel's time.
+#define FE_FEW_TERMS 8
+
+// a[i] (i < N).
+template <unsigned N>
+__device__ __forceinline__ unsigned fe_get(const unsigned (&a)[N], unsigned i) {
+    if constexpr (N <= FE_FEW_TERMS) {
+        unsigned v = 0;
+#pragma unroll
+        for (unsigned k = 0; k < N; ++k) v = i == k ? a[k] : v;
+        return v;
+    } else {
+        return a[i];
+    }
+}
+
+// a[i] = v (i < N).
+template <unsigned N>
+__device__ __forceinline__ void fe_set(unsigned (&a)[N], unsigned i, unsigned v) {
+    if constexpr (N <= FE_FEW_TERMS) {
+#pragma unroll
+        for (unsigned k = 0; k < N; ++k) a[k] = i == k ? v : a[k];
+    } else {
+        a[i] = v;
+    }
+}
+
+// The earliest latest-hit position over the terms in `terms` (all below N): where the smallest
+// window that ends at the newest hit and covers those terms starts.
+template <unsigned N>
+__device__ __forceinline__ unsigned fe_window_start(unsigned long long terms, const unsigned (&last)[N]) {
     unsigned start = FE_NONE;
-    while (terms) {
-        const int t = __ffsll((long long)terms) - 1;
-        terms &= terms - 1;
-        start = min(start, last[t]);
+    if constexpr (N <= FE_FEW_TERMS) {
+#pragma unroll
+        for (unsigned k = 0; k < N; ++k) {
+            if ((terms >> k) & 1ull) start = min(start, last[k]);
+        }
+    } else {
+        while (terms) {
+            const int t = __ffsll((long long)terms) - 1;
+            terms &= terms - 1;
+            start = min(start, last[t]);
+        }
     }
     return start;
 }
@@ -126,26 +165,15 @@ __device__ __forceinline__ double fe_sum_slots(double v) {
     return sum;
 }
 
-// Every catalogue feature of every document.
-//
-// Launch shape: grid (ceil(n_docs * FE_STREAMS / blockDim.x)), block (128) — any multiple of 32,
-// so that a document's FE_STREAMS threads share a warp and every lane of every warp exists; no
-// shared memory. Thread i walks stream i (document i / FE_STREAMS, slot i % FE_STREAMS) phrase
-// by phrase, hit by hit, keeping per-term counts and latest positions (local arrays of
-// FE_MAX_TERMS) and term sets as 64-bit masks, and writes that stream's FE_STREAM_FEATURES
-// features. Then the per-document pass, in the same launch: for each term, the document's
-// FE_STREAMS lanes exchange tf and BM25F's weighted tf by warp shuffles, and the slot-0 lane
-// accumulates the doc.* aggregates and BM25F and writes them. Threads past the last document
-// walk nothing and write nothing but take part in the shuffles.
-//
-// Reads: the flattened layout above, p. Writes: out[n_docs][FE_CATALOGUE], every element.
-extern "C" __global__ void fe_extract(
+// The body of `fe_extract` for queries of at most N terms (see FE_FEW_TERMS).
+template <unsigned N>
+__device__ __forceinline__ void fe_extract_terms(
     const unsigned* __restrict__ stream_phrases,
     const unsigned* __restrict__ phrase_hits,
     const uint2* __restrict__ hits,
     const unsigned* __restrict__ stream_lengths,
     const double* __restrict__ idf,
-    FeParams p,
+    const FeParams& p,
     double* __restrict__ out)
 {
     const unsigned stream = blockIdx.x * blockDim.x + threadIdx.x;
@@ -161,8 +189,13 @@ extern "C" __global__ void fe_extract(
     }
 
     // Occurrence family: count and latest position per term, valid for terms in `seen`.
-    unsigned count[FE_MAX_TERMS];
-    unsigned last[FE_MAX_TERMS];
+    unsigned count[N];
+    unsigned last[N];
+    if constexpr (N <= FE_FEW_TERMS) {
+        // Registers: every one is read by the selects, set or not.
+#pragma unroll
+        for (unsigned k = 0; k < N; ++k) count[k] = last[k] = 0;
+    }
     unsigned long long seen = 0;
     unsigned distinct = 0, first_min = 0, first_max = 0, last_max = 0;
     // Window family: best span ending at a hit, over hits after the last newly matched term.
@@ -172,13 +205,26 @@ extern "C" __global__ void fe_extract(
     // In-order family.
     unsigned bigrams = 0, longest_run = 0, full_matches = 0;
 
+    // The walk is a chain of dependent steps, one per hit, and the longest stream of the
+    // batch (a long body) sets the kernel's time: its loads are issued ahead of their use, the
+    // stream's next four hits (its phrases' hits lie back to back) and the next phrase's end.
+    const unsigned stream_hits_end = phrase0 < phrase1 ? phrase_hits[phrase1] : 0;
+    unsigned h = phrase0 < phrase1 ? phrase_hits[phrase0] : 0;
+    const auto hit_at = [&](unsigned i) { return i < stream_hits_end ? hits[i] : make_uint2(0, 0); };
+    uint2 ahead0 = hit_at(h), ahead1 = hit_at(h + 1), ahead2 = hit_at(h + 2), ahead3 = hit_at(h + 3);
+    unsigned next_end = phrase0 < phrase1 ? phrase_hits[phrase0 + 1] : 0;
     for (unsigned ph = phrase0; ph < phrase1; ++ph) {
-        const unsigned hit_end = phrase_hits[ph + 1];
+        const unsigned hit_end = next_end;
+        if (ph + 1 < phrase1) next_end = phrase_hits[ph + 2];
         unsigned long long seen_phrase = 0;
         unsigned phrase_terms = 0, phrase_window = FE_NONE, run = 0;
         unsigned prev_term = FE_NONE, prev_position = FE_NONE;
-        for (unsigned h = phrase_hits[ph]; h < hit_end; ++h) {
-            const uint2 hit = hits[h];
+        for (; h < hit_end; ++h) {
+            const uint2 hit = ahead0;
+            ahead0 = ahead1;
+            ahead1 = ahead2;
+            ahead2 = ahead3;
+            ahead3 = hit_at(h + 4);
             const unsigned t = hit.x, position = hit.y;
             const unsigned long long bit = 1ull << t;
             if (!(seen & bit)) {
@@ -188,11 +234,11 @@ extern "C" __global__ void fe_extract(
                 first_max = position;
                 ++distinct;
                 seen |= bit;
-                count[t] = 0;
+                fe_set(count, t, 0u);
                 window_stream = FE_NONE;
             }
-            ++count[t];
-            last[t] = position;
+            fe_set(count, t, fe_get(count, t) + 1);
+            fe_set(last, t, position);
             last_max = position;
             if (!(seen_phrase & bit)) {
                 seen_phrase |= bit;
@@ -237,7 +283,11 @@ extern "C" __global__ void fe_extract(
     unsigned long long doc_sum = 0;
     unsigned doc_min = FE_NONE, doc_max = 0, doc_distinct = 0;
     double doc_matched_idf = 0.0, doc_bm25f = 0.0;
-    for (unsigned t = 0; t < p.terms; ++t) {
+    constexpr unsigned term_unroll = N <= FE_FEW_TERMS ? N : 1;
+#pragma unroll (term_unroll)
+    for (unsigned t = 0; t < N; ++t) {
+        // Uniform over the warp (p.terms is the launch's): the shuffles below stay converged.
+        if (t >= p.terms) break;
         const unsigned c = (seen >> t) & 1ull ? count[t] : 0u;
         sum += c;
         min_count = min(min_count, c);
@@ -338,6 +388,35 @@ extern "C" __global__ void fe_extract(
     d[DF_BM25F] = doc_bm25f;
     d[DF_BM25F_NORM] = fe_ratio(doc_bm25f, p.idf_sum, 0.0);
     d[DF_QUERY_TERMS] = q;
+}
+
+// Every catalogue feature of every document.
+//
+// Launch shape: grid (ceil(n_docs * FE_STREAMS / blockDim.x)), block (128) — any multiple of 32,
+// so that a document's FE_STREAMS threads share a warp and every lane of every warp exists; no
+// shared memory. Thread i walks stream i (document i / FE_STREAMS, slot i % FE_STREAMS) phrase
+// by phrase, hit by hit, keeping per-term counts and latest positions (in registers for at most
+// FE_FEW_TERMS query terms, else local arrays of FE_MAX_TERMS) and term sets as 64-bit masks, and
+// writes that stream's FE_STREAM_FEATURES features. Then the per-document pass, in the same launch: for each term, the document's
+// FE_STREAMS lanes exchange tf and BM25F's weighted tf by warp shuffles, and the slot-0 lane
+// accumulates the doc.* aggregates and BM25F and writes them. Threads past the last document
+// walk nothing and write nothing but take part in the shuffles.
+//
+// Reads: the flattened layout above, p. Writes: out[n_docs][FE_CATALOGUE], every element.
+extern "C" __global__ void fe_extract(
+    const unsigned* __restrict__ stream_phrases,
+    const unsigned* __restrict__ phrase_hits,
+    const uint2* __restrict__ hits,
+    const unsigned* __restrict__ stream_lengths,
+    const double* __restrict__ idf,
+    FeParams p,
+    double* __restrict__ out)
+{
+    if (p.terms <= FE_FEW_TERMS) {
+        fe_extract_terms<FE_FEW_TERMS>(stream_phrases, phrase_hits, hits, stream_lengths, idf, p, out);
+    } else {
+        fe_extract_terms<FE_MAX_TERMS>(stream_phrases, phrase_hits, hits, stream_lengths, idf, p, out);
+    }
 }
 
 // A ranker's feature vectors from the catalogue, on the device (the GPU counterpart of

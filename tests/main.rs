@@ -1,4 +1,10 @@
 //! Integration tests: one binary, one module per area.
+
+/// The `rankserve` binary's allocator, so that the timings some tests print (`parity`'s fused
+/// path from a request's body, say) measure what the server runs.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod cli;
 mod formats;
 mod http;

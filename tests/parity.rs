@@ -23,7 +23,7 @@ use rankserve::rank::fe::{
 };
 use rankserve::rank::gpu::fe::GpuFe;
 use rankserve::rank::gpu::layout::FeLayout;
-use rankserve::rank::gpu::ranker::GpuRanker;
+use rankserve::rank::gpu::ranker::{GpuPhases, GpuRanker};
 use rankserve::rank::gpu::trees::{GpuTrees, TreeLayout, TreeTargets};
 use rankserve::rank::model::{Decision, Input, Node, Ranker, Tree};
 use rankserve::rank::plan::PlanOptions;
@@ -1074,7 +1074,7 @@ fn fused_fe_scoring_timing() {
         .num_threads(threads)
         .build()
         .unwrap();
-    let (mut served, mut sweeps) = (Vec::new(), Vec::new());
+    let (mut served, mut sweeps, mut phases) = (Vec::new(), Vec::new(), Vec::new());
     for name in ["medium", "large"] {
         let loaded = store.get(name).unwrap();
         let ranker = load(&format!("rankers/{name}.json"));
@@ -1134,6 +1134,32 @@ fn fused_fe_scoring_timing() {
             let turn = median_ms(15, &mut || {
                 score(&mut fe, &layouts);
             });
+            // The device turn's phases by CUDA events (each its median over 15 turns).
+            let timed: Vec<_> = (0..16)
+                .map(|_| {
+                    gpu.score_hits_timed(&device, &mut fe, &refs(&layouts))
+                        .unwrap()
+                        .1
+                })
+                .skip(1)
+                .collect();
+            let phase = |f: fn(&GpuPhases) -> f64| {
+                let mut us: Vec<f64> = timed.iter().map(f).collect();
+                us.sort_by(f64::total_cmp);
+                us[us.len() / 2]
+            };
+            let (fe_in, mit, me, out) = (
+                phase(|p| p.copy_in_us),
+                phase(|p| p.mit_us),
+                phase(|p| p.me_us),
+                phase(|p| p.copy_out_us),
+            );
+            phases.push(format!(
+                "| {name} | {n} | {:.1} | {fe_in:.1} | {mit:.1} | {me:.1} | {out:.1} | {:.1} | {:.1} |",
+                turn * 1e3,
+                fe_in + mit + me + out,
+                turn * 1e3 - (fe_in + mit + me + out)
+            ));
             println!(
                 "| {name} | {n} | {cpu1:.3} | {cpun:.3} | {old:.3} | {gathered:.3} | \
                  {fused:.3} | {layout:.3} | {turn:.3} | {:.1}× | {:.1}× |",
@@ -1235,6 +1261,18 @@ fn fused_fe_scoring_timing() {
     );
     println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for row in served {
+        println!("{row}");
+    }
+    println!(
+        "\nThe fused device turn (µs): host wall (median of 15), then its phases by CUDA events \
+         (medians of 15): copy in + fe_extract + fe_gather, MIT, model evaluation, scores' copy \
+         out; their sum, and the rest (host work and gaps between the phases):"
+    );
+    println!(
+        "| ranker | docs | turn | copy in + FE | MIT | model | copy out | phases | rest |\n\
+         |---|---:|---:|---:|---:|---:|---:|---:|---:|"
+    );
+    for row in phases {
         println!("{row}");
     }
     println!("\nDecode + layout as read, by the runs' count (at least 64 documents each):");

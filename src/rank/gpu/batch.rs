@@ -151,7 +151,8 @@ impl BatchBuffers {
 pub struct GpuPhases {
     /// Host: copying the features into the pinned staging buffer.
     pub stage_us: f64,
-    /// Device: the features' DMA from pinned host memory (PCIe).
+    /// Device: the features' DMA from pinned host memory (PCIe); for hit documents, the
+    /// layout's copy in, feature extraction and the gather into the ranker's rows.
     pub copy_in_us: f64,
     /// Device: model-input transforms (`mit_eval`); the features arrive extracted, so FE is
     /// not part of it.

@@ -308,6 +308,34 @@ impl GpuRanker {
         explain: bool,
         keep_rows: bool,
     ) -> Result<GpuScores, GpuError> {
+        (self.score_hits_with(device, fe, layouts, explain, keep_rows, None)).map(|(s, _)| s)
+    }
+
+    /// [`GpuRanker::score_hits`] with CUDA events recorded between the phases of each device
+    /// batch, for benchmarks: `copy_in_us` is then the layouts' copy in, `fe_extract` and
+    /// `fe_gather`.
+    ///
+    /// # Errors
+    /// As [`GpuRanker::score_hits`], and a driver error when an event cannot be created or read.
+    pub fn score_hits_timed(
+        &self,
+        device: &GpuDevice,
+        fe: &mut GpuFe,
+        layouts: &[&FeLayout],
+    ) -> Result<(GpuScores, GpuPhases), GpuError> {
+        let events = PhaseEvents::new(device)?;
+        self.score_hits_with(device, fe, layouts, false, false, Some(&events))
+    }
+
+    fn score_hits_with(
+        &self,
+        device: &GpuDevice,
+        fe: &mut GpuFe,
+        layouts: &[&FeLayout],
+        explain: bool,
+        keep_rows: bool,
+        events: Option<&PhaseEvents>,
+    ) -> Result<(GpuScores, GpuPhases), GpuError> {
         for layout in layouts {
             if layout.n_docs() > self.max_batch {
                 return Err(GpuError::TooLarge {
@@ -337,13 +365,13 @@ impl GpuRanker {
         }
         batches.push(&layouts[first..]);
         let chunks = batches.into_iter().map(ChunkRows::Hits);
-        let scored = self.score_batches(device, chunks, Some(fe), explain, keep_rows, None);
+        let scored = self.score_batches(device, chunks, Some(fe), explain, keep_rows, events);
         if scored.is_err() {
             // A layout in pinned memory goes back to its pool when the caller drops it: no copy
             // from it may still be queued (a failed stream's error is already in `scored`).
             let _ = device.stream().synchronize();
         }
-        scored.map(|(scores, _)| scores)
+        scored
     }
 
     /// [`GpuRanker::score`] with CUDA events recorded between the phases of each device batch,

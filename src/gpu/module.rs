@@ -100,7 +100,7 @@ impl KernelModule {
         match self {
             KernelModule::Trees => &["trees_eval"],
             KernelModule::Mit => &["mit_eval"],
-            KernelModule::Nn => &["nn_bias_activation", "nn_scores"],
+            KernelModule::Nn => &["nn_bias_activation", "nn_scores", "nn_single_output_scores"],
             KernelModule::Fe => &["fe_extract", "fe_gather"],
             KernelModule::Pfor => &["pfor_decode_blocks"],
             KernelModule::Ef => &["ef_decode_blocks"],

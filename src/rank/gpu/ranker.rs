@@ -678,7 +678,11 @@ impl GpuRanker {
             };
             trees.launch(device, &b.features, n_docs, self.n_features, targets)?;
         }
-        for (i, layer) in self.layers.iter().enumerate() {
+        // A last layer of one output is scored whole by `nn_single_output_scores`, after the
+        // ensemble below: one launch where its SGEMM, bias and the scores would take three.
+        let single_output = (self.layers.last()).filter(|last| last.outputs == 1);
+        let by_gemm = self.layers.len() - usize::from(single_output.is_some());
+        for (i, layer) in self.layers[..by_gemm].iter().enumerate() {
             let (before, rest) = b.layers.split_at_mut(i);
             let input = before.last().unwrap_or(&b.inputs);
             let output = &mut rest[0];
@@ -728,29 +732,55 @@ impl GpuRanker {
             };
             trees.launch(device, &b.features, n_docs, self.n_features, targets)?;
         }
-        let (values, stride, summed) = match b.layers.last() {
-            Some(last) => (last, 1, 1),
-            None => (&b.inputs, columns, self.tree_col0),
-        };
-        let (stride32, summed32) = (
-            count32(stride, "model inputs")?,
-            count32(summed, "model inputs")?,
-        );
         let null: u64 = 0;
-        let f = device.function(KernelModule::Nn, "nn_scores")?;
-        let mut launch = stream.launch_builder(f);
-        launch.arg(values).arg(&stride32).arg(&summed32);
-        for sums in [&b.tree_sums, &b.ensemble_sums] {
-            match sums {
-                Some(sums) => launch.arg(sums),
-                None => launch.arg(&null),
+        if let Some(last) = single_output {
+            let input = b.layers[..by_gemm].last().unwrap_or(&b.inputs);
+            let inputs32 = count32(last.inputs, "layer inputs")?;
+            let f = device.function(KernelModule::Nn, "nn_single_output_scores")?;
+            let mut launch = stream.launch_builder(f);
+            launch
+                .arg(input)
+                .arg(&inputs32)
+                .arg(&last.weights)
+                .arg(&last.bias)
+                .arg(&last.activation);
+            for sums in [&b.tree_sums, &b.ensemble_sums] {
+                match sums {
+                    Some(sums) => launch.arg(sums),
+                    None => launch.arg(&null),
+                };
+            }
+            launch.arg(&docs32).arg(&mut b.scores);
+            // SAFETY: arguments follow `nn_single_output_scores`'s signature; `input` holds
+            // n_docs × inputs f32 (the layer before's output, or the model inputs, whose width
+            // is the layer's inputs as for the SGEMM), `weights` inputs f32 and `bias` one; the
+            // tree-input and ensemble sums (or null u64s) n_docs f64 each, `scores` n_docs f64.
+            unsafe { launch.launch(elementwise(n_docs * 32)) }
+                .during("nn_single_output_scores launch")?;
+        } else {
+            let (values, stride, summed) = match b.layers.last() {
+                Some(last) => (last, 1, 1),
+                None => (&b.inputs, columns, self.tree_col0),
             };
+            let (stride32, summed32) = (
+                count32(stride, "model inputs")?,
+                count32(summed, "model inputs")?,
+            );
+            let f = device.function(KernelModule::Nn, "nn_scores")?;
+            let mut launch = stream.launch_builder(f);
+            launch.arg(values).arg(&stride32).arg(&summed32);
+            for sums in [&b.tree_sums, &b.ensemble_sums] {
+                match sums {
+                    Some(sums) => launch.arg(sums),
+                    None => launch.arg(&null),
+                };
+            }
+            launch.arg(&docs32).arg(&mut b.scores);
+            // SAFETY: arguments follow `nn_scores`'s signature; `values` holds n_docs × stride
+            // f32 with summed <= stride, the tree-input and ensemble sums (or null u64s) n_docs
+            // f64 each, `scores` n_docs f64.
+            unsafe { launch.launch(elementwise(n_docs)) }.during("nn_scores launch")?;
         }
-        launch.arg(&docs32).arg(&mut b.scores);
-        // SAFETY: arguments follow `nn_scores`'s signature; `values` holds n_docs × stride f32
-        // with summed <= stride, the tree-input and ensemble sums (or null u64s) n_docs f64 each,
-        // `scores` n_docs f64.
-        unsafe { launch.launch(elementwise(n_docs)) }.during("nn_scores launch")?;
         record(3)?;
         {
             let scores_out = &mut b.staging_out.as_mut_slice().during("score staging")?[..n_docs];

@@ -7,6 +7,7 @@
 
 use std::ops::Range;
 
+use parking_lot::Mutex;
 use rayon::prelude::*;
 
 use crate::gpu::pinned::{HostBuffer, PinnedPool};
@@ -199,15 +200,51 @@ pub struct LayoutPart {
     statics: Vec<f64>,
 }
 
-impl LayoutPart {
-    /// Room for `docs` documents with `n_statics` static features each (hits grow as they come).
-    pub fn with_capacity(docs: usize, n_statics: usize) -> LayoutPart {
-        LayoutPart {
-            stream_phrase_ends: Vec::with_capacity(docs * STREAMS.len()),
-            stream_lengths: Vec::with_capacity(docs * STREAMS.len()),
-            statics: Vec::with_capacity(docs * n_statics),
-            ..LayoutPart::default()
+/// Parts dropped, emptied, for the next batch's to reuse: a request's documents are laid out in
+/// runs whose vectors grow to the run's size (a 10 000-document request on 16 threads: about 70
+/// KB of hits a run), and vectors allocated afresh for every request cost their growth's copies
+/// and first touches each time, on every thread at once.
+static SPARE_PARTS: Mutex<Vec<LayoutPart>> = Mutex::new(Vec::new());
+
+/// The most parts kept, and the largest kept (bytes of its vectors' capacity): the spares stay
+/// within a few tens of MB whatever the requests.
+const SPARE_PARTS_MAX: usize = 32;
+const SPARE_PART_MAX_BYTES: usize = 1 << 20;
+
+impl Drop for LayoutPart {
+    fn drop(&mut self) {
+        let bytes = 4
+            * (self.stream_phrase_ends.capacity()
+                + self.phrase_hit_ends.capacity()
+                + self.hits.capacity()
+                + self.stream_lengths.capacity())
+            + 8 * self.statics.capacity();
+        if bytes == 0 || bytes > SPARE_PART_MAX_BYTES {
+            return;
         }
+        let mut spares = SPARE_PARTS.lock();
+        if spares.len() < SPARE_PARTS_MAX {
+            let mut part = LayoutPart::default();
+            std::mem::swap(&mut part, self);
+            part.stream_phrase_ends.clear();
+            part.phrase_hit_ends.clear();
+            part.hits.clear();
+            part.stream_lengths.clear();
+            part.statics.clear();
+            spares.push(part);
+        }
+    }
+}
+
+impl LayoutPart {
+    /// Room for `docs` documents with `n_statics` static features each (hits grow as they come),
+    /// in a dropped part's vectors when one is spare.
+    pub fn with_capacity(docs: usize, n_statics: usize) -> LayoutPart {
+        let mut part = SPARE_PARTS.lock().pop().unwrap_or_default();
+        part.stream_phrase_ends.reserve(docs * STREAMS.len());
+        part.stream_lengths.reserve(docs * STREAMS.len());
+        part.statics.reserve(docs * n_statics);
+        part
     }
 
     /// Documents laid out.

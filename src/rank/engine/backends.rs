@@ -239,6 +239,11 @@ impl Backends {
         (self.threads / self.in_flight.load(Ordering::Relaxed).max(1)).max(1)
     }
 
+    /// Whether the CPU pool has no task in flight (false without a pool).
+    pub fn pool_idle(&self) -> bool {
+        self.pool.is_some() && self.in_flight.load(Ordering::Relaxed) == 0
+    }
+
     /// Runs `work` on the CPU scoring pool and waits for it without holding an async worker or
     /// a blocking-pool thread: the pool's thread sends the result straight to the waiting task.
     /// Feature extraction runs there too, so that its parallel parts leave the scoring threads
@@ -330,6 +335,11 @@ impl Backends {
     /// pool (on the calling thread without a pool), counted among the tasks in flight while it
     /// runs ([`Backends::width`]).
     fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
+        // Already one of the pool's tasks (counted when it was spawned): its parallel parts use
+        // the pool from here.
+        if (self.pool.as_ref()).is_some_and(|pool| pool.current_thread_index().is_some()) {
+            return work();
+        }
         struct InFlight<'a>(&'a AtomicUsize);
         impl Drop for InFlight<'_> {
             fn drop(&mut self) {
@@ -819,5 +829,20 @@ mod tests {
         );
         assert_eq!((first.expect("ran"), second.expect("ran")), (2, 2));
         assert_eq!(backends.width(), 4);
+    }
+
+    /// A pool task's work installed on the pool runs where it is, counted once: it keeps the
+    /// whole pool's width.
+    #[tokio::test]
+    async fn work_installed_from_a_pool_task_is_counted_once() {
+        let backends = Arc::new(Backends::new(4, Backend::Cpu));
+        assert!(backends.pool_idle());
+        let inside = Arc::clone(&backends);
+        let (width, idle) = (backends
+            .on_cpu_pool_task(move || inside.install(|| (inside.width(), inside.pool_idle()))))
+        .await
+        .expect("ran");
+        assert_eq!((width, idle), (4, false));
+        assert!(backends.pool_idle());
     }
 }

@@ -33,6 +33,9 @@ pub struct PostingCursor<'a> {
     tfs_ready: bool,
     /// The block when it is read in place rather than decoded, and the seeks it may still answer.
     in_place: Option<(InPlace<'a>, u32)>,
+    /// Seeks that landed in the current block: a block entered after one sought at least
+    /// [`SEEKS_IN_PLACE`] times is decoded at once (the list's blocks are sought densely).
+    block_seeks: u32,
     doc: DocId,
     blocks_decoded: u64,
 }
@@ -48,6 +51,7 @@ impl<'a> PostingCursor<'a> {
             pos: 0,
             tfs_ready: false,
             in_place: None,
+            block_seeks: 0,
             doc: TERMINATED,
             blocks_decoded: 0,
         };
@@ -66,16 +70,20 @@ impl<'a> PostingCursor<'a> {
         self.pos = 0;
         self.tfs_ready = false;
         self.in_place = None;
+        self.block_seeks = 0;
         self.doc = self.dec.docs[0];
         self.blocks_decoded += 1;
     }
 
-    /// Moves to block `j` for a seek into it: an Elias-Fano block is read in place, a PFor
-    /// block (whose docIDs are a prefix sum) decoded.
+    /// Moves to block `j` for a seek into it: an Elias-Fano block is read in place, unless the
+    /// block before was sought [`SEEKS_IN_PLACE`] times or more (most seeks of a list sought
+    /// that densely would land in the decoded block); a PFor block (whose docIDs are a prefix
+    /// sum) is decoded.
     fn enter(&mut self, j: usize) {
-        if self.list.codec == Codec::Pfor {
+        if self.list.codec == Codec::Pfor || self.block_seeks >= SEEKS_IN_PLACE {
             return self.load(j);
         }
+        self.block_seeks = 0;
         let bounds = self.list.bounds(j);
         let block = InPlace::new(self.list.block_bytes(j), bounds);
         self.in_place = Some((block, SEEKS_IN_PLACE));
@@ -223,6 +231,7 @@ impl<'a> PostingCursor<'a> {
             }
         }
         // The current block's last docID is ≥ target, so the search stops inside the block.
+        self.block_seeks += 1;
         if let Some((block, seeks_left)) = &mut self.in_place {
             if *seeks_left > 0 {
                 *seeks_left -= 1;

@@ -8,7 +8,8 @@
 //! Term frequencies are decoded lazily, only for blocks where [`PostingCursor::tf`] is called.
 //! An Elias-Fano block a seek lands in is first read in place ([`InPlace`]): its first
 //! [`SEEKS_IN_PLACE`] seeks decode nothing, and only a block sought more often, or walked
-//! posting by posting, is decoded.
+//! posting by posting, is decoded; a block entered after one sought that often is decoded at
+//! once.
 
 use super::codecs::ef::InPlace;
 use super::codecs::{BlockDecoder, Codec};

@@ -8,7 +8,8 @@
 //! Term frequencies are decoded lazily, only for blocks where [`PostingCursor::tf`] is called.
 //! An Elias-Fano block a seek lands in is first read in place ([`InPlace`]): its first
 //! [`SEEKS_IN_PLACE`] seeks decode nothing, and only a block sought more often, or walked
-//! posting by posting, is decoded.
+//! posting by posting, is decoded; a block entered after one sought that often is decoded at
+//! once.
 
 use super::codecs::ef::InPlace;
 use super::codecs::{BlockDecoder, Codec};
@@ -33,6 +34,9 @@ pub struct PostingCursor<'a> {
     tfs_ready: bool,
     /// The block when it is read in place rather than decoded, and the seeks it may still answer.
     in_place: Option<(InPlace<'a>, u32)>,
+    /// Seeks that landed in the current block: a block entered after one sought at least
+    /// [`SEEKS_IN_PLACE`] times is decoded at once (the list's blocks are sought densely).
+    block_seeks: u32,
     doc: DocId,
     blocks_decoded: u64,
 }
@@ -48,6 +52,7 @@ impl<'a> PostingCursor<'a> {
             pos: 0,
             tfs_ready: false,
             in_place: None,
+            block_seeks: 0,
             doc: TERMINATED,
             blocks_decoded: 0,
         };
@@ -66,16 +71,20 @@ impl<'a> PostingCursor<'a> {
         self.pos = 0;
         self.tfs_ready = false;
         self.in_place = None;
+        self.block_seeks = 0;
         self.doc = self.dec.docs[0];
         self.blocks_decoded += 1;
     }
 
-    /// Moves to block `j` for a seek into it: an Elias-Fano block is read in place, a PFor
-    /// block (whose docIDs are a prefix sum) decoded.
+    /// Moves to block `j` for a seek into it: an Elias-Fano block is read in place, unless the
+    /// block before was sought [`SEEKS_IN_PLACE`] times or more (most seeks of a list sought
+    /// that densely would land in the decoded block); a PFor block (whose docIDs are a prefix
+    /// sum) is decoded.
     fn enter(&mut self, j: usize) {
-        if self.list.codec == Codec::Pfor {
+        if self.list.codec == Codec::Pfor || self.block_seeks >= SEEKS_IN_PLACE {
             return self.load(j);
         }
+        self.block_seeks = 0;
         let bounds = self.list.bounds(j);
         let block = InPlace::new(self.list.block_bytes(j), bounds);
         self.in_place = Some((block, SEEKS_IN_PLACE));
@@ -223,6 +232,7 @@ impl<'a> PostingCursor<'a> {
             }
         }
         // The current block's last docID is ≥ target, so the search stops inside the block.
+        self.block_seeks += 1;
         if let Some((block, seeks_left)) = &mut self.in_place {
             if *seeks_left > 0 {
                 *seeks_left -= 1;

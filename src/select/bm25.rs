@@ -39,6 +39,7 @@ pub fn idf(n: u64, df: u64) -> f64 {
 }
 
 use crate::index::blockmax::{BlockMax, BOUND_B};
+use crate::index::lengths::floor_of;
 
 /// One query term's scorer: everything but tf and dl fixed.
 #[derive(Debug, Clone, Copy)]
@@ -156,8 +157,14 @@ impl TermScorer {
     /// [`TermScorer::contribution`] from the document's [`TermScorer::norm`], bit for bit.
     #[inline]
     pub fn contribution_at_norm(&self, tf: u32, norm: f32) -> f32 {
+        self.idf * self.ratio_at_norm(tf, norm)
+    }
+
+    /// [`TermScorer::contribution_at_norm`] less its idf factor: `(tf·(k1+1)) / (tf + norm)`.
+    #[inline]
+    fn ratio_at_norm(&self, tf: u32, norm: f32) -> f32 {
         let tf = tf as f32;
-        self.idf * ((tf * self.k1_plus_1) / (tf + norm))
+        (tf * self.k1_plus_1) / (tf + norm)
     }
 
     /// An upper bound (f64) of [`TermScorer::contribution`] over every posting that `m`
@@ -176,6 +183,85 @@ impl TermScorer {
         let [w0, w1] = self.bound_weights;
         let d = tf0 * tf1;
         self.bound_top * d / (d + w0 * n0 * tf1 + w1 * n1 * tf0)
+    }
+}
+
+/// Lengths `0..TABLED_LENGTHS` whose norms [`LengthTable`] holds.
+const TABLED_LENGTHS: usize = 2048;
+/// Term frequencies `1..=TABLED_TFS` whose ratios [`LengthTable`] holds (most postings').
+const TABLED_TFS: usize = 2;
+/// Tables kept for the process (one per k1, b and mean length in use; the oldest goes first).
+const TABLES_KEPT: usize = 8;
+
+/// The parts of every contribution that depend on the document's length alone, for one k1, b
+/// and mean length (every term of a query shares them): the norm of each length below
+/// [`TABLED_LENGTHS`] and of each length floor's code (`index::lengths`), and for tf in
+/// `1..=`[`TABLED_TFS`] the ratio `(tf·(k1+1)) / (tf + norm)` of each of those lengths, so that
+/// a contribution is `idf · ratio`, with no division. Tantivy's BM25 weight keeps the norms of
+/// its 256 one-byte length codes so; rankserve's lengths are exact, so the table holds the short
+/// lengths (almost every document's), and a longer length or a larger tf is computed. Every
+/// value is computed by the operations of [`TermScorer::norm`] and
+/// [`TermScorer::contribution_at_norm`], in their order: the results are theirs bit for bit.
+#[derive(Debug)]
+pub struct LengthTable {
+    /// k1, b and the mean length, as bits.
+    key: [u32; 3],
+    norms: Box<[f32]>,
+    /// `TABLED_TFS` rows of `TABLED_LENGTHS`: row `tf − 1` at `dl`.
+    ratios: Box<[f32]>,
+    floor_norms: [f32; 256],
+}
+
+impl LengthTable {
+    /// The table of `s`'s k1, b and mean length, made on first use and kept for the process.
+    pub fn shared(s: &TermScorer) -> std::sync::Arc<Self> {
+        use std::sync::{Arc, Mutex};
+        static TABLES: Mutex<Vec<Arc<LengthTable>>> = Mutex::new(Vec::new());
+        let key = [s.k1.to_bits(), s.b.to_bits(), s.avgdl.to_bits()];
+        let mut tables = TABLES
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if let Some(t) = tables.iter().find(|t| t.key == key) {
+            return Arc::clone(t);
+        }
+        let table = Arc::new(Self::new(s));
+        if tables.len() == TABLES_KEPT {
+            tables.remove(0);
+        }
+        tables.push(Arc::clone(&table));
+        table
+    }
+
+    fn new(s: &TermScorer) -> Self {
+        let norms: Box<[f32]> = (0..TABLED_LENGTHS as u32).map(|dl| s.norm(dl)).collect();
+        let ratios = (1..=TABLED_TFS as u32)
+            .flat_map(|tf| norms.iter().map(move |&norm| s.ratio_at_norm(tf, norm)))
+            .collect();
+        Self {
+            key: [s.k1.to_bits(), s.b.to_bits(), s.avgdl.to_bits()],
+            norms,
+            ratios,
+            floor_norms: std::array::from_fn(|c| s.norm(floor_of(c as u8))),
+        }
+    }
+
+    /// [`TermScorer::contribution`]`(tf, dl)` of `s`, a scorer of the table's k1, b and mean length.
+    #[inline]
+    pub fn contribution(&self, s: &TermScorer, tf: u32, dl: u32) -> f32 {
+        debug_assert_eq!(self.key, [s.k1.to_bits(), s.b.to_bits(), s.avgdl.to_bits()]);
+        let (row, dl) = ((tf as usize).wrapping_sub(1), dl as usize);
+        if dl >= TABLED_LENGTHS {
+            return s.contribution(tf, dl as u32);
+        }
+        match row < TABLED_TFS {
+            true => s.idf * self.ratios[row * TABLED_LENGTHS + dl],
+            false => s.contribution_at_norm(tf, self.norms[dl]),
+        }
+    }
+
+    /// [`TermScorer::norm`] at the floor of each length code (`index::lengths::floor_of`), by code.
+    pub fn floor_norms(&self) -> &[f32; 256] {
+        &self.floor_norms
     }
 }
 
@@ -247,6 +333,21 @@ mod tests {
                     prop_assert!(s.may_exceed_at_norm(tf, norm, need), "{} > {}", c, need);
                 }
             }
+        }
+
+        /// The length table's contributions are the scorer's, bit for bit, at tabled and
+        /// untabled lengths and tfs, and so are its norms at every length floor.
+        #[test]
+        fn length_table_contributions_are_the_scorers(
+            k1 in 0f32..3.0, b in any_b(), df in 1u64..1_000_000, avgdl in 1f32..5000.0,
+            tf in 1u32..6, dl in prop_oneof![0u32..(TABLED_LENGTHS as u32 + 2), 0u32..1_000_000],
+            code in 0u8..=255,
+        ) {
+            let s = TermScorer::new(Bm25Params { k1, b }, 1_000_000, df, avgdl as f64);
+            let t = LengthTable::shared(&s);
+            prop_assert_eq!(t.contribution(&s, tf, dl).to_bits(), s.contribution(tf, dl).to_bits());
+            let floor = floor_of(code);
+            prop_assert_eq!(t.floor_norms()[code as usize].to_bits(), s.norm(floor).to_bits());
         }
 
         /// Entries chosen at a shard's mean length bound the contributions scored with the

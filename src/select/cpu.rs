@@ -13,11 +13,10 @@
 //! heap. Blocks are decoded only where a candidate is sought: a window whose bounds cannot beat
 //! the threshold is passed over on the skip entries alone.
 
-use super::bm25::{TermScorer, BOUND_SLACK};
+use super::bm25::{LengthTable, TermScorer, BOUND_SLACK};
 use super::topk::TopK;
 use super::{Mode, Query, QueryTerms, SelectStats};
 use crate::index::codecs::BLOCK_LEN;
-use crate::index::lengths::floor_of;
 use crate::index::{DocId, Index, PostingCursor, PostingList, TERMINATED};
 
 /// Blocks ahead of a block-max place whose entries are asked for when the place moves: windows
@@ -185,9 +184,11 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
     let mut rest_after = vec![0f64; terms.len()];
     // The leader's postings of a window that may enter: docID, tf.
     let mut cands = [(0 as DocId, 0u32); BLOCK_LEN];
-    // The norm at each length floor's code, for the bounds at the floor (every term of a query
-    // has the same norms): the same bits as the contribution at the floor, one division less.
-    let floor_norms: [f32; 256] = std::array::from_fn(|c| terms[0].scorer.norm(floor_of(c as u8)));
+    // Norms and contributions by length (every term of a query has the same norms): the same
+    // bits as the scorer's, without their divisions; the norm at each length floor's code, for
+    // the bounds at the floor, on the stack.
+    let table = LengthTable::shared(&terms[0].scorer);
+    let floor_norms: [f32; 256] = *table.floor_norms();
     let mut doc = terms[0].cursor.doc();
     'windows: while doc != TERMINATED {
         let mut window_end = TERMINATED;
@@ -271,9 +272,9 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
             }
             if enters {
                 let dl = index.scoring_length(d);
-                contrib[leader.qi] = leader.scorer.contribution(leader_tf, dl);
+                contrib[leader.qi] = table.contribution(&leader.scorer, leader_tf, dl);
                 for t in others.iter_mut() {
-                    contrib[t.qi] = t.scorer.contribution(t.cursor.tf(), dl);
+                    contrib[t.qi] = table.contribution(&t.scorer, t.cursor.tf(), dl);
                 }
                 stats.docs_scored += 1;
                 top.push(d, exact_score(&contrib, &present));
@@ -373,6 +374,9 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
         .collect();
     let mut contrib = vec![0f32; n_distinct];
     let mut present = vec![false; n_distinct];
+    // Norms and contributions by length (every term of a query has the same norms): the same
+    // bits as the scorer's, without its divisions.
+    let table = LengthTable::shared(&terms[0].scorer);
     // Per term: whether its list may still hold a document at `start`, and its bound in the
     // window (its list's bound while it is non-essential for the whole query).
     let mut live = vec![true; n];
@@ -461,7 +465,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
             for &i in essential {
                 let t = &mut terms[i];
                 if t.cursor.doc() == cand {
-                    let c = t.scorer.contribution(t.cursor.tf(), dl);
+                    let c = table.contribution(&t.scorer, t.cursor.tf(), dl);
                     contrib[t.qi] = c;
                     present[t.qi] = true;
                     score += c as f64;
@@ -489,7 +493,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
                     }
                     rest -= bound[i];
                     if t.cursor.seek(cand) == cand {
-                        let c = t.scorer.contribution(t.cursor.tf(), dl);
+                        let c = table.contribution(&t.scorer, t.cursor.tf(), dl);
                         contrib[t.qi] = c;
                         present[t.qi] = true;
                         score += c as f64;

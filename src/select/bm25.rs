@@ -217,7 +217,7 @@ impl LengthTable {
     pub fn shared(s: &TermScorer) -> std::sync::Arc<Self> {
         use std::sync::{Arc, Mutex};
         static TABLES: Mutex<Vec<Arc<LengthTable>>> = Mutex::new(Vec::new());
-        let key = [s.k1.to_bits(), s.b.to_bits(), s.avgdl.to_bits()];
+        let key = Self::key_of(s);
         let mut tables = TABLES
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -232,13 +232,18 @@ impl LengthTable {
         table
     }
 
+    /// The parameters a table is made for: `s`'s k1, b and mean length, as bits.
+    fn key_of(s: &TermScorer) -> [u32; 3] {
+        [s.k1.to_bits(), s.b.to_bits(), s.avgdl.to_bits()]
+    }
+
     fn new(s: &TermScorer) -> Self {
         let norms: Box<[f32]> = (0..TABLED_LENGTHS as u32).map(|dl| s.norm(dl)).collect();
         let ratios = (1..=TABLED_TFS as u32)
             .flat_map(|tf| norms.iter().map(move |&norm| s.ratio_at_norm(tf, norm)))
             .collect();
         Self {
-            key: [s.k1.to_bits(), s.b.to_bits(), s.avgdl.to_bits()],
+            key: Self::key_of(s),
             norms,
             ratios,
             floor_norms: std::array::from_fn(|c| s.norm(floor_of(c as u8))),
@@ -248,7 +253,7 @@ impl LengthTable {
     /// [`TermScorer::contribution`]`(tf, dl)` of `s`, a scorer of the table's k1, b and mean length.
     #[inline]
     pub fn contribution(&self, s: &TermScorer, tf: u32, dl: u32) -> f32 {
-        debug_assert_eq!(self.key, [s.k1.to_bits(), s.b.to_bits(), s.avgdl.to_bits()]);
+        debug_assert_eq!(self.key, Self::key_of(s));
         let (row, dl) = ((tf as usize).wrapping_sub(1), dl as usize);
         if dl >= TABLED_LENGTHS {
             return s.contribution(tf, dl as u32);

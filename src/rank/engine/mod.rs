@@ -433,8 +433,6 @@ impl RankEngine {
     ) -> Result<Result<Ranked<S>, (S, Backend)>, RankError<S::Error>> {
         let (backends, ranker) = (Arc::clone(&self.backends), Arc::clone(ranker));
         let n_docs = source.len();
-        let pool_idle = backends.pool_idle();
-        let pool = Arc::clone(&backends);
         let work = move || {
             let _stage = tracing::info_span!("fe+score", ranker = %ranker.name, documents = n_docs)
                 .entered();
@@ -448,10 +446,10 @@ impl RankEngine {
         // Under load the job runs on a blocking thread, which hands the layout to the pool and
         // then waits for the device there, holding no pool thread. With the pool idle it runs
         // on a pool thread instead: two thread hand-offs fewer for a lone request.
-        let ran = async move {
-            match pool_idle {
-                true => (pool.on_cpu_pool_task(work).await).map_err(|err| err.to_string()),
-                false => (tokio::task::spawn_blocking(work).await).map_err(|err| err.to_string()),
+        let ran = async {
+            match self.backends.pool_idle() {
+                true => (self.backends.on_cpu_pool_task(work).await).map_err(|e| e.to_string()),
+                false => (tokio::task::spawn_blocking(work).await).map_err(|e| e.to_string()),
             }
         };
         until(deadline, ran).await?.map_err(RankError::Internal)

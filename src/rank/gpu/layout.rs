@@ -202,10 +202,10 @@ pub struct LayoutPart {
     statics: Vec<f64>,
 }
 
-/// Parts dropped, emptied, for the next batch's to reuse: a request's documents are laid out in
-/// runs whose vectors grow to the run's size (a 10 000-document request on 16 threads: about 70
-/// KB of hits a run), and vectors allocated afresh for every request cost their growth's copies
-/// and first touches each time, on every thread at once.
+/// Parts dropped, emptied, for the next batch's runs to reuse: a request's documents are laid
+/// out in runs whose vectors grow to the run's size (a 10 000-document request on 16 threads:
+/// about 70 KB of hits a run), and vectors allocated afresh for every request cost their
+/// growth's copies and first touches each time, on every thread at once.
 static SPARE_PARTS: Mutex<Vec<LayoutPart>> = Mutex::new(Vec::new());
 
 /// The most parts kept, and the largest kept (bytes of its vectors' capacity): the spares stay

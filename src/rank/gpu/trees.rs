@@ -153,22 +153,46 @@ pub struct GpuTrees {
 
 /// Shared memory a block may use without opting in to more (48 KiB on every architecture).
 const SHARED_BYTES_LIMIT: usize = 48 * 1024;
-/// Threads per block the launch aims for.
-const BLOCK_THREADS: usize = 256;
-/// Documents per block when the feature rows fit: one warp of documents per tree lane.
-const MAX_DOCS_PER_BLOCK: usize = 32;
+/// The most threads a block may have.
+const MAX_BLOCK_THREADS: usize = 1024;
+/// Documents per block when there are enough of them: a warp is 16 documents on two trees.
+const MAX_DOCS_PER_BLOCK: usize = 16;
+/// Tree lanes per document at most: thread 0 adds the lanes' partial sums one by one.
+const MAX_TREE_LANES: usize = 256;
 
-/// Documents per block for a launch over `n_docs`: the largest power of two up to
-/// [`MAX_DOCS_PER_BLOCK`] that still gives every SM two blocks. Small batches thus spread over
-/// the whole device (10 documents in one block left the other SMs idle: 186 µs for the large
-/// ranker, 63 µs spread), and large ones keep a warp of documents on one tree, which shares the
-/// node reads (H100: 2 documents per block at 1 000 documents, 32 at 10 000, measured best).
-fn docs_per_block_for(n_docs: usize, sm_count: usize) -> usize {
-    let mut docs = MAX_DOCS_PER_BLOCK;
-    while docs > 1 && n_docs.div_ceil(docs) < 2 * sm_count {
+/// The block shape of a `trees_eval` launch over `n_docs` documents of `n_features` values and
+/// `n_trees` trees: (documents per block, tree lanes per document), or `None` when one row does
+/// not fit in shared memory.
+///
+/// Blocks are as large as the device allows (1 024 threads): the walks are a chain of dependent
+/// node loads each, and more of them in flight per SM is what pays. Documents per block are a
+/// power of two, at most 16, halved while the batch would give fewer blocks than half the SMs;
+/// the lanes take the rest of the block, at most [`MAX_TREE_LANES`] and not (many) more than
+/// the trees. Measured on an H200 (ME phase of `bench ranking`, µs): at 10 000 documents 16 × 64
+/// took 405 (LightGBM peer model, 1 250 trees) / 112 (medium) / 321 (large) against 482 / 124 /
+/// 384 for 16 × 16 and 499 / 135 / 374 for 8 × 128; at 2 500, 16 × 64 169 / 47 / 129 against
+/// 202 / 47 / 130 for 8 × 128; at 1 000, 8 × 128 75 / 24 / 64 against 100 / 32 / 86 for the
+/// 256-thread blocks of before.
+fn launch_shape(
+    n_docs: usize,
+    n_features: usize,
+    n_trees: usize,
+    sm_count: usize,
+) -> Option<(usize, usize)> {
+    // The kernel keeps each row at an odd stride of doubles, and one partial sum per thread.
+    let row_bytes = (n_features | 1) * 8;
+    let fitting = (SHARED_BYTES_LIMIT - 8 * MAX_BLOCK_THREADS) / row_bytes;
+    if fitting == 0 {
+        return None;
+    }
+    let mut docs = MAX_DOCS_PER_BLOCK.min(1 << fitting.ilog2());
+    while docs > 1 && 2 * n_docs.div_ceil(docs) < sm_count {
         docs /= 2;
     }
-    docs
+    let lanes = (MAX_BLOCK_THREADS / docs)
+        .min(MAX_TREE_LANES)
+        .min(n_trees.max(1).next_power_of_two());
+    Some((docs, lanes))
 }
 
 impl GpuTrees {
@@ -231,20 +255,15 @@ impl GpuTrees {
         if n_docs == 0 || self.n_trees == 0 && targets.sums.is_none() {
             return Ok(());
         }
-        let row_bytes = n_features * 8;
-        // Each document's row plus one partial sum per lane must fit; fewer documents per block
-        // for wide feature vectors.
-        let docs_per_block = (SHARED_BYTES_LIMIT / (row_bytes + 8 * BLOCK_THREADS))
-            .min(docs_per_block_for(n_docs, device.sm_count()));
-        if docs_per_block == 0 {
-            return Err(GpuError::TooLarge {
-                what: "feature vector bytes per document",
-                got: row_bytes,
-                limit: SHARED_BYTES_LIMIT - 8 * BLOCK_THREADS,
-            });
-        }
-        let lanes = (BLOCK_THREADS / docs_per_block).max(1);
-        let shared = (docs_per_block * n_features + docs_per_block * lanes) * 8;
+        let (docs_per_block, lanes) =
+            launch_shape(n_docs, n_features, self.n_trees, device.sm_count()).ok_or(
+                GpuError::TooLarge {
+                    what: "feature vector bytes per document",
+                    got: n_features * 8,
+                    limit: SHARED_BYTES_LIMIT - 8 * MAX_BLOCK_THREADS,
+                },
+            )?;
+        let shared = (docs_per_block * (n_features | 1) + docs_per_block * lanes) * 8;
         let config = LaunchConfig {
             grid_dim: (n_docs.div_ceil(docs_per_block) as u32, 1, 1),
             block_dim: (docs_per_block as u32, lanes as u32, 1),
@@ -302,14 +321,26 @@ impl GpuTrees {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn small_batches_spread_over_every_sm() {
-        // 132 SMs (H100 SXM): two blocks each need 264 blocks.
-        assert_eq!(docs_per_block_for(1, 132), 1);
-        assert_eq!(docs_per_block_for(100, 132), 1);
-        assert_eq!(docs_per_block_for(1000, 132), 2);
-        assert_eq!(docs_per_block_for(5000, 132), 16);
-        assert_eq!(docs_per_block_for(10_000, 132), 32);
-        assert_eq!(docs_per_block_for(1_000_000, 132), MAX_DOCS_PER_BLOCK);
+    fn blocks_are_large_and_small_batches_spread_over_the_sms() {
+        // 132 SMs (H100 SXM, H200); 136 features (the LightGBM peer), 1 250 trees.
+        let shape = |docs| launch_shape(docs, 136, 1250, 132).unwrap();
+        assert_eq!(shape(10_000), (16, 64));
+        assert_eq!(shape(2_500), (16, 64));
+        assert_eq!(shape(1_000), (8, 128));
+        assert_eq!(shape(100), (1, 256));
+        assert_eq!(shape(1), (1, 256));
+        // Few trees take few lanes; wide rows take fewer documents (5 rows of 1 001 fit).
+        assert_eq!(launch_shape(10_000, 136, 10, 132), Some((16, 16)));
+        assert_eq!(launch_shape(10_000, 1000, 1250, 132), Some((4, 256)));
+        // A row larger than the shared memory left for rows does not fit.
+        assert_eq!(launch_shape(10, 6_000, 10, 132), None);
+        for docs in [1, 7, 100, 1_000, 10_000, 1_000_000] {
+            let (d, l) = shape(docs);
+            assert!(
+                d.is_power_of_two() && d * l <= MAX_BLOCK_THREADS,
+                "{docs}: {d} × {l}"
+            );
+        }
     }
 
     use super::*;

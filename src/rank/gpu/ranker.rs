@@ -18,7 +18,7 @@ use cudarc::cublas::sys::cublasOperation_t;
 use cudarc::cublas::{Gemm, GemmConfig};
 use cudarc::driver::result::memcpy_dtoh_async;
 use cudarc::driver::sys::CUevent_flags;
-use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, DevicePtr, DeviceRepr, LaunchArgs, LaunchConfig, PushKernelArg};
 use parking_lot::Mutex;
 
 pub use super::batch::GpuPhases;
@@ -744,12 +744,7 @@ impl GpuRanker {
                 .arg(&last.weights)
                 .arg(&last.bias)
                 .arg(&last.activation);
-            for sums in [&b.tree_sums, &b.ensemble_sums] {
-                match sums {
-                    Some(sums) => launch.arg(sums),
-                    None => launch.arg(&null),
-                };
-            }
+            push_sums(&mut launch, [&b.tree_sums, &b.ensemble_sums], &null);
             launch.arg(&docs32).arg(&mut b.scores);
             // SAFETY: arguments follow `nn_single_output_scores`'s signature; `input` holds
             // n_docs × inputs f32 (the layer before's output, or the model inputs, whose width
@@ -769,12 +764,7 @@ impl GpuRanker {
             let f = device.function(KernelModule::Nn, "nn_scores")?;
             let mut launch = stream.launch_builder(f);
             launch.arg(values).arg(&stride32).arg(&summed32);
-            for sums in [&b.tree_sums, &b.ensemble_sums] {
-                match sums {
-                    Some(sums) => launch.arg(sums),
-                    None => launch.arg(&null),
-                };
-            }
+            push_sums(&mut launch, [&b.tree_sums, &b.ensemble_sums], &null);
             launch.arg(&docs32).arg(&mut b.scores);
             // SAFETY: arguments follow `nn_scores`'s signature; `values` holds n_docs × stride
             // f32 with summed <= stride, the tree-input and ensemble sums (or null u64s) n_docs
@@ -792,5 +782,20 @@ impl GpuRanker {
         }
         record(4)?;
         Ok(())
+    }
+}
+
+/// Pushes the tree-input and the ensemble sums, each a device pointer or a null u64 where the
+/// ranker has none, as `nn_scores` and `nn_single_output_scores` take them.
+fn push_sums<'a>(
+    launch: &mut LaunchArgs<'a>,
+    sums: [&'a Option<CudaSlice<f64>>; 2],
+    null: &'a u64,
+) {
+    for sums in sums {
+        match sums {
+            Some(sums) => launch.arg(sums),
+            None => launch.arg(null),
+        };
     }
 }

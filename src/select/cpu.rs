@@ -44,7 +44,7 @@ impl<'a> Term<'a> {
             cursor: list.cursor(),
             shallow: 0,
             shallow_last: list.block_last(0),
-            shallow_bound: scorer.max_bound(&list.block_max(0)),
+            shallow_bound: scorer.bound_at_ends(list.block_max_ends(0, scorer.bound_grid())),
         }
     }
 
@@ -58,7 +58,9 @@ impl<'a> Term<'a> {
             list.prefetch_entries(j + ENTRIES_AHEAD);
             self.shallow = j;
             self.shallow_last = list.block_last(j);
-            self.shallow_bound = self.scorer.max_bound(&list.block_max(j));
+            self.shallow_bound = self
+                .scorer
+                .bound_at_ends(list.block_max_ends(j, self.scorer.bound_grid()));
         }
         Some((self.shallow_last, self.shallow_bound))
     }

@@ -52,17 +52,26 @@ impl<'a> Term<'a> {
     /// before `doc`). Decodes nothing. `doc` must not decrease from call to call.
     #[inline]
     fn block_bound(&mut self, doc: DocId) -> Option<(DocId, f64)> {
+        // Most calls stay in the block of the call before: only this test is inline.
         if doc > self.shallow_last {
-            let j = self.cursor.shallow_seek(self.shallow, doc)?;
-            let list = self.cursor.list();
-            list.prefetch_entries(j + ENTRIES_AHEAD);
-            self.shallow = j;
-            self.shallow_last = list.block_last(j);
-            self.shallow_bound = self
-                .scorer
-                .bound_at_ends(list.block_max_ends(j, self.scorer.bound_grid()));
+            self.move_block_bound(doc)?;
         }
         Some((self.shallow_last, self.shallow_bound))
+    }
+
+    /// Moves the block-max place to the block that would hold `doc`, past the current one
+    /// (`None`: the list ends before `doc`).
+    #[inline(never)]
+    fn move_block_bound(&mut self, doc: DocId) -> Option<()> {
+        let j = self.cursor.shallow_seek(self.shallow, doc)?;
+        let list = self.cursor.list();
+        list.prefetch_entries(j + ENTRIES_AHEAD);
+        self.shallow = j;
+        self.shallow_last = list.block_last(j);
+        self.shallow_bound = self
+            .scorer
+            .bound_at_ends(list.block_max_ends(j, self.scorer.bound_grid()));
+        Some(())
     }
 
     /// Asks for the block at the block-max place to be brought into the cache when the cursor is

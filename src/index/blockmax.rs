@@ -76,6 +76,16 @@ impl BlockMax {
         }
     }
 
+    /// The (tf, dl) pairs at b = `BOUND_B[g]` and `BOUND_B[g + 1]` of the entry at the start of
+    /// `bytes`, read without the rest: a bound reads only these, and loading the whole entry
+    /// into an array indexed by `g` stalled on the stores it had just made.
+    #[inline]
+    pub fn read_ends(bytes: &[u8], g: usize) -> [(u32, u32); 2] {
+        let e: &[u8; 16] = bytes[g * 8..g * 8 + 16].try_into().expect("16 bytes");
+        let w = |i: usize| u32::from_le_bytes([e[i * 4], e[i * 4 + 1], e[i * 4 + 2], e[i * 4 + 3]]);
+        [(w(0), w(1)), (w(2), w(3))]
+    }
+
     /// Reads an entry from [`BLOCK_MAX_BYTES`] bytes.
     pub fn read(bytes: &[u8]) -> Self {
         let w = |i: usize| super::codecs::read_u32(bytes, i * 4);

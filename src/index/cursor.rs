@@ -125,17 +125,26 @@ impl<'a> PostingCursor<'a> {
     #[inline]
     pub fn tf(&mut self) -> u32 {
         assert!(self.doc != TERMINATED, "tf() on a terminated cursor");
+        // A block whose tfs are decoded is not read in place: this is all that most calls of
+        // a walked list (OR's essential lists) run, inline; the rest is a call.
+        match self.tfs_ready {
+            true => self.dec.tfs[self.pos],
+            false => self.tf_unready(),
+        }
+    }
+
+    /// [`PostingCursor::tf`] in a block read in place or whose tfs are not decoded yet.
+    #[inline(never)]
+    fn tf_unready(&mut self) -> u32 {
         if let Some((block, _)) = &self.in_place {
             return block.tf(self.pos);
         }
-        if !self.tfs_ready {
-            self.dec.decode_tfs(
-                self.list.codec,
-                self.list.block_bytes(self.block),
-                self.list.bounds(self.block),
-            );
-            self.tfs_ready = true;
-        }
+        self.dec.decode_tfs(
+            self.list.codec,
+            self.list.block_bytes(self.block),
+            self.list.bounds(self.block),
+        );
+        self.tfs_ready = true;
         self.dec.tfs[self.pos]
     }
 

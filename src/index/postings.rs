@@ -126,6 +126,19 @@ impl<'a> PostingList<'a> {
         }
     }
 
+    /// Block `j`'s [`BlockMax::read_ends`] at grid place `g` (what its skip entry bounds when
+    /// the index has no entries).
+    #[inline]
+    pub fn block_max_ends(&self, j: usize, g: usize) -> [(u32, u32); 2] {
+        match self.maxes.is_empty() {
+            true => {
+                let s = self.skip(j);
+                [(s.max_tf, s.min_len); 2]
+            }
+            false => BlockMax::read_ends(&self.maxes[j * BLOCK_MAX_BYTES..], g),
+        }
+    }
+
     /// Number of blocks.
     pub fn n_blocks(&self) -> usize {
         self.skips.len() / SKIP_ENTRY_BYTES

@@ -171,11 +171,25 @@ impl TermScorer {
     /// describes (a block's or a list's entry; see the module doc).
     #[inline]
     pub fn max_bound(&self, m: &BlockMax) -> f64 {
+        self.bound_at_ends([m.best[self.grid], m.best[self.grid + 1]])
+    }
+
+    /// The entry's place in [`BOUND_B`] whose (tf, dl) pair and the next one
+    /// [`TermScorer::bound_at_ends`] reads.
+    #[inline]
+    pub fn bound_grid(&self) -> usize {
+        self.grid
+    }
+
+    /// [`TermScorer::max_bound`] from the entry's (tf, dl) pairs at [`TermScorer::bound_grid`]
+    /// and the next b only: what a block's bound reads, straight from the mapped entry.
+    #[inline]
+    pub fn bound_at_ends(&self, ends: [(u32, u32); 2]) -> f64 {
         // With g_i = n_i / tf_i at the interval's ends (n_i = (1−b_i)·A₀ + b_i·dl_i) and the
         // chord's weights w_i: idf·(k1+1) / (1 + k1·λ·(w_0·g_0 + w_1·g_1)/A), as one division.
         let a0 = self.entry_avgdl;
         let end = |i: usize| {
-            let (tf, dl) = m.best[self.grid + i];
+            let (tf, dl) = ends[i];
             let b = BOUND_B[self.grid + i] as f64;
             ((1.0 - b) * a0 + b * dl as f64, tf as f64)
         };

@@ -44,7 +44,7 @@ impl<'a> Term<'a> {
             cursor: list.cursor(),
             shallow: 0,
             shallow_last: list.block_last(0),
-            shallow_bound: scorer.max_bound(&list.block_max(0)),
+            shallow_bound: scorer.bound_at_ends(list.block_max_ends(0, scorer.bound_grid())),
         }
     }
 
@@ -52,15 +52,26 @@ impl<'a> Term<'a> {
     /// before `doc`). Decodes nothing. `doc` must not decrease from call to call.
     #[inline]
     fn block_bound(&mut self, doc: DocId) -> Option<(DocId, f64)> {
+        // Most calls stay in the block of the call before: only this test is inline.
         if doc > self.shallow_last {
-            let j = self.cursor.shallow_seek(self.shallow, doc)?;
-            let list = self.cursor.list();
-            list.prefetch_entries(j + ENTRIES_AHEAD);
-            self.shallow = j;
-            self.shallow_last = list.block_last(j);
-            self.shallow_bound = self.scorer.max_bound(&list.block_max(j));
+            self.move_block_bound(doc)?;
         }
         Some((self.shallow_last, self.shallow_bound))
+    }
+
+    /// Moves the block-max place to the block that would hold `doc`, past the current one
+    /// (`None`: the list ends before `doc`).
+    #[inline(never)]
+    fn move_block_bound(&mut self, doc: DocId) -> Option<()> {
+        let j = self.cursor.shallow_seek(self.shallow, doc)?;
+        let list = self.cursor.list();
+        list.prefetch_entries(j + ENTRIES_AHEAD);
+        self.shallow = j;
+        self.shallow_last = list.block_last(j);
+        self.shallow_bound = self
+            .scorer
+            .bound_at_ends(list.block_max_ends(j, self.scorer.bound_grid()));
+        Some(())
     }
 
     /// Asks for the block at the block-max place to be brought into the cache when the cursor is
@@ -240,10 +251,16 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
         let mut n_cands = 0;
         {
             let (docs, tfs) = leader.cursor.block_rest();
-            let end = docs.partition_point(|&d| d <= window_end);
-            for (&d, &tf) in docs[..end].iter().zip(&tfs[..end]) {
+            // Walked up to the window's end, one mispredicted exit: cheaper than finding the end
+            // first by a binary search of dependent loads.
+            for (&d, &tf) in docs.iter().zip(tfs) {
+                if d > window_end {
+                    break;
+                }
                 let norm = floor_norms[index.scoring_length_code(d) as usize];
-                cands[n_cands] = (d, tf);
+                // At most one candidate per posting of a block: the mask, a no-op, spares the
+                // bounds check.
+                cands[n_cands % BLOCK_LEN] = (d, tf);
                 n_cands += leader.scorer.may_exceed_at_norm(tf, norm, need) as usize;
             }
         }

@@ -77,7 +77,9 @@ __device__ __forceinline__ bool go_left(const TreeNode& n, double x, const unsig
 //         inputs_col0 + n_trees (each tree's leaf as an f32 model input),
 //         leaf_ids[n_docs][n_trees] (node index of each leaf reached),
 //         sums[n_docs] = base + the leaves, summed per lane in tree order, lanes in lane order.
-extern "C" __global__ void trees_eval(
+// Bounded to 1 024 threads so that the compiler keeps to the registers such a block needs on
+// any architecture: the launch asks for blocks of that size (`rank::gpu::trees::launch_shape`).
+extern "C" __global__ void __launch_bounds__(1024) trees_eval(
     const TreeNode* __restrict__ nodes,
     const unsigned* __restrict__ tree_roots,
     unsigned n_trees,

@@ -157,7 +157,11 @@ fn search_seeds() -> Vec<Value> {
 
 #[test]
 fn search_bodies_refuse_with_a_place_and_bounded_heap() {
-    let index = crate::index_files::opened_fixture_index();
+    // Opened under the measuring lock, as `index_files` builds its fixture.
+    let index = {
+        let _one_at_a_time = crate::support::measuring();
+        crate::index_files::opened_fixture_index()
+    };
     let seeds = search_seeds();
     run(
         "search bodies",

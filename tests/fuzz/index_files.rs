@@ -20,7 +20,7 @@ use rankserve::index::{Index, IndexError, TERMINATED};
 use rankserve::select::{self, Mode, Query};
 
 use crate::support::{
-    byte_edit, edit_bytes, json_splices, mutated, peak_of, run, Bound, ByteEdit, Mutated,
+    byte_edit, edit_bytes, json_splices, measuring, mutated, peak_of, run, Bound, ByteEdit, Mutated,
 };
 
 /// An index's open and queries: the files are mapped, not read; the heap holds the manifest,
@@ -234,7 +234,12 @@ fn exercise(index: &Index) -> Result<(), IndexError> {
 
 #[test]
 fn index_files_refuse_naming_the_file_and_bounded_heap() {
-    let fixture = fixture();
+    // Built under the measuring lock: its allocations must not land in another target's
+    // measurement (the counters are process-wide).
+    let fixture = {
+        let _one_at_a_time = measuring();
+        fixture()
+    };
     run("index files", 600, case(), |case, tally| {
         let original = &fixture.files[case.codec][case.file];
         let bytes = mutate(&case, original);

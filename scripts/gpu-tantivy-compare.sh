@@ -11,8 +11,14 @@
 #   OUT=$OUT CARRY=carry-NAME bash carry-NAME/gpu-tantivy-compare.sh
 # Logs go under $OUT (default a new temporary folder); a short table is printed last.
 # One device command may run 10 minutes: give WORK a fixed folder (e.g. /tmp/w21t) and split the
-# work over calls on the warm machine: STEPS=build (corpus, both indexes, query sets), then
-# STEPS=run once per SETS=normal and SETS=heavy (or per MODES=and / MODES=or). COUNT_HITS=1 also
+# work over calls on the warm machine: STEPS=build (corpus, rankserve's index, the query sets,
+# then Tantivy's index), then STEPS=run once per SETS=normal and SETS=heavy (or per MODES=and /
+# MODES=or). Tantivy's index of 10 M documents does not fit one call (16 threads, then the merge
+# into one segment: not done after 490 s on an H100 host, 2026-11-27, where the corpus took
+# 12.1 s and rankserve's build 75.9 s): with TANTIVY_DETACHED=1 the build step starts it in a
+# session of its own, which outlives the call while the machine stays warm (the next call within
+# its 30 s), and STEPS=await waits for it (at most AWAIT_S seconds, default 540; call it again
+# until it prints "tantivy index ready"). A step skips what WORK already holds. COUNT_HITS=1 also
 # writes each query's top-k and hit count on both sides (an exhaustive count per query, untimed).
 #
 # What runs, per query set (normal: `queries synth`; heavy: the $QUERIES AND queries with the
@@ -54,32 +60,63 @@ since() { awk -v now="$(clock)" -v then="$1" 'BEGIN { printf "%.1f", now - then 
 { nproc; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader; } \
   | tee "$out/machine.txt"
 steps=" ${STEPS:-build run} "
+tantivy_build() {
+  local t
+  t=$(clock)
+  "$tv" index --corpus "$work/corpus.jsonl" --out "$work/tantivy" --threads "$(nproc)" \
+    --heap-mb "${TANTIVY_HEAP_MB:-4096}" \
+    > "$out/tantivy-build.json" 2> "$out/tantivy-build.log" \
+    && log "tantivy-runner index ($(nproc) threads, merged to one segment): $(since "$t") s, $(du -sh "$work/tantivy" | cut -f1)" \
+    && cp "$out/tantivy-build.json" "$work/tantivy.done" \
+    && rm -f "$work/corpus.jsonl"
+}
 if [[ $steps == *" build "* ]]; then
-t=$(clock)
-"$rs" corpus synth --docs "$DOCS" --seed 1 --out "$work/corpus.jsonl" > "$out/corpus.log" 2>&1
-log "corpus synth, $DOCS documents: $(since "$t") s, $(du -sh "$work/corpus.jsonl" | cut -f1)"
-t=$(clock)
-"$rs" index build --corpus "$work/corpus.jsonl" --out "$work/idx" --codec "$CODEC" --json \
-  > "$out/rankserve-build.json" 2> "$out/rankserve-build.log"
-log "rankserve index build ($CODEC, every core): $(since "$t") s, $(du -sh "$work/idx" | cut -f1)"
-t=$(clock)
-"$tv" index --corpus "$work/corpus.jsonl" --out "$work/tantivy" --threads "$(nproc)" \
-  --heap-mb "${TANTIVY_HEAP_MB:-4096}" \
-  > "$out/tantivy-build.json" 2> "$out/tantivy-build.log"
-log "tantivy-runner index ($(nproc) threads, merged to one segment): $(since "$t") s, $(du -sh "$work/tantivy" | cut -f1)"
-rm -f "$work/corpus.jsonl"
-
-"$rs" queries synth --index "$work/idx" --count "$QUERIES" --seed 1 --out "$work/normal.txt"
-"$rs" queries synth --index "$work/idx" --count $((10 * QUERIES)) --seed 2 --out "$work/pool.txt"
-"$rs" bench selection --index "$work/idx" --queries "$work/pool.txt" --mode and --k "$K" \
-  --k1 1.2 --b 0.75 --reps 1 --timing back-to-back --out "$work/pool.jsonl" > /dev/null
-python3 - "$work/pool.jsonl" "$QUERIES" > "$work/heavy.txt" <<'EOF'
+  if [ ! -s "$work/idx/index.json" ]; then
+    t=$(clock)
+    "$rs" corpus synth --docs "$DOCS" --seed 1 --out "$work/corpus.jsonl" > "$out/corpus.log" 2>&1
+    log "corpus synth, $DOCS documents: $(since "$t") s, $(du -sh "$work/corpus.jsonl" | cut -f1)"
+    t=$(clock)
+    "$rs" index build --corpus "$work/corpus.jsonl" --out "$work/idx" --codec "$CODEC" --json \
+      > "$out/rankserve-build.json" 2> "$out/rankserve-build.log"
+    log "rankserve index build ($CODEC, every core): $(since "$t") s, $(du -sh "$work/idx" | cut -f1)"
+  fi
+  if [ ! -s "$work/heavy.txt" ]; then
+    "$rs" queries synth --index "$work/idx" --count "$QUERIES" --seed 1 --out "$work/normal.txt"
+    "$rs" queries synth --index "$work/idx" --count $((10 * QUERIES)) --seed 2 \
+      --out "$work/pool.txt"
+    "$rs" bench selection --index "$work/idx" --queries "$work/pool.txt" --mode and --k "$K" \
+      --k1 1.2 --b 0.75 --reps 1 --timing back-to-back --out "$work/pool.jsonl" > /dev/null
+    python3 - "$work/pool.jsonl" "$QUERIES" > "$work/heavy.txt" <<'EOF'
 import json, sys
 runs = [json.loads(line) for line in open(sys.argv[1])]
 runs.sort(key=lambda r: -r["hits"])
 for r in runs[: int(sys.argv[2])]:
     print(r["query"])
 EOF
+  fi
+  if [ ! -e "$work/tantivy" ]; then
+    if [ "${TANTIVY_DETACHED:-0}" = 1 ]; then
+      # Its log goes to WORK: $OUT is emptied before each call.
+      out=$work setsid bash -c "$(declare -f clock since log tantivy_build); \
+        tv=$tv work=$work out=$work TANTIVY_HEAP_MB=${TANTIVY_HEAP_MB:-4096} tantivy_build" \
+        < /dev/null > /dev/null 2>&1 &
+      log "tantivy-runner index started in a session of its own (its log in $work)"
+    else
+      tantivy_build
+    fi
+  fi
+fi
+if [[ $steps == *" await "* ]]; then
+  t=$(clock)
+  while [ ! -e "$work/tantivy.done" ] \
+    && awk -v s="$(since "$t")" -v m="${AWAIT_S:-540}" 'BEGIN { exit !(s < m) }'; do
+    sleep 5
+  done
+  if [ -e "$work/tantivy.done" ]; then
+    log "tantivy index ready: $(cat "$work/tantivy.done")"
+  else
+    log "tantivy index still building after $(since "$t") s"
+  fi
 fi
 [[ $steps == *" run "* ]] || exit 0
 

@@ -249,12 +249,15 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
         // the time) and is scored exactly.
         let need = theta.map_or(f32::NEG_INFINITY, |theta| (theta - others_bound) as f32);
         let mut n_cands = 0;
-        {
+        // The leader's postings in the window, and whether one of its block follows them.
+        let (in_window, block_goes_on) = {
             let (docs, tfs) = leader.cursor.block_rest();
+            let mut in_window = docs.len();
             // Walked up to the window's end, one mispredicted exit: cheaper than finding the end
             // first by a binary search of dependent loads.
-            for (&d, &tf) in docs.iter().zip(tfs) {
+            for (m, (&d, &tf)) in docs.iter().zip(tfs).enumerate() {
                 if d > window_end {
+                    in_window = m;
                     break;
                 }
                 let norm = floor_norms[index.scoring_length_code(d) as usize];
@@ -263,7 +266,8 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
                 cands[n_cands % BLOCK_LEN] = (d, tf);
                 n_cands += leader.scorer.may_exceed_at_norm(tf, norm, need) as usize;
             }
-        }
+            (in_window, in_window < docs.len())
+        };
         for &(d, leader_tf) in &cands[..n_cands] {
             let theta = top.threshold();
             let norm = floor_norms[index.scoring_length_code(d) as usize];
@@ -298,9 +302,10 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
             }
         }
         // The next window starts at the leader's next posting when its block, already decoded,
-        // holds one; otherwise past this window, the leader's next block still undecoded.
-        doc = match window_end < leader.cursor.block_last() {
-            true => leader.cursor.seek(window_end + 1),
+        // holds one (the walk above found it: no search); otherwise past this window, the
+        // leader's next block still undecoded.
+        doc = match block_goes_on {
+            true => leader.cursor.skip_in_block(in_window),
             false => window_end + 1,
         };
     }

@@ -173,6 +173,23 @@ impl<'a> PostingCursor<'a> {
         )
     }
 
+    /// Moves `n` postings on within the decoded block, to a posting of it: `n` is less than
+    /// the length of [`PostingCursor::block_rest`] just before (what a caller that walked those
+    /// postings knows without a search); returns its docID.
+    ///
+    /// # Panics
+    /// When the block holds no posting `n` on.
+    #[inline]
+    pub fn skip_in_block(&mut self, n: usize) -> DocId {
+        assert!(
+            self.in_place.is_none() && self.pos + n < self.n,
+            "past the decoded block"
+        );
+        self.pos += n;
+        self.doc = self.dec.docs[self.pos];
+        self.doc
+    }
+
     /// The number of postings in the list.
     pub fn df(&self) -> u32 {
         self.list.df

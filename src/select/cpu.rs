@@ -159,12 +159,13 @@ pub(crate) fn fill_and_or(
     and
 }
 
-/// The exact score of `doc` from per-term contributions, summed in query order.
+/// The exact score of a document from per-term contributions, summed in query order, of the
+/// terms (by query position) that `holds` says the document has.
 #[inline]
-fn exact_score(contrib: &[f32], present: &[bool]) -> f64 {
+fn exact_score(contrib: &[f32], holds: impl Fn(usize) -> bool) -> f64 {
     let mut s = 0f64;
-    for (c, &p) in contrib.iter().zip(present) {
-        if p {
+    for (qi, c) in contrib.iter().enumerate() {
+        if holds(qi) {
             s += *c as f64;
         }
     }
@@ -190,7 +191,6 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
     terms.sort_by_key(|t| (t.cursor.df(), t.qi));
     let lists_bound: f64 = terms.iter().map(Term::list_bound).sum();
     let mut contrib = vec![0f32; n_distinct];
-    let present = vec![true; n_distinct];
     // Per list after the leader: the sum of the block bounds of the lists after it.
     let mut rest_after = vec![0f64; terms.len()];
     // The leader's postings of a window that may enter: docID, tf.
@@ -249,12 +249,15 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
         // the time) and is scored exactly.
         let need = theta.map_or(f32::NEG_INFINITY, |theta| (theta - others_bound) as f32);
         let mut n_cands = 0;
-        {
+        // The leader's postings in the window, and whether one of its block follows them.
+        let (in_window, block_goes_on) = {
             let (docs, tfs) = leader.cursor.block_rest();
+            let mut in_window = docs.len();
             // Walked up to the window's end, one mispredicted exit: cheaper than finding the end
             // first by a binary search of dependent loads.
-            for (&d, &tf) in docs.iter().zip(tfs) {
+            for (m, (&d, &tf)) in docs.iter().zip(tfs).enumerate() {
                 if d > window_end {
+                    in_window = m;
                     break;
                 }
                 let norm = floor_norms[index.scoring_length_code(d) as usize];
@@ -263,7 +266,8 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
                 cands[n_cands % BLOCK_LEN] = (d, tf);
                 n_cands += leader.scorer.may_exceed_at_norm(tf, norm, need) as usize;
             }
-        }
+            (in_window, in_window < docs.len())
+        };
         for &(d, leader_tf) in &cands[..n_cands] {
             let theta = top.threshold();
             let norm = floor_norms[index.scoring_length_code(d) as usize];
@@ -294,13 +298,14 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
                     contrib[t.qi] = table.contribution(&t.scorer, t.cursor.tf(), dl);
                 }
                 stats.docs_scored += 1;
-                top.push(d, exact_score(&contrib, &present));
+                top.push(d, exact_score(&contrib, |_| true));
             }
         }
         // The next window starts at the leader's next posting when its block, already decoded,
-        // holds one; otherwise past this window, the leader's next block still undecoded.
-        doc = match window_end < leader.cursor.block_last() {
-            true => leader.cursor.seek(window_end + 1),
+        // holds one (the walk above found it: no search); otherwise past this window, the
+        // leader's next block still undecoded.
+        doc = match block_goes_on {
+            true => leader.cursor.skip_in_block(in_window),
             false => window_end + 1,
         };
     }
@@ -336,7 +341,6 @@ pub fn and_finish(
     let mut order: Vec<usize> = (0..rows.len() / stride).collect();
     order.sort_unstable_by_key(|&r| rows[r * stride]);
     let mut contrib = vec![0f32; n_distinct];
-    let present = vec![true; n_distinct];
     'candidates: for r in order {
         let row = &rows[r * stride..(r + 1) * stride];
         let doc = row[0];
@@ -355,7 +359,7 @@ pub fn and_finish(
             contrib[t.qi] = t.scorer.contribution(t.cursor.tf(), dl);
         }
         stats.docs_scored += 1;
-        top.push(doc, exact_score(&contrib, &present));
+        top.push(doc, exact_score(&contrib, |_| true));
     }
     stats.blocks_decoded += rest.iter().map(|t| t.cursor.blocks_decoded()).sum::<u64>();
     (top.into_sorted(), stats)
@@ -390,7 +394,9 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
         })
         .collect();
     let mut contrib = vec![0f32; n_distinct];
-    let mut present = vec![false; n_distinct];
+    // Per term: the candidate whose contribution `contrib` holds (none yet: TERMINATED), so
+    // that nothing is cleared between candidates.
+    let mut found_at = vec![TERMINATED; n_distinct];
     // Norms and contributions by length (every term of a query has the same norms): the same
     // bits as the scorer's, without its divisions.
     let table = LengthTable::shared(&terms[0].scorer);
@@ -484,7 +490,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
                 if t.cursor.doc() == cand {
                     let c = table.contribution(&t.scorer, t.cursor.tf(), dl);
                     contrib[t.qi] = c;
-                    present[t.qi] = true;
+                    found_at[t.qi] = cand;
                     score += c as f64;
                     // At the window's end the next posting may lie in a block not yet needed.
                     if cand < window_end {
@@ -512,16 +518,15 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
                     if t.cursor.seek(cand) == cand {
                         let c = table.contribution(&t.scorer, t.cursor.tf(), dl);
                         contrib[t.qi] = c;
-                        present[t.qi] = true;
+                        found_at[t.qi] = cand;
                         score += c as f64;
                     }
                 }
             }
             if enters {
                 stats.docs_scored += 1;
-                top.push(cand, exact_score(&contrib, &present));
+                top.push(cand, exact_score(&contrib, |qi| found_at[qi] == cand));
             }
-            present.iter_mut().for_each(|p| *p = false);
             if cand == window_end {
                 break;
             }

@@ -32,6 +32,7 @@ use rankserve::index::tokenize::Tokenizer;
 use rayon::prelude::*;
 use serde::Serialize;
 use tantivy::collector::{Count, TopDocs};
+use tantivy::indexer::NoMergePolicy;
 use tantivy::query::{BooleanQuery, Occur, Query, TermQuery};
 use tantivy::schema::{
     Field, IndexRecordOption, Schema, TextFieldIndexing, TextOptions, Value, STORED, STRING,
@@ -168,6 +169,9 @@ fn index(args: &IndexArgs) -> anyhow::Result<()> {
     let index = Index::create_in_dir(&args.out, schema)?;
     let mut writer: IndexWriter<TantivyDocument> =
         index.writer_with_num_threads(threads, args.heap_mb << 20)?;
+    // The one merge below is ours: a merge the default policy starts on committed segments would
+    // race it ("the segments that were merged could not be found", seen at 10 M documents).
+    writer.set_merge_policy(Box::new(NoMergePolicy));
     let started = Instant::now();
     let mut reader = CorpusReader::open(&args.corpus)?;
     let mut lines: Vec<RawLine> = Vec::new();

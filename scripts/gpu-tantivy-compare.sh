@@ -10,15 +10,19 @@
 # and the command, from the repository root there, is
 #   OUT=$OUT CARRY=carry-NAME bash carry-NAME/gpu-tantivy-compare.sh
 # Logs go under $OUT (default a new temporary folder); a short table is printed last.
-# One device command may run 10 minutes: give WORK a fixed folder (e.g. /tmp/w21t) and split the
-# work over calls on the warm machine: STEPS=build (corpus, rankserve's index, the query sets,
-# then Tantivy's index), then STEPS=run once per SETS=normal and SETS=heavy (or per MODES=and /
-# MODES=or). Tantivy's index of 10 M documents does not fit one call (16 threads, then the merge
-# into one segment: not done after 490 s on an H100 host, 2026-11-27, where the corpus took
-# 12.1 s and rankserve's build 75.9 s): with TANTIVY_DETACHED=1 the build step starts it in a
+# One device command may run 10 minutes: give WORK a fixed folder that survives between calls (on
+# the device machine, an ignored folder of the working tree such as target/w21t) and split the
+# work over calls on the warm machine. Tantivy's index of 10 M documents does not fit one call
+# (H100 host, 16 threads, 2026-11-27: 8 segments committed after ≈ 6 min, then the merge into
+# one segment still running 4 min later; the corpus took 13.5–15.0 s, rankserve's build
+# 86–90 s): with TANTIVY_DETACHED=1 the build step starts it, right after the corpus, in a
 # session of its own, which outlives the call while the machine stays warm (the next call within
-# its 30 s), and STEPS=await waits for it (at most AWAIT_S seconds, default 540; call it again
-# until it prints "tantivy index ready"). A step skips what WORK already holds. COUNT_HITS=1 also
+# its 30 s), and STEPS=await waits for it until the call has run CALL_S seconds (default 560;
+# call it again until it prints "tantivy index ready"). So: STEPS="build await", STEPS=await as
+# often as needed, then STEPS=run (both sets ≈ 440 s at 10 M documents, or one SETS / MODES per
+# call). Machines go back after 30 minutes held, WORK with them: the whole sequence needs
+# ≈ 25 minutes of one machine, calls back to back. A step skips what WORK already holds; run
+# refuses without Tantivy's finished index. COUNT_HITS=1 also
 # writes each query's top-k and hit count on both sides (an exhaustive count per query, untimed).
 #
 # What runs, per query set (normal: `queries synth`; heavy: the $QUERIES AND queries with the
@@ -53,6 +57,7 @@ THREADS=${THREADS:-16}
 CODEC=${CODEC:-ef}
 rs="$carry/rankserve"
 tv="$carry/tantivy-runner"
+started=$(date +%s.%N)
 log() { echo "$*" | tee -a "$out/steps.log"; }
 clock() { date +%s.%N; }
 since() { awk -v now="$(clock)" -v then="$1" 'BEGIN { printf "%.1f", now - then }'; }
@@ -68,13 +73,29 @@ tantivy_build() {
     > "$out/tantivy-build.json" 2> "$out/tantivy-build.log" \
     && log "tantivy-runner index ($(nproc) threads, merged to one segment): $(since "$t") s, $(du -sh "$work/tantivy" | cut -f1)" \
     && cp "$out/tantivy-build.json" "$work/tantivy.done" \
-    && rm -f "$work/corpus.jsonl"
+    && { [ ! -s "$work/idx/index.json" ] || rm -f "$work/corpus.jsonl"; }
+}
+tantivy_start() {
+  if [ "${TANTIVY_DETACHED:-0}" = 1 ]; then
+    # Its log goes to WORK: $OUT is emptied before each call.
+    out=$work setsid bash -c "$(declare -f clock since log tantivy_build); \
+      tv=$tv work=$work out=$work TANTIVY_HEAP_MB=${TANTIVY_HEAP_MB:-4096} tantivy_build" \
+      < /dev/null > /dev/null 2>&1 &
+    log "tantivy-runner index started in a session of its own (its log in $work)"
+  else
+    tantivy_build
+  fi
 }
 if [[ $steps == *" build "* ]]; then
-  if [ ! -s "$work/idx/index.json" ]; then
+  if [ ! -s "$work/corpus.jsonl" ] && { [ ! -s "$work/idx/index.json" ] || [ ! -e "$work/tantivy" ]; }; then
     t=$(clock)
     "$rs" corpus synth --docs "$DOCS" --seed 1 --out "$work/corpus.jsonl" > "$out/corpus.log" 2>&1
     log "corpus synth, $DOCS documents: $(since "$t") s, $(du -sh "$work/corpus.jsonl" | cut -f1)"
+  fi
+  # Detached, Tantivy's build (the longest step) starts first and shares the cores with
+  # rankserve's build and the query sets.
+  [ "${TANTIVY_DETACHED:-0}" = 1 ] && [ ! -e "$work/tantivy" ] && tantivy_start
+  if [ ! -s "$work/idx/index.json" ]; then
     t=$(clock)
     "$rs" index build --corpus "$work/corpus.jsonl" --out "$work/idx" --codec "$CODEC" --json \
       > "$out/rankserve-build.json" 2> "$out/rankserve-build.log"
@@ -94,22 +115,12 @@ for r in runs[: int(sys.argv[2])]:
     print(r["query"])
 EOF
   fi
-  if [ ! -e "$work/tantivy" ]; then
-    if [ "${TANTIVY_DETACHED:-0}" = 1 ]; then
-      # Its log goes to WORK: $OUT is emptied before each call.
-      out=$work setsid bash -c "$(declare -f clock since log tantivy_build); \
-        tv=$tv work=$work out=$work TANTIVY_HEAP_MB=${TANTIVY_HEAP_MB:-4096} tantivy_build" \
-        < /dev/null > /dev/null 2>&1 &
-      log "tantivy-runner index started in a session of its own (its log in $work)"
-    else
-      tantivy_build
-    fi
-  fi
+  [ -e "$work/tantivy" ] || tantivy_start
 fi
 if [[ $steps == *" await "* ]]; then
   t=$(clock)
   while [ ! -e "$work/tantivy.done" ] \
-    && awk -v s="$(since "$t")" -v m="${AWAIT_S:-540}" 'BEGIN { exit !(s < m) }'; do
+    && awk -v s="$(since "$started")" -v m="${CALL_S:-560}" 'BEGIN { exit !(s < m) }'; do
     sleep 5
   done
   if [ -e "$work/tantivy.done" ]; then
@@ -119,6 +130,10 @@ if [[ $steps == *" await "* ]]; then
   fi
 fi
 [[ $steps == *" run "* ]] || exit 0
+if [ ! -e "$work/tantivy.done" ]; then
+  log "Tantivy's index is not finished (no $work/tantivy.done): STEPS=await first"
+  exit 1
+fi
 
 port=18091
 "$rs" serve --index "$work/idx" --addr "127.0.0.1:$port" > "$out/serve.log" 2>&1 &

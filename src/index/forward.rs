@@ -66,87 +66,159 @@ impl ForwardIndex {
         n_streams_in_index: usize,
         num_terms: u32,
     ) -> Result<Vec<ForwardStream>, IndexError> {
+        let mut reader = self.reader(d, n_streams_in_index, num_terms)?;
+        // The count is read from the file: it sizes nothing beyond the streams an index has.
+        let mut streams = Vec::with_capacity(reader.streams_left.min(n_streams_in_index));
+        while let Some((stream, length)) = reader.next_stream()? {
+            let terms = (0..length)
+                .map(|_| reader.term())
+                .collect::<Result<Vec<_>, _>>()?;
+            streams.push(ForwardStream {
+                stream,
+                length,
+                phrase_lens: reader.phrase_lens.clone(),
+                terms,
+            });
+        }
+        Ok(streams)
+    }
+
+    /// The hits of document `d` for a query whose `i`-th term has id `query[i]` (`None` for a
+    /// term not in the index): every stream (named from `stream_names`, with its length), and
+    /// per phrase the `[i, position]` pairs where a query term occurs. One pass over the
+    /// document's bytes: its terms are matched as they are read, never collected.
+    ///
+    /// # Errors
+    /// As [`ForwardIndex::doc`].
+    pub fn hits(
+        &self,
+        d: super::DocId,
+        stream_names: &[String],
+        num_terms: u32,
+        query: &[Option<TermId>],
+    ) -> Result<Vec<StreamHits>, IndexError> {
+        let mut reader = self.reader(d, stream_names.len(), num_terms)?;
+        let query: Vec<(u32, TermId)> = (query.iter().enumerate())
+            .filter_map(|(i, q)| q.map(|id| (i as u32, id)))
+            .collect();
+        let mut out = Vec::with_capacity(reader.streams_left.min(stream_names.len()));
+        while let Some((stream, length)) = reader.next_stream()? {
+            let mut phrases = Vec::new();
+            let mut position = 0u32;
+            for k in 0..reader.phrase_lens.len() {
+                let mut hits = Vec::new();
+                for _ in 0..reader.phrase_lens[k] {
+                    let term = reader.term()?;
+                    hits.extend(
+                        (query.iter())
+                            .filter(|&&(_, id)| id == term)
+                            .map(|&(i, _)| [i, position]),
+                    );
+                    position += 1;
+                }
+                if !hits.is_empty() {
+                    phrases.push(hits);
+                }
+            }
+            out.push(StreamHits {
+                stream: stream_names[stream as usize].clone(),
+                length,
+                phrases,
+            });
+        }
+        Ok(out)
+    }
+
+    /// A reader of document `d`'s bytes.
+    fn reader(
+        &self,
+        d: super::DocId,
+        n_streams_in_index: usize,
+        num_terms: u32,
+    ) -> Result<DocReader<'_>, IndexError> {
         let f = &self.file;
         let o = f.section(1);
         let at = |k: usize| {
             u64::from_le_bytes(o[k * 8..k * 8 + 8].try_into().expect("8 bytes")) as usize
         };
         let bytes = &f.section(0)[at(d as usize)..at(d as usize + 1)];
-        let bad = |what: &str| f.corrupt(format!("document {d}: {what}"));
-        let mut r = VarintReader { bytes, at: 0 };
-        let n_streams = r.next().ok_or_else(|| bad("truncated stream count"))?;
-        // The count is read from the file: it sizes nothing beyond the streams an index has.
-        let mut streams = Vec::with_capacity((n_streams as usize).min(n_streams_in_index));
-        for _ in 0..n_streams {
-            let stream = r.next().ok_or_else(|| bad("truncated stream number"))?;
-            if stream as usize >= n_streams_in_index {
-                return Err(bad("stream number out of range"));
-            }
-            let length = r.next().ok_or_else(|| bad("truncated length"))?;
-            let n_phrases = r.next().ok_or_else(|| bad("truncated phrase count"))?;
-            if n_phrases > length {
-                return Err(bad("more phrases than tokens"));
-            }
-            let phrase_lens = (0..n_phrases)
-                .map(|_| r.next().ok_or_else(|| bad("truncated phrase length")))
-                .collect::<Result<Vec<_>, _>>()?;
-            if phrase_lens.iter().map(|&p| p as u64).sum::<u64>() != length as u64 {
-                return Err(bad("phrase lengths do not sum to the stream length"));
-            }
-            if length as usize > bytes.len() {
-                return Err(bad("stream longer than its bytes"));
-            }
-            let terms = (0..length)
-                .map(|_| {
-                    r.next()
-                        .filter(|&t| t < num_terms)
-                        .ok_or_else(|| bad("term id truncated or out of range"))
-                })
-                .collect::<Result<Vec<_>, _>>()?;
-            streams.push(ForwardStream {
-                stream,
-                length,
-                phrase_lens,
-                terms,
-            });
-        }
-        Ok(streams)
+        let mut reader = DocReader {
+            file: f,
+            doc: d,
+            varints: VarintReader { bytes, at: 0 },
+            streams_left: 0,
+            n_streams_in_index,
+            num_terms,
+            phrase_lens: Vec::new(),
+        };
+        reader.streams_left = reader
+            .varints
+            .next()
+            .ok_or_else(|| reader.bad("truncated stream count"))?
+            as usize;
+        Ok(reader)
     }
 }
 
-/// The hits of a document's `streams` for a query whose `i`-th term has id `query[i]` (`None`
-/// for a term not in the index): every stream (named from `stream_names`, with its length), and
-/// per phrase the `[i, position]` pairs where a query term occurs.
-pub fn hits(
-    streams: Vec<ForwardStream>,
-    stream_names: &[String],
-    query: &[Option<TermId>],
-) -> Vec<StreamHits> {
-    let mut out = Vec::with_capacity(streams.len());
-    for s in streams {
-        let mut phrases = Vec::new();
-        let mut pos = 0usize;
-        for &len in &s.phrase_lens {
-            let mut hits = Vec::new();
-            for p in pos..pos + len as usize {
-                for (qi, q) in query.iter().enumerate() {
-                    if *q == Some(s.terms[p]) {
-                        hits.push([qi as u32, p as u32]);
-                    }
-                }
-            }
-            if !hits.is_empty() {
-                phrases.push(hits);
-            }
-            pos += len as usize;
-        }
-        out.push(StreamHits {
-            stream: stream_names[s.stream as usize].clone(),
-            length: s.length,
-            phrases,
-        });
+/// A document's bytes read stream by stream: each stream's head (number, length, phrase
+/// lengths) checked as it is read, then its `length` term ids one at a time.
+struct DocReader<'a> {
+    file: &'a MappedFile,
+    doc: super::DocId,
+    varints: VarintReader<'a>,
+    streams_left: usize,
+    n_streams_in_index: usize,
+    num_terms: u32,
+    /// The current stream's tokens per phrase.
+    phrase_lens: Vec<u32>,
+}
+
+impl DocReader<'_> {
+    fn bad(&self, what: &str) -> IndexError {
+        self.file.corrupt(format!("document {}: {what}", self.doc))
     }
-    out
+
+    fn varint(&mut self, what: &str) -> Result<u32, IndexError> {
+        self.varints.next().ok_or_else(|| self.bad(what))
+    }
+
+    /// The next stream's number and length (its phrase lengths in `phrase_lens`), `None` after
+    /// the last; the caller then reads its `length` terms.
+    fn next_stream(&mut self) -> Result<Option<(u32, u32)>, IndexError> {
+        if self.streams_left == 0 {
+            return Ok(None);
+        }
+        self.streams_left -= 1;
+        let stream = self.varint("truncated stream number")?;
+        if stream as usize >= self.n_streams_in_index {
+            return Err(self.bad("stream number out of range"));
+        }
+        let length = self.varint("truncated length")?;
+        let n_phrases = self.varint("truncated phrase count")?;
+        if n_phrases > length {
+            return Err(self.bad("more phrases than tokens"));
+        }
+        self.phrase_lens.clear();
+        for _ in 0..n_phrases {
+            let len = self.varint("truncated phrase length")?;
+            self.phrase_lens.push(len);
+        }
+        if self.phrase_lens.iter().map(|&p| p as u64).sum::<u64>() != length as u64 {
+            return Err(self.bad("phrase lengths do not sum to the stream length"));
+        }
+        if length as usize > self.varints.bytes.len() {
+            return Err(self.bad("stream longer than its bytes"));
+        }
+        Ok(Some((stream, length)))
+    }
+
+    /// The current stream's next term id.
+    fn term(&mut self) -> Result<TermId, IndexError> {
+        match self.varints.next() {
+            Some(t) if t < self.num_terms => Ok(t),
+            _ => Err(self.bad("term id truncated or out of range")),
+        }
+    }
 }
 
 struct VarintReader<'a> {
@@ -156,6 +228,12 @@ struct VarintReader<'a> {
 
 impl VarintReader<'_> {
     fn next(&mut self) -> Option<u32> {
+        // Most of a document's numbers fit one byte (lengths, phrase lengths, frequent terms).
+        let first = *self.bytes.get(self.at)?;
+        if first < 0x80 {
+            self.at += 1;
+            return Some(first as u32);
+        }
         let mut v = 0u64;
         for shift in (0..35).step_by(7) {
             let b = *self.bytes.get(self.at)?;

@@ -11,7 +11,6 @@ use std::path::{Path, PathBuf};
 use super::blockmax::BLOCK_MAX_BYTES;
 use super::codecs::{block_len, read_u32, Codec, BLOCK_LEN, SKIP_ENTRY_BYTES};
 use super::format::MappedFile;
-use super::forward;
 pub use super::forward::{ForwardIndex, ForwardStream, StreamHits, KIND_FORWARD};
 use super::lengths::LengthFloors;
 pub use super::manifest::{Manifest, MANIFEST_VERSION};
@@ -593,9 +592,9 @@ impl Index {
         d: DocId,
         query: &[Option<TermId>],
     ) -> Result<Option<Vec<StreamHits>>, IndexError> {
-        Ok(self
-            .forward_doc(d)?
-            .map(|streams| forward::hits(streams, &self.manifest.streams, query)))
+        (self.forward.as_ref())
+            .map(|f| f.hits(d, &self.manifest.streams, self.num_terms(), query))
+            .transpose()
     }
 }
 
@@ -805,6 +804,41 @@ mod tests {
                     assert_eq!(s.phrase_lens, phrases);
                     assert_eq!(index.stream_length(d, s.stream as usize), s.length);
                 }
+                // Hits, read in one pass, agree with the tokens read whole.
+                let query: Vec<Option<TermId>> = (streams.iter())
+                    .flat_map(|s| s.terms.iter().step_by(7).map(|&t| Some(t)))
+                    .take(3)
+                    .chain([None])
+                    .collect();
+                let want: Vec<StreamHits> = (streams.iter())
+                    .map(|s| {
+                        let mut start = 0;
+                        let phrases = (s.phrase_lens.iter())
+                            .map(|&len| {
+                                let range = start..start + len as usize;
+                                start = range.end;
+                                (range.flat_map(|p| {
+                                    (query.iter().enumerate())
+                                        .filter(move |&(_, q)| *q == Some(s.terms[p]))
+                                        .map(move |(i, _)| [i as u32, p as u32])
+                                }))
+                                .collect::<Vec<_>>()
+                            })
+                            .filter(|hits| !hits.is_empty())
+                            .collect();
+                        let stream = index.manifest().streams[s.stream as usize].clone();
+                        StreamHits {
+                            stream,
+                            length: s.length,
+                            phrases,
+                        }
+                    })
+                    .collect();
+                assert_eq!(
+                    index.hits(d, &query).unwrap().unwrap(),
+                    want,
+                    "document {d}"
+                );
             }
         }
     }

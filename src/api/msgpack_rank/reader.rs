@@ -550,12 +550,22 @@ impl<'a> Reader<'a> {
     /// A `[term, position]` hit.
     #[inline]
     fn hit(&mut self) -> Read<[u32; 2]> {
-        // Most hits are a fixarray of two positive fixints: read those in one go.
-        if let Some(&[0x92, term @ 0x00..=0x7f, position @ 0x00..=0x7f]) =
-            self.bytes.get(self.pos..self.pos + 3)
+        // Most hits are a fixarray of a positive fixint term and a position of 7, 8 or 16 bits
+        // (a quarter of the synthesized requests' are past 127, in long bodies): read those
+        // in one go.
+        if let Some(&[0x92, term @ 0x00..=0x7f, marker, high, low]) =
+            self.bytes.get(self.pos..self.pos + 5)
         {
-            self.pos += 3;
-            return Ok([u32::from(term), u32::from(position)]);
+            let (position, len) = match marker {
+                0x00..=0x7f => (u32::from(marker), 3),
+                0xcc => (u32::from(high), 4),
+                0xcd => (u32::from(u16::from_be_bytes([high, low])), 5),
+                _ => (0, 0),
+            };
+            if len > 0 {
+                self.pos += len;
+                return Ok([u32::from(term), position]);
+            }
         }
         if self.byte()? != 0x92 {
             return Err(Unhandled);

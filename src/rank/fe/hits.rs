@@ -300,6 +300,12 @@ impl Phrases {
         &self.hits
     }
 
+    /// Per phrase, the end (exclusive) of its hits in [`Phrases::hits`]: non-decreasing, an
+    /// empty phrase's equal to the one before.
+    pub fn ends(&self) -> &[usize] {
+        &self.ends
+    }
+
     /// Each phrase's hits, in order.
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &[[u32; 2]]> {
         (0..self.ends.len()).map(|phrase| &self[phrase])

@@ -289,16 +289,22 @@ impl LayoutPart {
             let stream = stream(slot);
             self.stream_lengths.push(stream.map_or(0, |s| s.length));
             if let Some(stream) = stream {
-                // The stream's hits are its phrases' one after the other: copied in one piece.
-                let mut end = self.hits.len() / 2;
-                self.hits
-                    .extend_from_slice(stream.phrases.hits().as_flattened());
+                // The stream's hits are its phrases' one after the other, a few of them: copied
+                // a hit at a time, inline (a call to copy them cost more).
+                let start = self.hits.len() / 2;
+                for hit in stream.phrases.hits() {
+                    self.hits.extend_from_slice(hit);
+                }
                 index32(self.hits.len() / 2, "hits per batch")?;
-                // Empty phrases count nowhere on the CPU: they are left out.
-                for phrase in stream.phrases.iter().filter(|phrase| !phrase.is_empty()) {
-                    end += phrase.len();
-                    // Within the hits checked above.
-                    self.phrase_hit_ends.push(end as u32);
+                // Empty phrases (an end equal to the one before) count nowhere on the CPU:
+                // they are left out.
+                let mut last = 0;
+                for &end in stream.phrases.ends() {
+                    if end > last {
+                        // Within the hits checked above.
+                        self.phrase_hit_ends.push((start + end) as u32);
+                        last = end;
+                    }
                 }
             }
             let end = index32(self.phrase_hit_ends.len(), "phrases per batch")?;

@@ -252,17 +252,34 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
         // The leader's postings in the window, and whether one of its block follows them.
         let (in_window, block_goes_on) = {
             let (docs, tfs) = leader.cursor.block_rest();
+            // Four postings at a time while the fourth is in the window, their bounds computed
+            // side by side (a vector each).
+            let mut m = 0;
+            while let (Some(d), Some(tf)) = (docs.get(m..m + 4), tfs.get(m..m + 4)) {
+                let d: [DocId; 4] = d.try_into().expect("4 docIDs");
+                if d[3] > window_end {
+                    break;
+                }
+                let tf: [u32; 4] = tf.try_into().expect("4 tfs");
+                let norm = d.map(|d| floor_norms[index.scoring_length_code(d) as usize]);
+                let pass = leader.scorer.may_exceed_at_norms(tf, norm, need);
+                for i in 0..4 {
+                    // At most one candidate per posting of a block: the mask, a no-op,
+                    // spares the bounds check.
+                    cands[n_cands % BLOCK_LEN] = (d[i], tf[i]);
+                    n_cands += pass[i] as usize;
+                }
+                m += 4;
+            }
             let mut in_window = docs.len();
-            // Walked up to the window's end, one mispredicted exit: cheaper than finding the end
-            // first by a binary search of dependent loads.
-            for (m, (&d, &tf)) in docs.iter().zip(tfs).enumerate() {
+            // The rest walked up to the window's end, one mispredicted exit: cheaper than
+            // finding the end first by a binary search of dependent loads.
+            for (k, (&d, &tf)) in docs[m..].iter().zip(&tfs[m..]).enumerate() {
                 if d > window_end {
-                    in_window = m;
+                    in_window = m + k;
                     break;
                 }
                 let norm = floor_norms[index.scoring_length_code(d) as usize];
-                // At most one candidate per posting of a block: the mask, a no-op, spares the
-                // bounds check.
                 cands[n_cands % BLOCK_LEN] = (d, tf);
                 n_cands += leader.scorer.may_exceed_at_norm(tf, norm, need) as usize;
             }

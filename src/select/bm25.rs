@@ -155,15 +155,13 @@ impl TermScorer {
     }
 
     /// [`TermScorer::may_exceed_at_norm`] of four postings, written so that the compiler
-    /// computes them side by side (a vector register each operand): the same operations per
-    /// posting, so the same answers.
+    /// computes them side by side (a vector register each operand).
     #[inline]
     #[allow(clippy::needless_range_loop)] // Indexed, the four lanes become one vector.
     pub fn may_exceed_at_norms(&self, tf: [u32; 4], norm: [f32; 4], need: f32) -> [bool; 4] {
-        let tf = tf.map(|t| t as f32);
         let mut out = [false; 4];
         for i in 0..4 {
-            out[i] = self.idf * (tf[i] * self.k1_plus_1) * (1.0 + 1e-5) > need * (tf[i] + norm[i]);
+            out[i] = self.may_exceed_at_norm(tf[i], norm[i], need);
         }
         out
     }

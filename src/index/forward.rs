@@ -98,9 +98,6 @@ impl ForwardIndex {
         query: &[Option<TermId>],
     ) -> Result<Vec<StreamHits>, IndexError> {
         let mut reader = self.reader(d, stream_names.len(), num_terms)?;
-        let query: Vec<(u32, TermId)> = (query.iter().enumerate())
-            .filter_map(|(i, q)| q.map(|id| (i as u32, id)))
-            .collect();
         let mut out = Vec::with_capacity(reader.streams_left.min(stream_names.len()));
         while let Some((stream, length)) = reader.next_stream()? {
             let mut phrases = Vec::new();
@@ -110,9 +107,9 @@ impl ForwardIndex {
                 for _ in 0..reader.phrase_lens[k] {
                     let term = reader.term()?;
                     hits.extend(
-                        (query.iter())
-                            .filter(|&&(_, id)| id == term)
-                            .map(|&(i, _)| [i, position]),
+                        (query.iter().enumerate())
+                            .filter(|&(_, &q)| q == Some(term))
+                            .map(|(i, _)| [i as u32, position]),
                     );
                     position += 1;
                 }

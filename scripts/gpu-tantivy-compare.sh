@@ -31,12 +31,14 @@
 #   median), k1 = 1.2, b = 0.75 on both sides: `rankserve bench selection --gpu` (CPU alone, GPU
 #   alone and the hybrid, taking turns on each query) and `tantivy-runner search --threads 1`;
 # - $THREADS clients: Tantivy, $THREADS threads in one process each running one query at a time
-#   (throughput = queries / pass wall time, latency per query as above); rankserve, `rankserve
-#   serve` (backend auto: the hybrid) driven by scripts/search_latency.py with $THREADS client
-#   processes over loopback HTTP (BM25 ranking only, no ranker). Caveats of that pair: rankserve's
-#   latencies include an HTTP round trip and JSON on both ends (tens of µs), and the server
-#   scores with its own BM25 parameters (DESIGN §5's k1 = 0.9, b = 0.4, which a request cannot
-#   change), not Tantivy's.
+#   (throughput = queries / pass wall time, latency per query as above); rankserve the same way
+#   in process (`bench selection --clients $THREADS`: client threads through the server's
+#   selection engine, CPU alone, GPU alone and the scheduler's choice under load, Tantivy's BM25
+#   parameters), and as a server: `rankserve serve` (backend auto: the hybrid) driven by
+#   scripts/search_latency.py with $THREADS client processes over loopback HTTP (BM25 ranking
+#   only, no ranker) — whose latencies include an HTTP round trip and JSON on both ends, whose
+#   client processes share the cores with the server, and which scores with the server's own
+#   BM25 parameters (DESIGN §5's k1 = 0.9, b = 0.4, which a request cannot change).
 # Sizes: DOCS (10000000), QUERIES (1000), K (10), PASSES (5), THREADS (16), CODEC (ef);
 # MODES ("and or"), SETS ("normal heavy"), TANTIVY_HEAP_MB (4096: the index writer's budget, split
 # between its threads); WORK (a temporary folder: the corpus, ~10 GB at 10 M documents, is deleted
@@ -156,7 +158,7 @@ for set in ${SETS:-normal heavy}; do
       tv_hits=(--count --out "$out/tantivy-$tag.jsonl")
     fi
     "$rs" bench selection --index "$work/idx" --queries "$q" --mode "$mode" --k "$K" \
-      --k1 1.2 --b 0.75 --reps "$PASSES" --gpu "${rs_hits[@]}" \
+      --k1 1.2 --b 0.75 --reps "$PASSES" --gpu --clients "$THREADS" "${rs_hits[@]}" \
       --gpu-out "$out/rankserve-gpu-$tag.jsonl" > "$out/rankserve-1thread-$tag.log" 2>&1
     "$tv" search --index "$work/tantivy" --queries "$q" --mode "$mode" --k "$K" \
       --passes "$PASSES" --threads 1 "${tv_hits[@]}" \
@@ -184,7 +186,7 @@ EOF
     | awk -F'|' '{printf "| rankserve %s | %s | %s | %s |\n", $2, $3, $4, $6}'
 done
 echo
-echo "$THREADS clients: throughput and latency (tantivy in-process threads; rankserve over HTTP, hybrid):"
+echo "$THREADS clients: throughput and latency (tantivy and rankserve in-process threads; rankserve also over HTTP, hybrid):"
 for tag in "${summary[@]}"; do
   echo "== $tag"
   python3 - "$out/tantivy-${THREADS}threads-$tag.json" <<'EOF'
@@ -192,5 +194,6 @@ import json, sys
 s = json.load(open(sys.argv[1]))
 print(f"tantivy: {s['qps_median_pass']:.0f} queries/s, p50 {s['us']['p50']:.1f} µs, p99 {s['us']['p99']:.1f} µs")
 EOF
+  grep -E '^\| (cpu|gpu|auto) \|' "$out/rankserve-1thread-$tag.log" | sed 's/^/rankserve in process: /'
   tail -n 1 "$out/rankserve-${THREADS}clients-$tag.log" | sed 's/^/rankserve (qps, p50, p90, p99 columns): /'
 done

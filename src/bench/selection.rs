@@ -121,7 +121,7 @@ pub struct SelectionConfig {
 impl SelectionConfig {
     /// The query of `text` (tokenized like the documents) with this configuration's k, mode and
     /// BM25 parameters.
-    fn query(&self, text: &str) -> Query {
+    pub(crate) fn query(&self, text: &str) -> Query {
         let mut query = Query::from_text(text, self.k, self.mode);
         query.params = self.params;
         query
@@ -190,7 +190,7 @@ fn sorted(values: impl Iterator<Item = f64>) -> Vec<f64> {
 }
 
 /// The median of `values` (the upper one of an even count), at least one value.
-fn median(values: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn median(values: impl Iterator<Item = f64>) -> f64 {
     let v = sorted(values);
     v[v.len() / 2]
 }

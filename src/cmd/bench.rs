@@ -6,11 +6,13 @@ use std::time::Duration;
 
 use anyhow::Context;
 use rankserve::backend::Backend;
+use rankserve::bench::clients;
 use rankserve::bench::ranking::{self, BenchConfig, BenchRanker, PowerConfig};
 use rankserve::bench::selection::{self, Clock, LatencySummary, SelectionConfig, Timing};
-use rankserve::gpu::GpuDevice;
+use rankserve::gpu::{Executor, GpuDevice};
 use rankserve::index::Index;
 use rankserve::rank::import::load_any;
+use rankserve::select::engine::{SelectConfig, SelectEngine};
 use rankserve::select::gpu::{PostingCache, PostingCacheConfig};
 use rankserve::select::schedule::Scheduler;
 use rankserve::select::{Bm25Params, Mode, Query};
@@ -36,7 +38,8 @@ run of a query. --out's hit counts come from an untimed exhaustive search per qu
 Examples:
   rankserve bench selection --index idx --queries queries.txt --mode and --k 10
   rankserve bench selection --index idx --queries queries.txt --k1 1.2 --b 0.75 --out runs.jsonl
-  rankserve bench selection --index idx --queries queries.txt --mode or --gpu")]
+  rankserve bench selection --index idx --queries queries.txt --mode or --gpu
+  rankserve bench selection --index idx --queries queries.txt --mode or --gpu --clients 16")]
     Selection(SelectionArgs),
 }
 
@@ -355,6 +358,12 @@ pub struct SelectionArgs {
     /// decade of the length ratio (two-term queries: `scripts/ratio-queries.py`).
     #[arg(long, requires = "gpu")]
     step_ways: bool,
+    /// Also run the queries with this many concurrent client threads, each one query at a time,
+    /// through the server's selection engine with its default settings (CPU; with --gpu also
+    /// the GPU and the scheduler's choice under load): throughput and latency per backend, timed
+    /// as peers/tantivy's `search --threads N`.
+    #[arg(long, value_name = "N")]
+    clients: Option<usize>,
 }
 
 /// `--out`: one JSON line per query's CPU run.
@@ -406,8 +415,64 @@ fn print_step_ways(runs: &[selection::StepWaysRun], reps: usize) {
     }
 }
 
+/// `--clients`: the queries under concurrent clients through the server's selection engine, on
+/// the CPU and, with `device`, on the GPU and through the scheduler; the table.
+fn print_clients(
+    index: &Arc<Index>,
+    queries: &[String],
+    config: &SelectionConfig,
+    clients: usize,
+    device: Option<&Arc<GpuDevice>>,
+) -> anyhow::Result<()> {
+    let defaults = rankserve::config::Config::default();
+    let engine = SelectEngine::new(
+        SelectConfig {
+            griffin_ratio: defaults.griffin_ratio,
+            gpu_batch: defaults.gpu_select_batch,
+            gpu_queue: Duration::from_millis(defaults.gpu_queue_ms),
+            posting_cache_bytes: defaults.gpu_posting_cache_bytes,
+        },
+        std::thread::available_parallelism().map_or(1, usize::from),
+    );
+    let backends: &[Backend] = match device {
+        Some(device) => {
+            engine.install_gpu(&[Executor::new(Arc::clone(device))], Some(index));
+            &[Backend::Cpu, Backend::Gpu, Backend::Auto]
+        }
+        None => &[Backend::Cpu],
+    };
+    let runs = clients::run(index, queries, config, &engine, backends, clients)
+        .context("running the queries under concurrent clients")?;
+    println!(
+        "{clients} clients through the selection engine (in process, the server's defaults; each \
+         query once per pass, {} passes after a warm-up pass, the backends taking turns pass by \
+         pass), µs per query (its median over the passes):",
+        config.reps
+    );
+    println!("| backend | queries/s (median pass) | passes min–max | mean | p50 | p90 | p99 | max | on CPU | on GPU | top-k ≠ first row |");
+    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+    for run in &runs {
+        let s = LatencySummary::of(&run.runs);
+        let (on_cpu, on_gpu) = clients::sides(run);
+        let lo = run.pass_qps.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = run.pass_qps.iter().copied().fold(0.0, f64::max);
+        println!(
+            "| {} | {:.0} | {lo:.0}–{hi:.0} | {:.1} | {:.1} | {:.1} | {:.1} | {:.1} | {on_cpu} | {on_gpu} | {} |",
+            run.backend,
+            run.qps(),
+            s.mean,
+            s.p50,
+            s.p90,
+            s.p99,
+            s.max,
+            selection::mismatches(&runs[0].runs, &run.runs)
+        );
+    }
+    Ok(())
+}
+
 fn run_selection(args: SelectionArgs) -> CmdResult {
-    let index = Index::open(&args.index).bad_input()?;
+    let index = Arc::new(Index::open(&args.index).bad_input()?);
     let text = std::fs::read_to_string(&args.queries)
         .with_context(|| format!("reading {}", args.queries.display()))
         .bad_input()?;
@@ -460,6 +525,9 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
             "mean {:.1}  p50 {:.1}  p90 {:.1}  p99 {:.1}  p99.9 {:.1}  max {:.1}",
             s.mean, s.p50, s.p90, s.p99, s.p999, s.max
         );
+        if let Some(clients) = args.clients {
+            print_clients(&index, &queries, &config, clients, None)?;
+        }
         return Ok(());
     }
     let device = GpuDevice::probe().context("--gpu: no usable GPU")?;
@@ -595,5 +663,9 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
         runs.len() - selection::mismatches(&runs, &hybrid_runs),
         runs.len()
     );
+    if let Some(clients) = args.clients {
+        drop(cache);
+        print_clients(&index, &queries, &config, clients, Some(&device))?;
+    }
     Ok(())
 }

@@ -511,6 +511,26 @@ mod tests {
         }
     }
 
+    /// A ranker with a feature FE cannot produce is refused as such (the handler answers its
+    /// 400), before any candidate is read.
+    #[test]
+    fn a_ranker_fe_cannot_serve_is_refused_by_the_rows() {
+        let (_dir, index) = index(&[]);
+        let dir = tempfile::tempdir().unwrap();
+        let store = RankerStore::open(dir.path(), 1 << 30).unwrap();
+        let ranker = serde_json::json!({
+            "format": "rankserve-ranker", "version": 1, "features": ["f0"],
+            "inputs": [{"type": "linear", "feature": "f0", "slope": 1.0, "intercept": 0.0}],
+            "layers": [{"weights": [[1.0]], "bias": [0.0], "activation": "identity"}]
+        });
+        let loaded = (store.put("vectors", ranker.to_string().as_bytes(), None)).unwrap();
+        let mut hits = CandidateHits::new(index, &["the".into()], vec![0, 1], None);
+        assert!(matches!(
+            hits.rows(&loaded, 1),
+            Err(CandidateError::Fe(FeRefused::Ranker(_)))
+        ));
+    }
+
     /// A query of more terms than the FE kernel takes is over the device's limits: its rows
     /// go to the CPU.
     #[test]

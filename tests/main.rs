@@ -12,6 +12,7 @@ mod openapi;
 mod parity;
 mod rank_fused;
 mod search;
+mod search_gpu;
 mod selection;
 mod selection_gpu;
 mod shards;

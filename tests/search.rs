@@ -38,7 +38,7 @@ fn search_server() -> (TestServer, tempfile::TempDir, Index) {
 }
 
 /// [`search_server`] with `backend` as the server's default (`auto` and `gpu` probe the GPU).
-fn search_server_on(backend: Backend) -> (TestServer, tempfile::TempDir, Index) {
+pub(crate) fn search_server_on(backend: Backend) -> (TestServer, tempfile::TempDir, Index) {
     let (dir, index) = built(&fixture_corpus(), "fixture", Codec::Ef);
     let at = index.dir().to_path_buf();
     let server = server_with(|c| {
@@ -55,7 +55,7 @@ fn search_server_on(backend: Backend) -> (TestServer, tempfile::TempDir, Index) 
     (server, dir, index)
 }
 
-fn request(query: &str, mode: Mode, k: usize) -> SearchRequest {
+pub(crate) fn request(query: &str, mode: Mode, k: usize) -> SearchRequest {
     SearchRequest {
         query: Some(query.into()),
         terms: None,
@@ -69,7 +69,7 @@ fn request(query: &str, mode: Mode, k: usize) -> SearchRequest {
     }
 }
 
-async fn search_json(s: &TestServer, request: &SearchRequest) -> SearchResponse {
+pub(crate) async fn search_json(s: &TestServer, request: &SearchRequest) -> SearchResponse {
     let (status, _, body) = send(
         &s.app,
         post("/v1/search", "application/json", json(request)),

@@ -126,6 +126,49 @@ impl ForwardIndex {
         Ok(out)
     }
 
+    // --- Hits into a sink (issue 20 item 1): `ForwardIndex::hits` without its vectors, for a
+    // caller that writes each document's hits into buffers it reuses. A thin walk over the same
+    // reader as `hits`; it reports the same hits in the same order.
+
+    /// [`ForwardIndex::hits`] written into `sink` instead of returned: each stream of the
+    /// document (its index into the index's streams, with its length), then its hits in position
+    /// order, a call to [`HitsSink::phrase_end`] after each phrase that had hits (phrases without
+    /// hits are left out, as in [`StreamHits`]). On an error the sink holds part of the document.
+    ///
+    /// # Errors
+    /// As [`ForwardIndex::doc`].
+    pub fn hits_into(
+        &self,
+        d: super::DocId,
+        n_streams_in_index: usize,
+        num_terms: u32,
+        query: &[Option<TermId>],
+        sink: &mut impl HitsSink,
+    ) -> Result<(), IndexError> {
+        let mut reader = self.reader(d, n_streams_in_index, num_terms)?;
+        while let Some((stream, length)) = reader.next_stream()? {
+            sink.stream(stream, length);
+            let mut position = 0u32;
+            for k in 0..reader.phrase_lens.len() {
+                let mut any = false;
+                for _ in 0..reader.phrase_lens[k] {
+                    let term = reader.term()?;
+                    for (i, &q) in query.iter().enumerate() {
+                        if q == Some(term) {
+                            sink.hit(i as u32, position);
+                            any = true;
+                        }
+                    }
+                    position += 1;
+                }
+                if any {
+                    sink.phrase_end();
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// A reader of document `d`'s bytes.
     fn reader(
         &self,
@@ -155,6 +198,16 @@ impl ForwardIndex {
             as usize;
         Ok(reader)
     }
+}
+
+/// Where [`ForwardIndex::hits_into`] writes a document's hits, in the document's order.
+pub trait HitsSink {
+    /// A stream starts: its index into the index's streams, and its length in tokens.
+    fn stream(&mut self, stream: u32, length: u32);
+    /// A hit in the current phrase: the query term's index and the position in the stream.
+    fn hit(&mut self, term: u32, position: u32);
+    /// The current phrase, which had hits, ends.
+    fn phrase_end(&mut self);
 }
 
 /// A document's bytes read stream by stream: each stream's head (number, length, phrase

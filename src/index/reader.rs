@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use super::blockmax::BLOCK_MAX_BYTES;
 use super::codecs::{block_len, read_u32, Codec, BLOCK_LEN, SKIP_ENTRY_BYTES};
 use super::format::MappedFile;
-pub use super::forward::{ForwardIndex, ForwardStream, StreamHits, KIND_FORWARD};
+pub use super::forward::{ForwardIndex, ForwardStream, HitsSink, StreamHits, KIND_FORWARD};
 use super::lengths::LengthFloors;
 pub use super::manifest::{Manifest, MANIFEST_VERSION};
 pub use super::postings::{PostingList, TermInfo};
@@ -327,6 +327,25 @@ impl Index {
         (self.forward.as_ref())
             .map(|f| f.hits(d, &self.manifest.streams, self.num_terms(), query))
             .transpose()
+    }
+
+    /// [`Index::hits`] written into `sink` ([`ForwardIndex::hits_into`]); `false` without a
+    /// forward index (nothing written).
+    ///
+    /// # Errors
+    /// As [`Index::forward_doc`].
+    pub fn hits_into(
+        &self,
+        d: DocId,
+        query: &[Option<TermId>],
+        sink: &mut impl HitsSink,
+    ) -> Result<bool, IndexError> {
+        let Some(f) = &self.forward else {
+            return Ok(false);
+        };
+        let streams = self.manifest.streams.len();
+        f.hits_into(d, streams, self.num_terms(), query, sink)?;
+        Ok(true)
     }
 }
 

@@ -9,7 +9,8 @@
 //! - [`error`]: `ApiError`, its statuses and stable codes.
 //! - [`routes`]: the `/v1/rank`, ranker and operations handlers.
 //! - [`search`]: `/v1/search` (the pipeline that chains the selection engine into the ranking
-//!   engine) and `/v1/index/reload`.
+//!   engine) and `/v1/index/reload`; `candidate_hits`, its candidates as the ranking engine's
+//!   row source (their hits read from the forward index straight into FE's input).
 //! - [`shard`]: the routes a broker calls, `/v1/shard/stats` and `/v1/shard/search`.
 //! - [`broker`]: `/v1/search` on a broker (`--broker`): the fan-out to the shards and the merge.
 //! - [`state`]: what handlers share, admission, the request sampler, the GPU probe's wiring.
@@ -19,6 +20,7 @@
 
 pub mod auth;
 pub mod broker;
+mod candidate_hits;
 pub mod codec;
 pub mod error;
 pub mod metrics;

@@ -3,32 +3,30 @@
 //! server, so that neither stage imports the other).
 //!
 //! A search runs: query → the selection engine ([`SelectEngine`]: routed by the scheduler,
-//! on the CPU or in a batch on the GPU, the fallback) for the best candidates by BM25 → a hit
-//! request per candidate, built from the index's forward index and static features → the
+//! on the CPU or in a batch on the GPU, the fallback) for the best candidates by BM25 → the
 //! ranking engine ([`RankEngine`](crate::rank::engine::RankEngine): FE, then scoring, batched
-//! with `/v1/rank`'s requests) → top-k, ties by smaller docID. Without a ranker, or on an index
+//! with `/v1/rank`'s requests), whose row source reads each candidate's hits from the index's
+//! forward index straight into FE or the device's layout ([`CandidateHits`]) → top-k, ties by
+//! smaller docID. Without a ranker, or on an index
 //! without a forward index (a CIFF import), the hits are the BM25 top-k and `backends.rank` is
 //! `none`.
 //!
 //! The request's `backend` drives both stages; each engine decides what it means. This file
 //! decides only where the async handler waits: a selection the engine calls cheap
-//! ([`SelectEngine::runs_inline`]) runs on the request's own task, the others, and the hit
-//! documents' building, on the blocking pool. `backends.select` says which processor selected.
+//! ([`SelectEngine::runs_inline`]) runs on the request's own task, the others on the blocking
+//! pool. `backends.select` says which processor selected.
 //!
 //! Inputs that select nothing are not errors (`docs/api.md` lists them): an empty query, a query
 //! of unknown terms, `k = 0` answer no hits; `k` and `candidates` above the collection's size
 //! are clamped to it.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use axum::extract::{Request, State as Shared};
-use rayon::prelude::*;
-
-use std::convert::Infallible;
 
 use super::auth::authorize;
+use super::candidate_hits::{CandidateError, CandidateHits};
 use super::codec::{format_of_body, micros, read_body, Coded, Negotiated, Reply};
 use super::error::{ApiError, ErrorBody};
 use super::routes::{explain, rank_error, ranker, top_k};
@@ -41,11 +39,10 @@ use crate::api::{
 use crate::backend::{Backend, Processor};
 use crate::index::tokenize::Tokenizer;
 use crate::index::{DocId, Index};
-use crate::rank::engine::{Documents, FeRefused, HitBatch, RankError, RankJob, Ranked};
-use crate::rank::fe::{CorpusStats, HitDocument, HitStream, QueryInfo};
+use crate::rank::engine::{Documents, FeRefused, RankError, RankJob, Ranked};
 use crate::rank::store::LoadedRanker;
 use crate::select::engine::{SelectEngine, Selected};
-use crate::select::{bm25, dedup_terms, Query};
+use crate::select::Query;
 
 /// Most terms a query may have (before duplicates are removed). Removing duplicates and FE both
 /// grow with the term count, and a body of 64 MiB holds millions of terms: a bound keeps one
@@ -81,14 +78,15 @@ pub(super) fn query_terms(request: &SearchRequest) -> Result<Vec<String>, ApiErr
     Ok(terms)
 }
 
-/// The candidates and, when a ranker will rank them, their hit documents.
+/// The candidates and, when a ranker will rank them, their hits' source.
 pub(super) struct Candidates {
     /// (docID, BM25 score): by docID when `hits` is set (row `i` is `selected[i]`, so the
     /// top-k's ties by smaller row are ties by smaller docID), else best first.
     pub(super) selected: Vec<(DocId, f64)>,
-    pub(super) hits: Option<HitBatch>,
+    pub(super) hits: Option<CandidateHits>,
     pub(super) select_us: u64,
-    /// Time building the hit documents from the forward index.
+    /// Time putting them in docID order and gathering the query's statistics for FE (the
+    /// hits are read by the ranking engine, in its FE time).
     pub(super) hits_us: u64,
     /// The processor that selected them.
     pub(super) select_side: Processor,
@@ -109,112 +107,38 @@ pub(super) fn selection_query(
     Query::new(terms, wanted.min(index.num_docs() as usize), request.mode)
 }
 
-/// The candidates of a selection of the query `terms`, and with a ranker to rank them their
-/// hit documents (blocking: each candidate's forward-index entry is decoded), with the
-/// `collection`'s statistics when given (a shard's search), else the index's.
-///
-/// # Errors
-/// [`ApiError::Internal`] when the forward index does not decode.
+/// The candidates of a selection of the query `terms`, and with a ranker to rank them the
+/// source of their hits ([`CandidateHits`], which reads them when the ranking engine asks),
+/// with the `collection`'s statistics when given (a shard's search), else the index's.
 pub(super) fn candidates(
-    index: &Index,
+    index: &Arc<Index>,
     terms: &[String],
     selected: Selected,
     ranked: bool,
     collection: Option<&CollectionStats>,
-) -> Result<Candidates, ApiError> {
+) -> Candidates {
     let Selected { result, side } = selected;
     if !ranked {
-        return Ok(Candidates {
+        return Candidates {
             selected: result.hits,
             hits: None,
             select_us: result.select_us,
             hits_us: 0,
             select_side: side,
-        });
+        };
     }
     let started = Instant::now();
     let mut selected = result.hits;
     selected.sort_unstable_by_key(|&(doc, _)| doc);
-    let hits = hit_requests(index, terms, &selected, collection)?;
-    Ok(Candidates {
+    let docs = selected.iter().map(|&(doc, _)| doc).collect();
+    let hits = CandidateHits::new(Arc::clone(index), terms, docs, collection);
+    Candidates {
         selected,
         hits: Some(hits),
         select_us: result.select_us,
         hits_us: micros(started.elapsed()),
         select_side: side,
-    })
-}
-
-/// The hit requests of `selected` for the query `terms` (DESIGN §5): Q is the number of distinct
-/// terms, in first-occurrence order (selection's order), idf is BM25's (a term not in the index
-/// has df 0), the average lengths are the index's per stream (streams no document has are left
-/// out: FE does not normalise them), and static features are the document's, absent when NaN
-/// (FE reads an absent one as a missing value). With `collection` (a shard's search), idf and
-/// the average lengths are the collection's.
-///
-/// # Errors
-/// [`ApiError::Internal`] when a document's forward-index entry does not decode (the index was
-/// checked at open, so this is corruption the server did not catch).
-fn hit_requests(
-    index: &Index,
-    terms: &[String],
-    selected: &[(DocId, f64)],
-    collection: Option<&CollectionStats>,
-) -> Result<HitBatch, ApiError> {
-    let distinct = dedup_terms(terms);
-    let ids: Vec<_> = distinct.iter().map(|t| index.term_id(t)).collect();
-    let (query, stats) = match collection {
-        Some(collection) => super::shard::fe_statistics(collection),
-        None => {
-            let n = index.num_docs() as u64;
-            let df = |id: Option<u32>| id.map_or(0, |id| index.term_info(id).df) as u64;
-            let query = QueryInfo {
-                terms: distinct.len() as u32,
-                idf: ids.iter().map(|&id| bm25::idf(n, df(id))).collect(),
-            };
-            let manifest = index.manifest();
-            let stats = CorpusStats {
-                avg_length: (manifest.streams.iter().enumerate())
-                    .map(|(i, name)| (name.clone(), index.avg_stream_length(i)))
-                    .filter(|&(_, avg)| avg > 0.0)
-                    .collect(),
-            };
-            (query, stats)
-        }
-    };
-    let manifest = index.manifest();
-    // Each candidate decodes its whole forward-index entry: spread the candidates over rayon's
-    // pool, as `extract_batch` does, in chunks big enough to pay for the hand-off.
-    let documents = selected
-        .par_iter()
-        .with_min_len(64)
-        .map(|&(doc, _)| {
-            let streams = index
-                .hits(doc, &ids)
-                .map_err(ApiError::internal)?
-                .unwrap_or_default()
-                .into_iter()
-                .map(|s| (s.stream, HitStream::new(s.length, s.phrases)))
-                .collect();
-            let static_features: BTreeMap<String, f64> = manifest
-                .static_features
-                .iter()
-                .enumerate()
-                .map(|(f, name)| (name.clone(), index.static_value(doc, f)))
-                .filter(|(_, value)| !value.is_nan())
-                .collect();
-            Ok(HitDocument {
-                id: Some(index.doc_id(doc).to_string()),
-                streams,
-                static_features,
-            })
-        })
-        .collect::<Result<Vec<_>, ApiError>>()?;
-    Ok(HitBatch {
-        query,
-        stats,
-        docs: documents,
-    })
+    }
 }
 
 /// A request's deadline: `timeout_ms` after arrival (the configured default when absent).
@@ -306,21 +230,21 @@ pub(super) fn bm25_order(index: &Index, selected: &[(DocId, f64)], k: usize) -> 
     }
 }
 
-/// Ranks the candidates' hit documents (document `i` is `selected[i]`, in docID order) in the
-/// ranking engine, as `/v1/rank` does, and keeps the best `request.k` (ties by smaller docID).
+/// Ranks the candidates' hits (row `i` is `selected[i]`, in docID order) in the ranking
+/// engine, as `/v1/rank` does a body, and keeps the best `request.k` (ties by smaller docID).
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn rank_candidates(
     state: &AppState,
     index: &Index,
     loaded: Arc<LoadedRanker>,
     selected: &[(DocId, f64)],
-    hits: HitBatch,
+    hits: CandidateHits,
     request: &SearchRequest,
     deadline: Deadline,
 ) -> Result<Ordered, ApiError> {
-    let job = RankJob::<Infallible> {
+    let job = RankJob {
         ranker: Arc::clone(&loaded),
-        documents: Documents::Hits(hits),
+        documents: Documents::Source(hits),
         backend: request.backend.unwrap_or(state.config.backend),
         asked_cpu: request.backend == Some(Backend::Cpu),
         deadline: deadline.at,
@@ -333,8 +257,13 @@ pub(super) async fn rank_candidates(
             rows,
             ..
         }) => (scored, fe_us, rows),
-        Ok(Ranked::Reread(never)) => match never {},
-        Err(RankError::Fe(FeRefused::Ranker(err))) => return Err(unrankable(&loaded, &err)),
+        Ok(Ranked::Reread(_)) => {
+            return Err(ApiError::internal("the candidates' rows were withdrawn"))
+        }
+        Err(
+            RankError::Fe(FeRefused::Ranker(err))
+            | RankError::Source(CandidateError::Fe(FeRefused::Ranker(err))),
+        ) => return Err(unrankable(&loaded, &err)),
         Err(err) => return Err(rank_error(err, deadline.timeout_ms)),
     };
     let order = top_k(&scored.scores, request.k);
@@ -468,9 +397,9 @@ pub(super) async fn search(
     let ranked = loaded.is_some();
     let query = selection_query(&index, terms, &request, ranked);
     let route = state.select.route(&index, &query, backend);
-    // A cheap CPU selection runs here; the rest (the GPU's waits and launches, long lists, the
-    // hit documents) on the blocking pool, where a query sent there is routed again under the
-    // load it meets.
+    // A cheap CPU selection runs here; the rest (the GPU's waits and launches, long lists) on the
+    // blocking pool, where a query sent there is routed again under the load it meets. The
+    // candidates' hits are read later, by the ranking engine on its own pool.
     let selected = match SelectEngine::runs_inline(&route) {
         true => Some(
             (state.select)
@@ -479,26 +408,21 @@ pub(super) async fn search(
         ),
         false => None,
     };
-    let candidates = match (selected, ranked) {
-        (Some(selected), false) => candidates(&index, &query.terms, selected, false, None),
-        (selected, _) => {
+    let candidates = match selected {
+        Some(selected) => candidates(&index, &query.terms, selected, ranked, None),
+        None => {
             let (state, index) = (Arc::clone(&state), Arc::clone(&index));
             let at = deadline.at;
             tokio::task::spawn_blocking(move || {
                 let _stage = tracing::info_span!("search", terms = query.terms.len()).entered();
-                let selected = match selected {
-                    Some(selected) => selected,
-                    None => {
-                        let route = state.select.route(&index, &query, backend);
-                        (state.select)
-                            .select(&index, &query, route, backend, at)
-                            .map_err(ApiError::internal)?
-                    }
-                };
-                candidates(&index, &query.terms, selected, ranked, None)
+                let route = state.select.route(&index, &query, backend);
+                let selected = (state.select)
+                    .select(&index, &query, route, backend, at)
+                    .map_err(ApiError::internal)?;
+                Ok::<_, ApiError>(candidates(&index, &query.terms, selected, ranked, None))
             })
             .await
-            .map_err(ApiError::internal)?
+            .map_err(ApiError::internal)??
         }
     };
     let Candidates {
@@ -507,7 +431,7 @@ pub(super) async fn search(
         select_us,
         hits_us,
         select_side,
-    } = candidates?;
+    } = candidates;
     deadline.check()?;
 
     let ordered = match (loaded, hits) {
@@ -620,8 +544,6 @@ fn describe(index: &Index) -> IndexDescription {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::index::builder::{build, BuildOptions};
-    use crate::rank::fe::Phrases;
     use crate::select::Mode;
 
     fn request(query: Option<&str>, terms: Option<&[&str]>) -> SearchRequest {
@@ -662,50 +584,6 @@ mod tests {
                 .to_string(),
             "the query has 1025 terms, at most 1024 are accepted"
         );
-    }
-
-    #[test]
-    fn hit_requests_carry_hits_lengths_idf_and_only_the_static_features_a_document_has() {
-        let dir = tempfile::tempdir().unwrap();
-        let corpus = dir.path().join("c.jsonl");
-        std::fs::write(
-            &corpus,
-            concat!(
-                r#"{"id": "a", "streams": {"title": "red fox", "body": "the red fox. a fox"}, "static": {"static_rank": 0.5}}"#,
-                "\n",
-                r#"{"id": "b", "streams": {"body": "blue sky"}, "static": {}}"#,
-                "\n",
-            ),
-        )
-        .unwrap();
-        let out = dir.path().join("idx");
-        build(&corpus, &out, &BuildOptions::default(), &|_| {}).unwrap();
-        let index = Index::open(&out).unwrap();
-        let terms = ["fox", "red", "fox", "unknown"].map(String::from);
-        let HitBatch { query, stats, docs } =
-            hit_requests(&index, &terms, &[(0, 1.0), (1, 0.5)], None).unwrap();
-        // Distinct terms in first-occurrence order; an unknown term has df 0.
-        assert_eq!(query.terms, 3);
-        assert_eq!(
-            query.idf,
-            [bm25::idf(2, 1), bm25::idf(2, 1), bm25::idf(2, 0)]
-        );
-        assert_eq!(stats.avg_length["body"], 3.5);
-        assert_eq!(stats.avg_length["title"], 1.0);
-        let body = &docs[0].streams["body"];
-        assert_eq!(body.length, 5);
-        assert_eq!(
-            body.phrases,
-            Phrases::from_iter([&[[1, 1], [0, 2]][..], &[[0, 4]]])
-        );
-        assert_eq!(
-            docs[0].streams["title"].phrases,
-            Phrases::from_iter([[[1, 0], [0, 1]]])
-        );
-        assert_eq!(docs[0].static_features["static_rank"], 0.5);
-        assert_eq!(docs[1].id.as_deref(), Some("b"));
-        assert!(docs[1].static_features.is_empty());
-        assert!(docs[1].streams["body"].phrases.is_empty());
     }
 
     #[test]

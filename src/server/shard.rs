@@ -242,7 +242,7 @@ pub(super) async fn shard_search(
             let (selected, and_hits) = select_counting_and(&state, &index, &query, backend, at)?;
             // The selection order, before `candidates` puts them in docID order for ranking.
             let picked = selected.result.hits.clone();
-            let candidates = candidates(&index, &query.terms, selected, ranked, Some(&collection))?;
+            let candidates = candidates(&index, &query.terms, selected, ranked, Some(&collection));
             Ok::<_, ApiError>((candidates, and_hits, picked))
         })
         .await

@@ -1,7 +1,8 @@
 //! Benchmark drivers, their tables and plots: request-log replay against a server ([`replay`]),
 //! the ranking stage on the CPU and the GPU ([`ranking`]) and the document stage per query
-//! ([`selection`]).
+//! ([`selection`]), and the forward index's hit requests for ranking ([`hits`]).
 
+pub mod hits;
 pub mod ranking;
 pub mod replay;
 pub mod selection;

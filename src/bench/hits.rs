@@ -10,8 +10,11 @@ use crate::select::{self, Mode, Query};
 pub struct HitsRun {
     /// Documents read per pass (every query's candidates).
     pub docs: u64,
-    /// Hits found per pass (a check that two layouts read the same).
+    /// Hits found per pass.
     pub hits: u64,
+    /// A digest of every hit request read in a pass (stream names, lengths, phrases, hits): equal
+    /// digests mean two indexes (two layouts of one corpus) gave the same hit requests.
+    pub digest: u64,
     /// Microseconds per document, one entry per timed pass.
     pub us_per_doc: Vec<f64>,
 }
@@ -48,18 +51,21 @@ pub fn run(
     let mut run = HitsRun {
         docs,
         hits: 0,
+        digest: 0,
         us_per_doc: Vec::with_capacity(passes),
     };
     for pass in 0..=passes {
         let (mut us, mut hits) = (0.0, 0u64);
+        let mut digest = std::hash::DefaultHasher::new();
         for (ids, docs) in &work {
             let start = clock.now_us();
             for &d in docs {
-                hits += count_hits(index, d, ids)?;
+                hits += count_hits(index, d, ids, &mut digest)?;
             }
             us += clock.now_us() - start;
         }
         run.hits = hits;
+        run.digest = std::hash::Hasher::finish(&digest);
         if pass > 0 {
             run.us_per_doc.push(us / docs.max(1) as f64);
         }
@@ -67,8 +73,17 @@ pub fn run(
     Ok(run)
 }
 
-fn count_hits(index: &Index, d: DocId, ids: &[Option<TermId>]) -> Result<u64, IndexError> {
+/// Document `d`'s hit count, its hit request hashed into `digest`.
+fn count_hits(
+    index: &Index,
+    d: DocId,
+    ids: &[Option<TermId>],
+    digest: &mut impl std::hash::Hasher,
+) -> Result<u64, IndexError> {
     let streams = index.hits(d, ids)?.unwrap_or_default();
+    for s in &streams {
+        std::hash::Hash::hash(&(&s.stream, s.length, &s.phrases), digest);
+    }
     Ok(streams
         .iter()
         .flat_map(|s| &s.phrases)

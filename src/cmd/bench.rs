@@ -477,11 +477,12 @@ fn run_hits(args: HitsArgs) -> CmdResult {
     let n = index.num_docs().max(1) as f64;
     println!(
         "forward.bin {forward_bytes} bytes, {:.1} per document; {} queries, {} candidates \
-         read per pass, {} hits",
+         read per pass, {} hits (digest {:016x})",
         forward_bytes as f64 / n,
         queries.len(),
         run.docs,
-        run.hits
+        run.hits,
+        run.digest
     );
     let mut passes = run.us_per_doc.clone();
     println!(

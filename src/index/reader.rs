@@ -104,7 +104,11 @@ impl Index {
         let docs = MappedFile::open(&dir.join(DOCS_FILE), KIND_DOCS, 5)?;
         let n = manifest.num_docs;
         let forward = if manifest.has_forward {
-            Some(ForwardIndex::open(&dir.join(FORWARD_FILE), n)?)
+            Some(ForwardIndex::open(
+                &dir.join(FORWARD_FILE),
+                n,
+                manifest.num_terms as u32,
+            )?)
         } else {
             None
         };
@@ -325,7 +329,7 @@ impl Index {
         query: &[Option<TermId>],
     ) -> Result<Option<Vec<StreamHits>>, IndexError> {
         (self.forward.as_ref())
-            .map(|f| f.hits(d, &self.manifest.streams, self.num_terms(), query))
+            .map(|f| f.hits(d, &self.manifest.streams, query))
             .transpose()
     }
 }
@@ -405,7 +409,10 @@ mod tests {
         old["version"] = 1.into();
         old.as_object_mut().unwrap().remove("checksum");
         std::fs::write(&path, old.to_string()).unwrap();
-        refused("manifest version 1, this build reads versions 2 to 3 (version 1 manifests carry no checksum): rebuild the index");
+        refused("manifest version 1, this build reads versions 2 to 4 (version 1 manifests carry no checksum): rebuild the index");
+        // Built before forward.bin held term codes.
+        edited(&|m| m.version = 3).write(&out).unwrap();
+        refused("index.json is corrupt: manifest version 3: its forward.bin holds one term id per position, a layout this build no longer reads (version 4 on): rebuild the index with `rankserve index build`");
         let mut unknown: serde_json::Value = serde_json::from_str(&good).unwrap();
         unknown["extra"] = 1.into();
         std::fs::write(&path, unknown.to_string()).unwrap();
@@ -617,7 +624,7 @@ mod tests {
             &|b| {
                 *b = String::from_utf8(b.clone())
                     .unwrap()
-                    .replace("\"version\": 3", "\"version\": 7")
+                    .replace("\"version\": 4", "\"version\": 7")
                     .into_bytes()
             },
             "version 7",

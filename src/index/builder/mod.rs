@@ -97,7 +97,7 @@ pub struct BuildReport {
     pub seconds: f64,
     /// Wall-clock seconds per pipeline step, in order (`read`: waiting for the reader thread,
     /// `parse`, `lookup` of the known terms, the sequential `merge`, `encode`, `invert`,
-    /// `write`): where a build's time goes, so that a slow one can be told apart.
+    /// `write`, which includes the forward index's second pass): where a build's time goes, so that a slow one can be told apart.
     pub phases: Vec<(&'static str, f64)>,
 }
 
@@ -417,6 +417,7 @@ fn build_in_pool(
         Some(w) => w.finish(&tmp.path, &cf, collected.streams.len())?,
         None => 0,
     };
+    clock.charge(Step::Write);
     let n_terms = collected.vocab.terms.len();
     let ranges = invert(&chunk_postings, n_terms, opts.codec, &collected.scoring_len);
     drop(chunk_postings);

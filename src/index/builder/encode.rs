@@ -1,5 +1,5 @@
-//! Steps 3 and 4: a chunk's provisional forward index and scoring postings, and the inversion of every
-//! chunk's postings into encoded lists, per term range.
+//! Steps 3 and 4: a chunk's provisional forward index and scoring postings, and the inversion
+//! of every chunk's postings into encoded lists, per term range.
 
 use rayon::prelude::*;
 

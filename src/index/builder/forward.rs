@@ -95,9 +95,12 @@ impl Provisional {
         let mut w = SectionWriter::create(&dir.join(FORWARD_FILE), KIND_FORWARD)?;
         let mut new_offsets = Vec::with_capacity(offsets.len());
         new_offsets.push(0u64);
+        // In rounds of a task of RECODE_DOCS documents per thread, written in document order:
+        // one round's new bytes are in memory at a time.
         let n_docs = offsets.len() - 1;
-        for first in (0..n_docs).step_by(RECODE_DOCS * rayon::current_num_threads()) {
-            let last = (first + RECODE_DOCS * rayon::current_num_threads()).min(n_docs);
+        let round = RECODE_DOCS * rayon::current_num_threads();
+        for first in (0..n_docs).step_by(round) {
+            let last = (first + round).min(n_docs);
             let parts: Vec<(Vec<u8>, Vec<u64>)> = (first..last)
                 .into_par_iter()
                 .step_by(RECODE_DOCS)

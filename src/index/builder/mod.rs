@@ -89,7 +89,8 @@ pub struct BuildReport {
     pub postings_bytes: u64,
     /// Bytes of `skips.bin`.
     pub skips_bytes: u64,
-    /// Bytes of `forward.bin` (0 without a forward index).
+    /// Bytes of `forward.bin`'s documents (its section 0, without the offsets and ranked terms;
+    /// 0 without a forward index).
     pub forward_bytes: u64,
     /// Threads used.
     pub threads: usize,

@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::Context;
 use rankserve::backend::Backend;
 use rankserve::bench::clients;
+use rankserve::bench::hits;
 use rankserve::bench::ranking::{self, BenchConfig, BenchRanker, PowerConfig};
 use rankserve::bench::selection::{self, Clock, LatencySummary, SelectionConfig, Timing};
 use rankserve::gpu::{Executor, GpuDevice};
@@ -41,6 +42,16 @@ Examples:
   rankserve bench selection --index idx --queries queries.txt --mode or --gpu
   rankserve bench selection --index idx --queries queries.txt --mode or --gpu --clients 16")]
     Selection(SelectionArgs),
+    /// The forward index's read for ranking: each query's top --candidates documents are
+    /// selected once (untimed), then `Index::hits` reads their hit requests, as /v1/search does
+    /// before ranking, in --passes passes over the query set after a warm-up pass.
+    #[command(after_help = "\
+Prints the forward index's size per document and, per pass, the microseconds per document on
+--clock (each query's reads timed together), then their median.
+
+Example:
+  rankserve bench hits --index idx --queries queries.txt --candidates 1000 --clock thread-cpu")]
+    Hits(HitsArgs),
 }
 
 #[derive(clap::Args)]
@@ -122,6 +133,7 @@ pub fn run(c: Command) -> CmdResult {
     match c {
         Command::Ranking(args) => run_ranking(args),
         Command::Selection(args) => run_selection(args),
+        Command::Hits(args) => run_hits(args),
     }
 }
 
@@ -471,17 +483,92 @@ fn print_clients(
     Ok(())
 }
 
-fn run_selection(args: SelectionArgs) -> CmdResult {
-    let index = Arc::new(Index::open(&args.index).bad_input()?);
-    let text = std::fs::read_to_string(&args.queries)
-        .with_context(|| format!("reading {}", args.queries.display()))
-        .bad_input()?;
-    let queries: Vec<String> = text
+/// The non-blank lines of a query file.
+fn read_queries(path: &Path) -> anyhow::Result<Vec<String>> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text
         .lines()
         .map(str::trim)
         .filter(|l| !l.is_empty())
         .map(String::from)
-        .collect();
+        .collect())
+}
+
+#[derive(clap::Args)]
+pub struct HitsArgs {
+    /// The index directory (with a forward index).
+    #[arg(long)]
+    index: PathBuf,
+    /// Queries, one per line (text, tokenized like the documents; `rankserve queries synth`).
+    #[arg(long, value_name = "FILE")]
+    queries: PathBuf,
+    /// How each query's candidates are selected.
+    #[arg(long, value_enum, default_value_t = Mode::And)]
+    mode: Mode,
+    /// Candidates per query (/v1/search's `candidates`).
+    #[arg(long, default_value_t = 1000)]
+    candidates: usize,
+    /// Timed passes over the query set.
+    #[arg(long, default_value_t = 5)]
+    passes: usize,
+    /// What the reads' time is read from: wall time, or the thread's CPU time.
+    #[arg(long, value_enum, default_value_t = Clock::Wall)]
+    clock: Clock,
+}
+
+fn run_hits(args: HitsArgs) -> CmdResult {
+    let index = Index::open(&args.index).bad_input()?;
+    if !index.has_forward() {
+        return Err(anyhow::anyhow!(
+            "{} has no forward index",
+            args.index.display()
+        ))
+        .bad_input();
+    }
+    let queries = read_queries(&args.queries).bad_input()?;
+    let run = hits::run(
+        &index,
+        &queries,
+        args.candidates,
+        args.mode,
+        args.passes,
+        args.clock,
+    )
+    .context("reading hits")?;
+    let forward_bytes = std::fs::metadata(args.index.join(rankserve::index::reader::FORWARD_FILE))
+        .with_context(|| format!("{}: forward.bin", args.index.display()))?
+        .len();
+    let n = index.num_docs().max(1) as f64;
+    println!(
+        "forward.bin {forward_bytes} bytes, {:.1} per document; {} queries, {} candidates \
+         read per pass, {} hits (digest {:016x})",
+        forward_bytes as f64 / n,
+        queries.len(),
+        run.docs,
+        run.hits,
+        run.digest
+    );
+    let mut passes = run.us_per_doc.clone();
+    println!(
+        "µs per document ({:?}), per pass: {}",
+        args.clock,
+        passes
+            .iter()
+            .map(|us| format!("{us:.3}"))
+            .collect::<Vec<_>>()
+            .join(" ")
+    );
+    passes.sort_by(f64::total_cmp);
+    if let Some(median) = passes.get(passes.len() / 2) {
+        println!("median {median:.3}");
+    }
+    Ok(())
+}
+
+fn run_selection(args: SelectionArgs) -> CmdResult {
+    let index = Arc::new(Index::open(&args.index).bad_input()?);
+    let queries = read_queries(&args.queries).bad_input()?;
     let config = SelectionConfig {
         mode: args.mode,
         k: args.k,

@@ -139,6 +139,13 @@ fn summarize(report: &BuildReport, codec: Codec, json: bool) -> CmdResult {
                 codec.name(),
                 (report.postings_bytes + report.skips_bytes) as f64 * 8.0 / report.postings.max(1) as f64,
             );
+    if report.forward_bytes > 0 {
+        eprintln!(
+            "forward index: {} bytes of streams and term codes, {:.1} per document",
+            report.forward_bytes,
+            report.forward_bytes as f64 / report.docs.max(1) as f64
+        );
+    }
     let phases: Vec<String> = report
         .phases
         .iter()

@@ -10,10 +10,15 @@ use super::reader::MANIFEST_FILE;
 use super::IndexError;
 
 /// The manifest's version: 2 since `index.json` carries its own checksum (the binary files'
-/// container is still [`FORMAT_VERSION`] 1), 3 since `blockmax.bin` exists. A version 2 index
-/// still opens: its lists are bounded by their skip entries alone (looser, so selection
-/// prunes less, with the same answers).
-pub const MANIFEST_VERSION: u32 = 3;
+/// container is still [`FORMAT_VERSION`] 1), 3 since `blockmax.bin` exists, 4 since
+/// `forward.bin` holds term codes ([`super::forward`]). A version 2 index still opens: its lists
+/// are bounded by their skip entries alone (looser, so selection prunes less, with the same
+/// answers). An index before version 4 opens only without a forward index (a CIFF import):
+/// its `forward.bin` is in the older layout, which this build no longer reads.
+pub const MANIFEST_VERSION: u32 = 4;
+
+/// The first manifest version whose `forward.bin` this build reads.
+pub const FORWARD_CODES_VERSION: u32 = 4;
 
 /// The oldest manifest version this build opens.
 pub const OLDEST_MANIFEST_VERSION: u32 = 2;
@@ -104,6 +109,14 @@ impl Manifest {
                 "manifest version {}, this build reads versions {OLDEST_MANIFEST_VERSION} to \
                  {MANIFEST_VERSION} (version 1 manifests carry no checksum): rebuild the index \
                  with `rankserve index build`",
+                m.version
+            ));
+        }
+        if m.has_forward && m.version < FORWARD_CODES_VERSION {
+            return bad(format!(
+                "manifest version {}: its forward.bin holds one term id per position, a layout \
+                 this build no longer reads (version {FORWARD_CODES_VERSION} on): rebuild the \
+                 index with `rankserve index build`",
                 m.version
             ));
         }

@@ -195,7 +195,8 @@ fn mutate(case: &Case, original: &[u8]) -> Vec<u8> {
 }
 
 /// Reads everything a search can reach: every term's postings and tfs, queries in every mode,
-/// every document's id, lengths, static features, forward-index entry and hits.
+/// every document's id, lengths, static features and hits, and its forward-index entry decoded
+/// whole (`hits` skips the codes of other terms).
 fn exercise(index: &Index) -> Result<(), IndexError> {
     let n = index.num_docs();
     let terms: Vec<String> = (0..index.num_terms() as usize)
@@ -227,6 +228,7 @@ fn exercise(index: &Index) -> Result<(), IndexError> {
             let _ = index.static_value(d, f);
         }
         index.hits(d, &ids)?;
+        index.forward_doc(d)?;
     }
     let _ = index.avg_scoring_length();
     Ok(())

@@ -1,8 +1,9 @@
-//! Steps 3 and 4: a chunk's forward index and scoring postings, and the inversion of every
-//! chunk's postings into encoded lists, per term range.
+//! Steps 3 and 4: a chunk's provisional forward index and scoring postings, and the inversion
+//! of every chunk's postings into encoded lists, per term range.
 
 use rayon::prelude::*;
 
+use super::forward::put_doc;
 use super::parse::ParsedChunk;
 use crate::index::blockmax::{mean_length, push_list_maxes, BlockMax};
 use crate::index::codecs::{encode_list, Codec, SkipEntry};
@@ -15,16 +16,23 @@ pub(super) struct Posting {
     tf: u32,
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u32) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+/// A chunk's encoded forward index and scoring postings.
+pub(super) struct EncodedChunk {
+    /// The documents' provisional forward bytes ([`super::forward::put_doc`]), empty without a
+    /// forward index.
+    pub(super) forward: Vec<u8>,
+    /// Each document's byte length in `forward`.
+    pub(super) forward_lens: Vec<u32>,
+    /// Occurrences of each local term in every stream (empty without a forward index).
+    pub(super) counts: Vec<u32>,
+    /// Postings sorted by term, then doc.
+    pub(super) postings: Vec<Posting>,
+    /// Each document's scoring length.
+    pub(super) lens: Vec<u32>,
 }
 
-/// Encodes a chunk's forward index and scoring postings; returns (forward bytes, per-doc
-/// forward byte lengths, postings sorted by term then doc, scoring lengths).
+/// Encodes a chunk's forward index (when `forward`) and scoring postings; `map` takes local
+/// term ids to global ones.
 pub(super) fn encode_chunk(
     chunk: &ParsedChunk,
     map: &[u32],
@@ -32,38 +40,30 @@ pub(super) fn encode_chunk(
     first_doc: u32,
     scoring: &str,
     forward: bool,
-) -> (Vec<u8>, Vec<u32>, Vec<Posting>, Vec<u32>) {
-    let mut fwd = Vec::new();
-    let mut fwd_lens = Vec::with_capacity(chunk.docs.len());
-    let mut postings = Vec::new();
-    let mut lens = Vec::with_capacity(chunk.docs.len());
+) -> EncodedChunk {
+    let mut out = EncodedChunk {
+        forward: Vec::new(),
+        forward_lens: Vec::with_capacity(chunk.docs.len()),
+        counts: vec![0; if forward { map.len() } else { 0 }],
+        postings: Vec::new(),
+        lens: Vec::with_capacity(chunk.docs.len()),
+    };
     let mut scoring_terms: Vec<u32> = Vec::new();
     let all = scoring == "all";
     for (i, doc) in chunk.docs.iter().enumerate() {
         let d = first_doc + i as u32;
-        let start = fwd.len();
-        scoring_terms.clear();
         if forward {
-            put_varint(&mut fwd, doc.streams.len() as u32);
+            let start = out.forward.len();
+            put_doc(&mut out.forward, doc, &stream_ids[i], map, &mut out.counts);
+            out.forward_lens.push((out.forward.len() - start) as u32);
         }
-        for (s, &sid) in doc.streams.iter().zip(&stream_ids[i]) {
-            if forward {
-                put_varint(&mut fwd, sid);
-                put_varint(&mut fwd, s.tokens.len() as u32);
-                put_varint(&mut fwd, s.phrase_lens.len() as u32);
-                for &p in &s.phrase_lens {
-                    put_varint(&mut fwd, p);
-                }
-                for &t in &s.tokens {
-                    put_varint(&mut fwd, map[t as usize]);
-                }
-            }
+        scoring_terms.clear();
+        for s in &doc.streams {
             if all || s.name == scoring {
                 scoring_terms.extend(s.tokens.iter().map(|&t| map[t as usize]));
             }
         }
-        fwd_lens.push((fwd.len() - start) as u32);
-        lens.push(scoring_terms.len() as u32);
+        out.lens.push(scoring_terms.len() as u32);
         scoring_terms.sort_unstable();
         let mut j = 0;
         while j < scoring_terms.len() {
@@ -72,7 +72,7 @@ pub(super) fn encode_chunk(
             while k < scoring_terms.len() && scoring_terms[k] == t {
                 k += 1;
             }
-            postings.push(Posting {
+            out.postings.push(Posting {
                 term: t,
                 doc: d,
                 tf: (k - j) as u32,
@@ -80,8 +80,8 @@ pub(super) fn encode_chunk(
             j = k;
         }
     }
-    postings.sort_unstable_by_key(|p| (p.term, p.doc));
-    (fwd, fwd_lens, postings, lens)
+    out.postings.sort_unstable_by_key(|p| (p.term, p.doc));
+    out
 }
 
 /// One term range's encoded lists (offsets relative to the range until [`write_postings`](super::write_postings)).

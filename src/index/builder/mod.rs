@@ -7,9 +7,11 @@
 //! 2. Look each chunk's terms up in the global vocabulary (in parallel, read-only), then merge
 //!    the new ones into it in corpus order (term ids are assigned in order of first occurrence),
 //!    and register stream and static-feature names.
-//! 3. In parallel per chunk: rewrite tokens to global term ids, encode the forward index,
-//!    and emit `(term, doc, tf)` postings of the scoring stream sorted by term; the forward
-//!    bytes are streamed to `forward.bin` in order.
+//! 3. In parallel per chunk: rewrite tokens to global term ids, encode the forward index with
+//!    term ids for codes (counting each term's occurrences), and emit `(term, doc, tf)` postings
+//!    of the scoring stream sorted by term; the forward bytes are streamed to a provisional
+//!    file in order, rewritten into `forward.bin` with the frequent terms' codes at the end
+//!    (`forward`).
 //! 4. Invert in parallel over term-id ranges of about equal posting counts: each range
 //!    gathers its postings from every chunk (counting sort) and encodes its lists; the ranges'
 //!    bytes are concatenated in term order into `postings.bin` and `skips.bin`.
@@ -19,11 +21,12 @@
 //! complete.
 //!
 //! The driver (options, report, the pipeline itself) is here; the term stores in `vocab`, step 1
-//! in `parse`, step 2 in `collect`, steps 3 and 4 in `encode`, and the files of step 5 in
-//! `write`.
+//! in `parse`, step 2 in `collect`, steps 3 and 4 in `encode` (the forward index's two passes
+//! in `forward`), and the files of step 5 in `write`.
 
 mod collect;
 mod encode;
+mod forward;
 mod parse;
 mod vocab;
 mod write;
@@ -38,12 +41,11 @@ use rayon::prelude::*;
 
 use self::collect::Collected;
 use self::encode::{encode_chunk, invert, Posting};
+use self::forward::Provisional;
 use self::parse::{parse_chunk, ChunkParser};
-use self::write::u64s;
 use super::codecs::Codec;
 use super::corpus::{CorpusReader, RawLine};
-use super::format::SectionWriter;
-use super::reader::{Index, Manifest, FORWARD_FILE, KIND_FORWARD};
+use super::reader::{Index, Manifest};
 use super::IndexError;
 
 /// Documents per parse/encode chunk.
@@ -87,7 +89,8 @@ pub struct BuildReport {
     pub postings_bytes: u64,
     /// Bytes of `skips.bin`.
     pub skips_bytes: u64,
-    /// Bytes of `forward.bin` (0 without a forward index).
+    /// Bytes of `forward.bin`'s documents (its section 0, without the offsets and ranked terms;
+    /// 0 without a forward index).
     pub forward_bytes: u64,
     /// Threads used.
     pub threads: usize,
@@ -95,7 +98,7 @@ pub struct BuildReport {
     pub seconds: f64,
     /// Wall-clock seconds per pipeline step, in order (`read`: waiting for the reader thread,
     /// `parse`, `lookup` of the known terms, the sequential `merge`, `encode`, `invert`,
-    /// `write`): where a build's time goes, so that a slow one can be told apart.
+    /// `write`, which includes the forward index's second pass): where a build's time goes, so that a slow one can be told apart.
     pub phases: Vec<(&'static str, f64)>,
 }
 
@@ -352,15 +355,12 @@ fn build_in_pool(
     let reader = CorpusReader::open(corpus)?;
     let path = reader.path().to_path_buf();
     let mut collected = Collected::default();
-    let mut forward = if opts.forward {
-        Some(SectionWriter::create(
-            &tmp.path.join(FORWARD_FILE),
-            KIND_FORWARD,
-        )?)
-    } else {
-        None
+    let mut forward = match opts.forward {
+        true => Some(Provisional::create(&tmp.path)?),
+        false => None,
     };
-    let mut fwd_offsets: Vec<u64> = vec![0];
+    // Each term's occurrences in every stream, by global id (with a forward index).
+    let mut cf: Vec<u64> = Vec::new();
     let mut chunk_postings: Vec<Vec<Posting>> = Vec::new();
     let batch = CHUNK_DOCS * rayon::current_num_threads() * 8;
     let batches = read_ahead(reader, batch, docs)?;
@@ -400,29 +400,25 @@ fn build_in_pool(
                 encode_chunk(c, map, sids, *first, &opts.scoring, opts.forward)
             })
             .collect();
-        for (fwd, fwd_lens, postings, lens) in encoded {
+        for (chunk, (map, _, _)) in encoded.into_iter().zip(&jobs) {
             if let Some(w) = forward.as_mut() {
-                w.write(&fwd)?;
-                let mut at = *fwd_offsets.last().expect("starts with 0");
-                for l in fwd_lens {
-                    at += l as u64;
-                    fwd_offsets.push(at);
+                w.write(&chunk.forward, &chunk.forward_lens)?;
+                cf.resize(collected.vocab.terms.len(), 0);
+                for (&global, &n) in map.iter().zip(&chunk.counts) {
+                    cf[global as usize] += n as u64;
                 }
             }
-            collected.scoring_len.extend(lens);
-            chunk_postings.push(postings);
+            collected.scoring_len.extend(chunk.lens);
+            chunk_postings.push(chunk.postings);
         }
         clock.charge(Step::Encode);
         progress(lines.len() as u64);
     }
-    let mut forward_bytes = 0;
-    if let Some(mut w) = forward {
-        forward_bytes = w.section_len();
-        w.end_section()?;
-        w.write(&u64s(&fwd_offsets))?;
-        w.end_section()?;
-        w.finish()?;
-    }
+    let forward_bytes = match forward {
+        Some(w) => w.finish(&tmp.path, &cf, collected.streams.len())?,
+        None => 0,
+    };
+    clock.charge(Step::Write);
     let n_terms = collected.vocab.terms.len();
     let ranges = invert(&chunk_postings, n_terms, opts.codec, &collected.scoring_len);
     drop(chunk_postings);

@@ -40,7 +40,8 @@
 //! queries waiting together make the real wait shorter, [`run_gpu_batch`]); the CPU's queries
 //! share the cores, so once more run than there are cores each takes proportionally longer.
 //! [`Scheduler::route`] adds both to the estimates, so that a heavy OR waits for a busy GPU
-//! when the wait plus its GPU time still beats the CPU, and a CPU-bound query goes to an idle
+//! when the wait plus its GPU time still beats the CPU's expected time (its mean, not the
+//! crossover's figure: [`CostModel`]), and a CPU-bound query goes to an idle
 //! GPU when the cores are oversubscribed (work stealing, by the idle side taking work at the
 //! choice rather than by moving queries already queued); [`Choice::gpu_margin_us`] bounds how
 //! long such a query may then wait for the device before running on the CPU after all. The
@@ -188,7 +189,15 @@ impl QueryShape {
 /// - CPU OR: a line in the postings explains only 17 % of its variance (MaxScore's pruning
 ///   depends on the scores, not the lengths), so the slope is the crossover: 0.01 µs a posting
 ///   sends queries of more than ≈ 13 000 postings to the GPU, the slope that minimised the mean
-///   over the same queries replayed from their measured times (in-sample).
+///   over the same queries replayed from their measured times (in-sample). Being a crossover,
+///   it is no time to weigh a queue against: since block-max MaxScore (issue 21) it is ≈ 4.6×
+///   the CPU's mean time. The wait for the device is bounded by the CPU's mean instead
+///   (`cpu_or_mean_*`, least squares over 1 000 `queries synth` OR queries on a 1 M-document
+///   synthetic EF index, k1 = 1.2, b = 0.75, the development machine's thread CPU clock,
+///   2026-11-28: 188 µs + 0.00098 µs per posting; through the origin 0.0015). With the
+///   crossover as the bound, 16 clients in process on the H100 host (2 M documents) sent
+///   54 % of the OR queries to the device and got fewer queries/s than the CPU alone; with the
+///   mean, 25–27 % and 1.1–1.3× the CPU alone (docs/benchmarks.md, "16 clients in process").
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct CostModel {
     /// Any CPU query (term lookups, top-k heap).
@@ -197,6 +206,11 @@ pub struct CostModel {
     pub cpu_and_probe_us: f64,
     /// CPU OR, per posting of every list (see above: a crossover more than a cost).
     pub cpu_or_posting_us: f64,
+    /// CPU OR's mean time, fixed part (see above: what a wait for the device is weighed
+    /// against).
+    pub cpu_or_mean_fixed_us: f64,
+    /// CPU OR's mean time, per posting of every list.
+    pub cpu_or_mean_posting_us: f64,
     /// Any GPU query: the staging copy, the launches, the kernels' latency and the one wait.
     pub gpu_fixed_us: f64,
     /// GPU, per posting of every list (decode and scoring).
@@ -211,6 +225,8 @@ impl Default for CostModel {
             cpu_fixed_us: 2.0,
             cpu_and_probe_us: 0.04,
             cpu_or_posting_us: 0.01,
+            cpu_or_mean_fixed_us: 190.0,
+            cpu_or_mean_posting_us: 0.001,
             gpu_fixed_us: 40.0,
             gpu_posting_us: 0.00004,
             gpu_or_doc_us: 0.000015,
@@ -252,17 +268,22 @@ impl Default for Scheduler {
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Choice {
     pub side: Processor,
+    /// The CPU's figure for the crossover (for OR, above its time: [`CostModel`]).
     pub cpu_us: f64,
     pub gpu_us: f64,
     pub cpu_wait_us: f64,
     pub gpu_wait_us: f64,
+    /// The CPU's expected time for the query, its queue included: what a wait for the device is
+    /// weighed against.
+    pub cpu_mean_us: f64,
 }
 
 impl Choice {
     /// How long a query sent to the GPU may wait for the device before the CPU, started now,
-    /// would be expected to have finished it: the CPU's estimate (with its queue) less the GPU's.
+    /// would be expected to have finished it: the CPU's expected time (with its queue) less the
+    /// GPU's estimate.
     pub fn gpu_margin_us(&self) -> f64 {
-        (self.cpu_us + self.cpu_wait_us - self.gpu_us).max(0.0)
+        (self.cpu_mean_us - self.gpu_us).max(0.0)
     }
 }
 
@@ -382,28 +403,36 @@ impl Scheduler {
 
     /// [`choose`](Self::choose) with the queues of `load`: the GPU's booked work is waited for
     /// before the query's own time; the CPU's time stretches with the queries sharing its cores.
-    /// Griffin's rule (an AND's second list over `griffin_ratio` times its first stays on the
-    /// CPU) holds at any load.
+    /// The GPU takes the query when it wins the crossover with both queues counted and its
+    /// queue is within the query's margin ([`Choice::gpu_margin_us`]: for OR, the crossover's
+    /// figure is no time to wait against). Idle, that is the crossover alone. Griffin's rule
+    /// (an AND's second list over `griffin_ratio` times its first stays on the CPU) holds at
+    /// any load.
     pub fn choose_under(&self, shape: &QueryShape, mode: Mode, n_docs: u32, load: &Load) -> Choice {
         let Estimate {
             cpu_us,
+            cpu_mean_us,
             gpu_us,
             gpu_allowed,
         } = self.estimate(shape, mode, n_docs);
-        let cpu_wait_us = cpu_us * (load.cpu_stretch() - 1.0);
+        let stretch = load.cpu_stretch();
+        let cpu_wait_us = cpu_us * (stretch - 1.0);
         let gpu_wait_us = load.gpu_queued_us;
-        let gpu_wins = gpu_allowed && gpu_us + gpu_wait_us < cpu_us + cpu_wait_us;
-        Choice {
-            side: if gpu_wins {
-                Processor::Gpu
-            } else {
-                Processor::Cpu
-            },
+        let mut choice = Choice {
+            side: Processor::Cpu,
             cpu_us,
             gpu_us,
             cpu_wait_us,
             gpu_wait_us,
+            cpu_mean_us: cpu_mean_us * stretch,
+        };
+        if gpu_allowed
+            && gpu_us + gpu_wait_us < cpu_us + cpu_wait_us
+            && gpu_wait_us <= choice.gpu_margin_us()
+        {
+            choice.side = Processor::Gpu;
         }
+        choice
     }
 
     /// Each processor's time for `mode` over `shape` alone, and whether the GPU may take it.
@@ -421,6 +450,10 @@ impl Scheduler {
                 Mode::And => m.cpu_and_probe_us * shape.cpu_and_probes() as f64,
                 _ => m.cpu_or_posting_us * sum_df,
             };
+        let cpu_mean_us = match mode {
+            Mode::And => cpu_us,
+            _ => m.cpu_or_mean_fixed_us + m.cpu_or_mean_posting_us * sum_df,
+        };
         let gpu_allowed = match mode {
             // An AND with a missing term is empty: nothing to send anywhere.
             Mode::And => !shape.missing_term && shape.length_ratio() <= self.griffin_ratio,
@@ -429,6 +462,7 @@ impl Scheduler {
         };
         Estimate {
             cpu_us,
+            cpu_mean_us,
             gpu_us,
             gpu_allowed,
         }
@@ -448,6 +482,7 @@ impl Scheduler {
         }
         Estimate {
             cpu_us: and.cpu_us + or.cpu_us,
+            cpu_mean_us: and.cpu_mean_us + or.cpu_mean_us,
             gpu_us: and.gpu_us + or.gpu_us,
             gpu_allowed: true,
         }
@@ -531,7 +566,10 @@ impl Scheduler {
 /// Each processor's time for a query alone.
 #[derive(Debug, Clone, Copy)]
 struct Estimate {
+    /// The CPU's figure for the crossover.
     cpu_us: f64,
+    /// The CPU's mean time ([`Choice::cpu_mean_us`]).
+    cpu_mean_us: f64,
     gpu_us: f64,
     /// Whether the query may run on the GPU at all (Griffin's rule, a query with no list).
     gpu_allowed: bool,
@@ -806,7 +844,9 @@ mod tests {
         let idle = s.choose(&heavy, Mode::Or, n_docs);
         assert_eq!(idle.side, Processor::Gpu);
         assert_eq!((idle.cpu_wait_us, idle.gpu_wait_us), (0.0, 0.0));
-        assert_eq!(idle.gpu_margin_us(), idle.cpu_us - idle.gpu_us);
+        // Its margin is the CPU's mean time less the GPU's, not the crossover's figure.
+        assert_eq!(idle.gpu_margin_us(), idle.cpu_mean_us - idle.gpu_us);
+        assert!(idle.cpu_mean_us < idle.cpu_us / 5.0);
         let queued = |gpu_queued_us| Load {
             gpu_queued_us,
             cpu_running: 0,
@@ -821,6 +861,19 @@ mod tests {
             s.choose_under(&heavy, Mode::Or, n_docs, &queued(margin + 1.0))
                 .side,
             Processor::Cpu
+        );
+        // A medium OR (100 000 postings: ≈ 1 ms by the crossover's figure, ≈ 290 µs by the
+        // CPU's mean, 59 µs on the GPU) takes an idle GPU, but not one with 500 µs booked,
+        // which the crossover's figure alone would still have chosen.
+        let medium = shape(&[50_000, 50_000]);
+        assert_eq!(s.choose(&medium, Mode::Or, n_docs).side, Processor::Gpu);
+        let busy_gpu = s.choose_under(&medium, Mode::Or, n_docs, &queued(500.0));
+        assert!(busy_gpu.gpu_us + 500.0 < busy_gpu.cpu_us);
+        assert_eq!(busy_gpu.side, Processor::Cpu);
+        assert_eq!(
+            s.choose_under(&medium, Mode::Or, n_docs, &queued(200.0))
+                .side,
+            Processor::Gpu
         );
         // A query the CPU wins alone goes to an idle GPU once the cores are oversubscribed:
         // 3 000 postings, 32 µs on one core, 42 µs on the GPU; twice as many queries as cores

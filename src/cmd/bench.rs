@@ -303,16 +303,24 @@ fn run_ranking(args: RankingArgs) -> CmdResult {
     Ok(())
 }
 
+/// The index and the queries a document-stage benchmark runs.
 #[derive(clap::Args)]
-pub struct SelectionArgs {
+pub struct QuerySet {
     /// The index directory.
     #[arg(long)]
     index: PathBuf,
     /// Queries, one per line (text, tokenized like the documents; `rankserve queries synth`).
     #[arg(long, value_name = "FILE")]
     queries: PathBuf,
+    /// How the queries' terms combine (`bench hits`: how each query's candidates are selected).
     #[arg(long, value_enum, default_value_t = Mode::And)]
     mode: Mode,
+}
+
+#[derive(clap::Args)]
+pub struct SelectionArgs {
+    #[command(flatten)]
+    set: QuerySet,
     #[arg(long, default_value_t = 10)]
     k: usize,
     /// BM25 k1 (DESIGN §5 default 0.9; Tantivy's is 1.2).
@@ -497,15 +505,9 @@ fn read_queries(path: &Path) -> anyhow::Result<Vec<String>> {
 
 #[derive(clap::Args)]
 pub struct HitsArgs {
-    /// The index directory (with a forward index).
-    #[arg(long)]
-    index: PathBuf,
-    /// Queries, one per line (text, tokenized like the documents; `rankserve queries synth`).
-    #[arg(long, value_name = "FILE")]
-    queries: PathBuf,
-    /// How each query's candidates are selected.
-    #[arg(long, value_enum, default_value_t = Mode::And)]
-    mode: Mode,
+    /// The index (with a forward index) and the queries.
+    #[command(flatten)]
+    set: QuerySet,
     /// Candidates per query (/v1/search's `candidates`).
     #[arg(long, default_value_t = 1000)]
     candidates: usize,
@@ -518,27 +520,28 @@ pub struct HitsArgs {
 }
 
 fn run_hits(args: HitsArgs) -> CmdResult {
-    let index = Index::open(&args.index).bad_input()?;
+    let index = Index::open(&args.set.index).bad_input()?;
     if !index.has_forward() {
         return Err(anyhow::anyhow!(
             "{} has no forward index",
-            args.index.display()
+            args.set.index.display()
         ))
         .bad_input();
     }
-    let queries = read_queries(&args.queries).bad_input()?;
+    let queries = read_queries(&args.set.queries).bad_input()?;
     let run = hits::run(
         &index,
         &queries,
         args.candidates,
-        args.mode,
+        args.set.mode,
         args.passes,
         args.clock,
     )
     .context("reading hits")?;
-    let forward_bytes = std::fs::metadata(args.index.join(rankserve::index::reader::FORWARD_FILE))
-        .with_context(|| format!("{}: forward.bin", args.index.display()))?
-        .len();
+    let forward_bytes =
+        std::fs::metadata(args.set.index.join(rankserve::index::reader::FORWARD_FILE))
+            .with_context(|| format!("{}: forward.bin", args.set.index.display()))?
+            .len();
     let n = index.num_docs().max(1) as f64;
     println!(
         "forward.bin {forward_bytes} bytes, {:.1} per document; {} queries, {} candidates \
@@ -567,10 +570,10 @@ fn run_hits(args: HitsArgs) -> CmdResult {
 }
 
 fn run_selection(args: SelectionArgs) -> CmdResult {
-    let index = Arc::new(Index::open(&args.index).bad_input()?);
-    let queries = read_queries(&args.queries).bad_input()?;
+    let index = Arc::new(Index::open(&args.set.index).bad_input()?);
+    let queries = read_queries(&args.set.queries).bad_input()?;
     let config = SelectionConfig {
-        mode: args.mode,
+        mode: args.set.mode,
         k: args.k,
         params: Bm25Params {
             k1: args.k1,
@@ -591,7 +594,7 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
     let header = format!(
         "{} queries, mode {:?}, k {}, k1 {}, b {}, {} docs, codec {}",
         queries.len(),
-        args.mode,
+        args.set.mode,
         args.k,
         args.k1,
         args.b,
@@ -620,7 +623,7 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
     let device = GpuDevice::probe().context("--gpu: no usable GPU")?;
     let log: Vec<Query> = queries
         .iter()
-        .map(|t| Query::from_text(t, args.k, args.mode))
+        .map(|t| Query::from_text(t, args.k, args.set.mode))
         .collect();
     let cache_config = PostingCacheConfig {
         budget_bytes: args.gpu_posting_cache_bytes,
@@ -696,7 +699,7 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
     println!(
         "latency, mode {:?}, µs per query ({}, the backends taking turns on each run), one \
          thread:",
-        args.mode,
+        args.set.mode,
         args.timing.label(args.reps)
     );
     println!("| backend | mean | p50 | p95 | p99 | p99.9 | max | on CPU | on GPU |");
@@ -718,7 +721,7 @@ fn run_selection(args: SelectionArgs) -> CmdResult {
     println!(
         "GPU steps, mode {:?}, µs (CUDA events, one run per query after a warm-up; host = wall \
          minus the stream's span; {} queries went through every step):",
-        args.mode, phases.queries
+        args.set.mode, phases.queries
     );
     println!("| | wall | host | copy in | decode | score | top-k |");
     println!("|---|---:|---:|---:|---:|---:|---:|");

@@ -828,7 +828,21 @@ mod tests {
             backends.on_cpu_pool_task(task())
         );
         assert_eq!((first.expect("ran"), second.expect("ran")), (2, 2));
+        until_pool_idle(&backends).await;
         assert_eq!(backends.width(), 4);
+    }
+
+    /// Waits until no pool task is in flight (at most 5 s): a task's count is given back just
+    /// after it has sent its result, so a caller that awaited the result may still see it.
+    async fn until_pool_idle(backends: &Backends) {
+        let by = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while !backends.pool_idle() {
+            assert!(
+                std::time::Instant::now() < by,
+                "a pool task's count was not given back"
+            );
+            tokio::task::yield_now().await;
+        }
     }
 
     /// A pool task's work installed on the pool runs where it is, counted once: it keeps the
@@ -843,6 +857,6 @@ mod tests {
         .await
         .expect("ran");
         assert_eq!((width, idle), (4, false));
-        assert!(backends.pool_idle());
+        until_pool_idle(&backends).await;
     }
 }

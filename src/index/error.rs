@@ -32,6 +32,15 @@ pub enum IndexError {
         /// The check that failed, with expected vs got.
         what: String,
     },
+    /// An index written in a layout this build does not read (an older or newer rankserve's):
+    /// not damaged, but to be rebuilt.
+    #[error("index file {} is from another rankserve version: {what}", path.display())]
+    Version {
+        /// The manifest.
+        path: PathBuf,
+        /// Its version, what this build reads, and what to do.
+        what: String,
+    },
     /// A build or query option that cannot be honoured.
     #[error("invalid option: {0}")]
     InvalidOption(String),

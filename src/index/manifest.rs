@@ -97,6 +97,12 @@ impl Manifest {
             )
         })?;
         let bad = |what: String| Err(IndexError::corrupt(&path, what));
+        let outdated = |what: String| {
+            Err(IndexError::Version {
+                path: path.clone(),
+                what,
+            })
+        };
         if m.format != Self::FORMAT {
             return bad(format!(
                 "format {:?}, expected {:?}",
@@ -105,7 +111,7 @@ impl Manifest {
             ));
         }
         if !(OLDEST_MANIFEST_VERSION..=MANIFEST_VERSION).contains(&m.version) {
-            return bad(format!(
+            return outdated(format!(
                 "manifest version {}, this build reads versions {OLDEST_MANIFEST_VERSION} to \
                  {MANIFEST_VERSION} (version 1 manifests carry no checksum): rebuild the index \
                  with `rankserve index build`",
@@ -113,7 +119,7 @@ impl Manifest {
             ));
         }
         if m.has_forward && m.version < FORWARD_CODES_VERSION {
-            return bad(format!(
+            return outdated(format!(
                 "manifest version {}: its forward.bin holds one term id per position, a layout \
                  this build no longer reads (version {FORWARD_CODES_VERSION} on): rebuild the \
                  index with `rankserve index build`",

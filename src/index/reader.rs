@@ -428,10 +428,10 @@ mod tests {
         old["version"] = 1.into();
         old.as_object_mut().unwrap().remove("checksum");
         std::fs::write(&path, old.to_string()).unwrap();
-        refused("manifest version 1, this build reads versions 2 to 4 (version 1 manifests carry no checksum): rebuild the index");
+        refused("index.json is from another rankserve version: manifest version 1, this build reads versions 2 to 4 (version 1 manifests carry no checksum): rebuild the index");
         // Built before forward.bin held term codes.
         edited(&|m| m.version = 3).write(&out).unwrap();
-        refused("index.json is corrupt: manifest version 3: its forward.bin holds one term id per position, a layout this build no longer reads (version 4 on): rebuild the index with `rankserve index build`");
+        refused("index.json is from another rankserve version: manifest version 3: its forward.bin holds one term id per position, a layout this build no longer reads (version 4 on): rebuild the index with `rankserve index build`");
         let mut unknown: serde_json::Value = serde_json::from_str(&good).unwrap();
         unknown["extra"] = 1.into();
         std::fs::write(&path, unknown.to_string()).unwrap();

@@ -260,7 +260,9 @@ fn index_files_refuse_naming_the_file_and_bounded_heap() {
         INDEX_BOUND.check("index", size, peak)?;
         if let Err(err) = opened {
             let path = match &err {
-                IndexError::Corrupt { path, .. } | IndexError::Io { path, .. } => path.clone(),
+                IndexError::Corrupt { path, .. }
+                | IndexError::Version { path, .. }
+                | IndexError::Io { path, .. } => path.clone(),
                 other => {
                     return Err(TestCaseError::fail(format!(
                         "{FILES:?}[{}]: {other}",

@@ -302,12 +302,24 @@ impl ForwardIndex {
             streams: Vec::new(),
             phrase: Vec::new(),
         };
-        self.hits_into(d, stream_names.len(), query, &mut collected)?;
+        let codes = self.query_codes(query);
+        self.hits_into(d, stream_names.len(), &codes, &mut collected)?;
         Ok(collected.streams)
     }
 
-    /// Document `d`'s hits for a query whose `i`-th term has id `query[i]`, written into `sink`
-    /// in document order: each stream of the document (its index into the index's
+    /// What [`ForwardIndex::hits_into`] searches a document for, for a query whose `i`-th term
+    /// has id `query[i]` (`None` for a term not in the index): made once per query, as it
+    /// depends on the query only.
+    pub fn query_codes(&self, query: &[Option<TermId>]) -> QueryCodes {
+        QueryCodes(
+            (query.iter().enumerate())
+                .filter_map(|(i, t)| t.map(|t| Needle::new(self.codes.code(t), i as u32)))
+                .collect(),
+        )
+    }
+
+    /// Document `d`'s hits for the query of `codes` ([`ForwardIndex::query_codes`]), written
+    /// into `sink` in document order: each stream of the document (its index into the index's
     /// `n_streams` streams, with its length), the hits of each phrase in position order, and a
     /// [`HitsSink::phrase_end`] after each phrase that had hits (phrases without hits are left
     /// out, as in [`StreamHits`]). Only the query terms' codes are looked for
@@ -321,17 +333,15 @@ impl ForwardIndex {
         &self,
         d: DocId,
         n_streams: usize,
-        query: &[Option<TermId>],
+        codes: &QueryCodes,
         sink: &mut impl HitsSink,
     ) -> Result<(), IndexError> {
         let bytes = self.bytes(d);
         let head = DocHead::read(bytes, n_streams).map_err(|e| self.bad(d, e))?;
-        let needles: Vec<Needle> = (query.iter().enumerate())
-            .filter_map(|(i, t)| t.map(|t| Needle::new(self.codes.code(t), i as u32)))
-            .collect();
+        let needles = &codes.0;
         let mut walk = PhraseWalk::new(&head, sink);
         if !needles.is_empty() {
-            let tokens = find_codes(&bytes[head.codes_at..], &needles, |token, i| {
+            let tokens = find_codes(&bytes[head.codes_at..], needles, |token, i| {
                 walk.hit(token, i)
             });
             if tokens != Some(head.tokens) {
@@ -342,6 +352,11 @@ impl ForwardIndex {
         Ok(())
     }
 }
+
+/// A query's terms as [`ForwardIndex::hits_into`] looks for them in a document's code bytes
+/// ([`ForwardIndex::query_codes`]).
+#[derive(Debug, Clone, Default)]
+pub struct QueryCodes(Vec<Needle>);
 
 /// Where [`ForwardIndex::hits_into`] writes a document's hits, in the document's order.
 pub trait HitsSink {
@@ -450,6 +465,7 @@ impl<'a, S: HitsSink> PhraseWalk<'a, S> {
 }
 
 /// A code searched for: its varint bytes and the query term it stands for.
+#[derive(Debug, Clone)]
 struct Needle {
     /// The varint's bytes, zero after its `len`.
     bytes: [u8; 8],
@@ -460,6 +476,7 @@ struct Needle {
 }
 
 impl Needle {
+    /// `code`'s needle; codes are below 2³⁵ (five varint bytes at most).
     fn new(code: u64, query_term: u32) -> Self {
         let mut v = Vec::with_capacity(8);
         put_varint(&mut v, code);

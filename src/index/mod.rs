@@ -50,4 +50,4 @@ pub(crate) fn prefetch(bytes: &[u8]) {
     #[cfg(not(target_arch = "x86_64"))]
     let _ = bytes;
 }
-pub use reader::{Index, Manifest, PostingList, StreamHits, TermInfo};
+pub use reader::{Index, Manifest, PostingList, QueryCodes, StreamHits, TermInfo};

@@ -11,7 +11,9 @@ use std::path::{Path, PathBuf};
 use super::blockmax::BLOCK_MAX_BYTES;
 use super::codecs::{block_len, read_u32, Codec, BLOCK_LEN, SKIP_ENTRY_BYTES};
 use super::format::MappedFile;
-pub use super::forward::{ForwardIndex, ForwardStream, HitsSink, StreamHits, KIND_FORWARD};
+pub use super::forward::{
+    ForwardIndex, ForwardStream, HitsSink, QueryCodes, StreamHits, KIND_FORWARD,
+};
 use super::lengths::LengthFloors;
 pub use super::manifest::{Manifest, MANIFEST_VERSION};
 pub use super::postings::{PostingList, TermInfo};
@@ -333,23 +335,27 @@ impl Index {
             .transpose()
     }
 
-    /// [`Index::hits`] written into `sink` ([`ForwardIndex::hits_into`]); `false` without a
-    /// forward index (nothing written).
+    /// What [`Index::hits_into`] searches each document for, for the query of term ids
+    /// `query` ([`ForwardIndex::query_codes`]); nothing without a forward index.
+    pub fn query_codes(&self, query: &[Option<TermId>]) -> QueryCodes {
+        (self.forward.as_ref()).map_or_else(QueryCodes::default, |f| f.query_codes(query))
+    }
+
+    /// [`Index::hits`] of the query of `codes` ([`Index::query_codes`]) written into `sink`
+    /// ([`ForwardIndex::hits_into`]); nothing without a forward index.
     ///
     /// # Errors
     /// As [`Index::forward_doc`].
     pub fn hits_into(
         &self,
         d: DocId,
-        query: &[Option<TermId>],
+        codes: &QueryCodes,
         sink: &mut impl HitsSink,
-    ) -> Result<bool, IndexError> {
+    ) -> Result<(), IndexError> {
         let Some(f) = &self.forward else {
-            return Ok(false);
+            return Ok(());
         };
-        let streams = self.manifest.streams.len();
-        f.hits_into(d, streams, query, sink)?;
-        Ok(true)
+        f.hits_into(d, self.manifest.streams.len(), codes, sink)
     }
 }
 

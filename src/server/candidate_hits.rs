@@ -27,7 +27,7 @@ use crate::api::shard::CollectionStats;
 use crate::gpu::pinned::PinnedPool;
 use crate::gpu::GpuError;
 use crate::index::forward::HitsSink;
-use crate::index::{DocId, Index, IndexError, TermId};
+use crate::index::{DocId, Index, IndexError, QueryCodes};
 use crate::rank::engine::{FeRefused, RowSource};
 use crate::rank::fe::catalogue::stream_slot;
 use crate::rank::fe::{
@@ -68,8 +68,8 @@ pub(super) struct CandidateHits {
     index: Arc<Index>,
     /// The candidates, by docID: row `i` is `docs[i]`.
     docs: Vec<DocId>,
-    /// Each distinct query term's id, `None` for a term not in the index.
-    terms: Vec<Option<TermId>>,
+    /// The distinct query terms as the forward index is searched for them.
+    codes: QueryCodes,
     query: QueryInfo,
     stats: CorpusStats,
     /// The catalogue slot of each of the index's streams.
@@ -110,9 +110,9 @@ impl CandidateHits {
             .map(|name| stream_slot(name))
             .collect();
         CandidateHits {
+            codes: index.query_codes(&ids),
             index,
             docs,
-            terms: ids,
             query,
             stats,
             slots,
@@ -144,7 +144,7 @@ impl CandidateHits {
         let mut reading = Reading::new(&self.slots);
         for &d in docs {
             reading
-                .read(&self.index, d, &self.terms)
+                .read(&self.index, d, &self.codes)
                 .map_err(|_| None)?;
             let values = (statics.iter()).map(|&f| self.static_value(d, f).unwrap_or(f64::NAN));
             (part.push_valid(|slot| reading.doc.streams.slot(slot), values)).map_err(Some)?;
@@ -180,7 +180,7 @@ impl RowSource for CandidateHits {
         let fill = |first: usize, docs: &[DocId], rows: &mut [f64]| {
             let mut reading = Reading::new(&this.slots);
             for (i, &d) in docs.iter().enumerate() {
-                reading.read(&this.index, d, &this.terms)?;
+                reading.read(&this.index, d, &this.codes)?;
                 let statics = |name: &str| this.static_value(d, this.static_index(name));
                 let row = &mut rows[i * width..(i + 1) * width];
                 (resolver.extract_with_statics(&prepared, &reading.doc, statics, row)).map_err(
@@ -280,19 +280,13 @@ impl<'s> Reading<'s> {
         }
     }
 
-    /// Reads candidate `d`'s hits for the query of term ids `terms` into `doc` (no streams
+    /// Reads candidate `d`'s hits for the query of `codes` into `doc` (no streams
     /// without a forward index). Its id is left out: read only for an error ([`named`]), it
     /// costs a cache miss or two per candidate in a large index.
-    fn read(
-        &mut self,
-        index: &Index,
-        d: DocId,
-        terms: &[Option<TermId>],
-    ) -> Result<(), IndexError> {
+    fn read(&mut self, index: &Index, d: DocId, codes: &QueryCodes) -> Result<(), IndexError> {
         self.doc.streams.clear_into(&mut self.spare);
         self.current = None;
-        index.hits_into(d, terms, self)?;
-        Ok(())
+        index.hits_into(d, codes, self)
     }
 
     /// The stream being read, when it is a catalogue stream.
@@ -340,12 +334,15 @@ mod tests {
 
     /// The hit documents of `docs`, built as `/v1/search` built them before [`CandidateHits`]:
     /// one [`HitDocument`] per candidate from [`Index::hits`], the reference for its rows and
-    /// layouts.
-    fn hit_documents(hits: &CandidateHits) -> HitBatch {
+    /// layouts; `terms` is the query.
+    fn hit_documents(hits: &CandidateHits, terms: &[String]) -> HitBatch {
         let (index, manifest) = (&hits.index, hits.index.manifest());
+        let ids: Vec<_> = (dedup_terms(terms).iter())
+            .map(|t| index.term_id(t))
+            .collect();
         let docs = (hits.docs.iter())
             .map(|&d| {
-                let streams = (index.hits(d, &hits.terms).unwrap().unwrap_or_default())
+                let streams = (index.hits(d, &ids).unwrap().unwrap_or_default())
                     .into_iter()
                     .map(|s| (s.stream, HitStream::new(s.length, s.phrases)))
                     .collect();
@@ -418,7 +415,7 @@ mod tests {
         assert_eq!(hits.stats.avg_length["body"], 3.5);
         assert_eq!(hits.stats.avg_length["title"], 1.0);
         let mut reading = Reading::new(&hits.slots);
-        reading.read(&hits.index, 0, &hits.terms).unwrap();
+        reading.read(&hits.index, 0, &hits.codes).unwrap();
         let a = reading.doc.clone();
         assert_eq!(a.streams["body"].length, 5);
         assert_eq!(
@@ -434,8 +431,11 @@ mod tests {
             Some(0.5)
         );
         // The next candidate reuses the vectors and keeps nothing of the first.
-        reading.read(&hits.index, 1, &hits.terms).unwrap();
-        assert_eq!(reading.doc.streams, hit_documents(&hits).docs[1].streams);
+        reading.read(&hits.index, 1, &hits.codes).unwrap();
+        assert_eq!(
+            reading.doc.streams,
+            hit_documents(&hits, &terms).docs[1].streams
+        );
         assert!(reading.doc.streams["body"].phrases.is_empty());
         assert_eq!(hits.static_value(1, hits.static_index("static_rank")), None);
     }
@@ -482,7 +482,7 @@ mod tests {
         ] {
             let terms = crate::index::tokenize::Tokenizer::new().tokens(text);
             let mut hits = CandidateHits::new(Arc::clone(&index), &terms, docs, collection);
-            let batch = hit_documents(&hits);
+            let batch = hit_documents(&hits, &terms);
             let what = format!("{text:?}, {} candidates", batch.docs.len());
             let mut want = vec![0.0; batch.docs.len() * resolver.len()];
             (resolver.extract_batch(&batch.query, &batch.stats, &batch.docs, &mut want, 1))

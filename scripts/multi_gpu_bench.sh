@@ -11,8 +11,9 @@
 # and RANKSERVE_FAULT_GPU=1@MS (GPU 1 fails from FAULT_MS = 2000 ms after start) while 64
 # clients replay for 3 × SECONDS_PER_RUN: every request must still be answered. Logs and the
 # device lines of /metrics go to $OUT; a table is printed last (server p99s: FE or layout,
-# queue for the device, scoring; how busy the host's cores were, and the devices' seconds in
-# turns per second, to tell a host-bound point from a device-bound one).
+# queue for the device, scoring; how busy the host's cores were, the cores' time the server
+# and the rest of the host (the replay client) used, and the devices' seconds in turns per
+# second, to tell a host-bound point from a device-bound one).
 #
 #   OUT=$OUT bash scripts/multi_gpu_bench.sh carry/rankserve
 #   OUT=$OUT FE_BACKENDS=gpu bash scripts/multi_gpu_bench.sh new=carry/rankserve old=carry/old/rankserve
@@ -42,6 +43,7 @@ serve() {
   shift 2
   "$server" serve --addr "127.0.0.1:$port" --backend gpu --rankers rankers "$@" \
     >>"$out/serve-$port.log" 2>&1 &
+  echo $! >"$work/pid-$port"
   for _ in $(seq 600); do
     curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return
     sleep 0.2
@@ -54,6 +56,11 @@ cpu_ticks() {
   awk '/^cpu /{t = 0; for (i = 2; i <= NF; i++) t += $i; print $5 + $6, t}' /proc/stat
 }
 
+# CPU ticks (user + system) the server on port $1 has used so far.
+server_ticks() {
+  awk '{print $14 + $15}' "/proc/$(cat "$work/pid-$1")/stat"
+}
+
 # Microseconds the devices of the server on port $1 have spent in turns so far, summed.
 turn_us() {
   curl -s "http://127.0.0.1:$1/metrics" |
@@ -61,24 +68,34 @@ turn_us() {
 }
 
 # One replay against port $1 of log $2 with $3 clients for $4 seconds into $5 (JSON); prints a
-# table row "rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy device_turns": how busy the
-# host's cores were (all processes, the replay client's included) and the devices' time in
-# turns per second of the run, summed over devices (2.0: two devices never idle).
+# table row "rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy server_cores other_cores
+# device_turns": how busy the host's cores were (all processes, the replay client's included),
+# how many cores' time the server used and the rest of the host (the replay client, mostly),
+# and the devices' time in turns per second of the run, summed over devices (2.0: two devices
+# never idle).
 replay() {
-  local ticks turns
+  local ticks turns served
   ticks=$(cpu_ticks)
   turns=$(turn_us "$1")
+  served=$(server_ticks "$1")
   "$bin" replay --url "http://127.0.0.1:$1" --log "$2" --concurrency "$3" --duration "$4" \
     --json >"$5" 2>>"$out/replay.err"
-  python3 - "$5" "$ticks" "$(cpu_ticks)" "$turns" "$(turn_us "$1")" "$4" <<'PY'
+  python3 - "$5" "$ticks" "$(cpu_ticks)" "$turns" "$(turn_us "$1")" "$4" "$served" \
+    "$(server_ticks "$1")" "$(getconf CLK_TCK)" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 (idle0, total0), (idle1, total1) = (map(int, a.split()) for a in sys.argv[2:4])
-turns = (int(sys.argv[5]) - int(sys.argv[4])) / (float(sys.argv[6]) * 1e6)
+seconds = float(sys.argv[6])
+turns = (int(sys.argv[5]) - int(sys.argv[4])) / (seconds * 1e6)
+# /proc/stat's first line counts every core's ticks; a process's ticks are CLK_TCK a second.
+ticks_per_s = int(sys.argv[9])
+cores = (total1 - total0) / ticks_per_s / seconds
+busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
+server = (int(sys.argv[8]) - int(sys.argv[7])) / ticks_per_s / seconds
 lat = j["latency_us"]
 print(round(j["throughput_rps"]), lat["p50"], lat["p99"], j["ok"], sum(j["errors"].values()),
       j["server_fe_us"]["p99"], j["server_queue_us"]["p99"], j["server_me_us"]["p99"],
-      f"{100 * (1 - (idle1 - idle0) / max(1, total1 - total0)):.0f}%", f"{turns:.2f}")
+      f"{100 * busy:.0f}%", f"{server:.1f}", f"{busy * cores - server:.1f}", f"{turns:.2f}")
 PY
 }
 
@@ -126,11 +143,11 @@ kill $(jobs -p) 2>/dev/null
 wait 2>/dev/null
 
 echo
-echo "| FE | round | ranker | clients | binary | GPUs | req/s | p50 µs | p99 µs | ok | errors | server FE p99 | queue p99 | scoring p99 | host CPU busy | device turns s/s |"
-echo "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| FE | round | ranker | clients | binary | GPUs | req/s | p50 µs | p99 µs | ok | errors | server FE p99 | queue p99 | scoring p99 | host CPU busy | server cores | other cores | device turns s/s |"
+echo "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
   echo "| ${r// / | } |"
 done
 echo
-echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy device_turns = $fault"
+echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy server_cores other_cores device_turns = $fault"
 cat "$out/metrics-fault.txt"

@@ -6,7 +6,7 @@
 # The carry folder ($CARRY, default carry) holds the stripped release binaries and the scripts:
 #   $CARRY/rankserve            target/release/rankserve, stripped
 #   $CARRY/tantivy-runner       scripts/build-tantivy-peer.sh --strip
-#   $CARRY/gpu-tantivy-compare.sh, $CARRY/search_latency.py   (copies of scripts/*)
+#   $CARRY/gpu-tantivy-compare.sh                            (a copy of scripts/*)
 # and the command, from the repository root there, is
 #   OUT=$OUT CARRY=carry-NAME bash carry-NAME/gpu-tantivy-compare.sh
 # Logs go under $OUT (default a new temporary folder); a short table is printed last.
@@ -34,12 +34,14 @@
 #   (throughput = queries / pass wall time, latency per query as above); rankserve the same way
 #   in process (`bench selection --clients $THREADS`: client threads through the server's
 #   selection engine, CPU alone, GPU alone and the scheduler's choice under load, Tantivy's BM25
-#   parameters), and as a server: `rankserve serve` (backend auto: the hybrid) driven by
-#   scripts/search_latency.py with $THREADS client processes over loopback HTTP (BM25 ranking
-#   only, no ranker) — whose latencies include an HTTP round trip and JSON on both ends, whose
-#   client processes share the cores with the server, and which scores with the server's own
-#   BM25 parameters (DESIGN §5's k1 = 0.9, b = 0.4, which a request cannot change).
-# Sizes: DOCS (10000000), QUERIES (1000), K (10), PASSES (5), THREADS (16), CODEC (ef);
+#   parameters), and as a server: `rankserve serve` (backend auto: the hybrid) sent a search log
+#   of the query set (`rankserve requests search`, BM25 ranking only, no ranker, MessagePack) by
+#   `rankserve replay` with $THREADS keep-alive clients over loopback HTTP, closed loop,
+#   $REPLAY_S seconds (default 5) after 2 untimed — whose latencies include an HTTP round trip,
+#   whose client threads share the cores with the server, and which scores with the server's own
+#   BM25 parameters (DESIGN §5's k1 = 0.9, b = 0.4, which a request cannot change); the server's
+#   own p50 / p99 (`timings.total_us`) are printed beside the client's.
+# Sizes: DOCS (10000000), QUERIES (1000), K (10), PASSES (5), THREADS (16), CODEC (ef), REPLAY_S (5);
 # MODES ("and or"), SETS ("normal heavy"), TANTIVY_HEAP_MB (4096: the index writer's budget, split
 # between its threads); WORK (a temporary folder: the corpus, ~10 GB at 10 M documents, is deleted
 # once both indexes are built; the indexes, ~8 GB for rankserve and ~4 GB for Tantivy at 10 M,
@@ -166,9 +168,14 @@ for set in ${SETS:-normal heavy}; do
     "$tv" search --index "$work/tantivy" --queries "$q" --mode "$mode" --k "$K" \
       --passes "$PASSES" --threads "$THREADS" --summary "$out/tantivy-${THREADS}threads-$tag.json" \
       > /dev/null 2> "$out/tantivy-${THREADS}threads-$tag.log"
-    python3 "$carry/search_latency.py" --url "http://127.0.0.1:$port" --queries "$q" \
-      --rankers none --candidates "$K" --mode "$mode" --k "$K" --concurrency "$THREADS" \
-      > "$out/rankserve-${THREADS}clients-$tag.log" 2>&1
+    searches="$work/search-$tag.msgpack"
+    "$rs" requests search --queries "$q" --mode "$mode" --k "$K" --candidates "$K" \
+      --out "$searches" 2> "$out/rankserve-${THREADS}clients-$tag.log"
+    "$rs" replay --url "http://127.0.0.1:$port" --log "$searches" --concurrency "$THREADS" \
+      --duration 2 > /dev/null 2>> "$out/rankserve-${THREADS}clients-$tag.log"
+    "$rs" replay --url "http://127.0.0.1:$port" --log "$searches" --concurrency "$THREADS" \
+      --duration "${REPLAY_S:-5}" --json > "$out/rankserve-${THREADS}clients-$tag.json" \
+      2>> "$out/rankserve-${THREADS}clients-$tag.log"
     summary+=("$tag")
   done
 done
@@ -195,5 +202,13 @@ s = json.load(open(sys.argv[1]))
 print(f"tantivy: {s['qps_median_pass']:.0f} queries/s, p50 {s['us']['p50']:.1f} µs, p99 {s['us']['p99']:.1f} µs")
 EOF
   grep -E '^\| (cpu|gpu|auto) \|' "$out/rankserve-1thread-$tag.log" | sed 's/^/rankserve in process: /'
-  tail -n 1 "$out/rankserve-${THREADS}clients-$tag.log" | sed 's/^/rankserve (qps, p50, p90, p99 columns): /'
+  python3 - "$out/rankserve-${THREADS}clients-$tag.json" <<'EOF'
+import json, sys
+r = json.load(open(sys.argv[1]))
+lat, server = r["latency_us"], r["server_total_us"]
+selected = ", ".join(f"{b} {n}" for b, n in sorted(r["backends"].get("select", {}).items()))
+print(f"rankserve over HTTP: {r['throughput_rps']:.0f} queries/s, client p50 {lat['p50']} µs, "
+      f"p90 {lat['p90']} µs, p99 {lat['p99']} µs; server p50 {server['p50']} µs, "
+      f"p99 {server['p99']} µs; selected by {selected}; errors {r['errors'] or 'none'}")
+EOF
 done

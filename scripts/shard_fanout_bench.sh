@@ -2,7 +2,10 @@
 # The fan-out's cost (docs/benchmarks.md, "Shards"): one index against a broker + 4 shards of the
 # same corpus, all on this machine, 1 and 16 clients. Run from the repository after
 # `cargo build --release`; OUT (default shard-bench/) keeps the corpus and indexes between runs.
-# DOCS (default 1000000) documents; MODE (default or).
+# DOCS (default 1000000) documents; MODE (default or). Per server, client count and ranker
+# (none: BM25 order; small), `rankserve replay` sends a search log of the queries (100
+# candidates) for REPLAY_SECONDS (default 5) after 2 untimed and prints its table: throughput,
+# the client's latency and the server's own timings (select, FE, scoring, total).
 set -euo pipefail
 S=${OUT:-shard-bench}
 BIN=${BIN:-target/release/rankserve}
@@ -12,6 +15,9 @@ mkdir -p "$S"
 [ -d $S/whole ] || (time $BIN index build --corpus $S/corpus.jsonl.gz --out $S/whole) 2>&1 | tail -5
 [ -d $S/sharded ] || (time $BIN index build --corpus $S/corpus.jsonl.gz --out $S/sharded --shards 4) 2>&1 | tail -8
 [ -f $S/q.txt ] || $BIN queries synth --index $S/whole --count 400 --seed 1 --out $S/q.txt
+$BIN requests search --queries $S/q.txt --mode ${MODE:-or} --candidates 100 --out $S/search-none.msgpack
+$BIN requests search --queries $S/q.txt --mode ${MODE:-or} --candidates 100 --ranker small \
+  --out $S/search-small.msgpack
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; }
 trap cleanup EXIT
@@ -29,8 +35,10 @@ for port in 8190 8191 8192 8193 8194 8195; do
 done
 for c in 1 16; do
   for url in http://127.0.0.1:8190 http://127.0.0.1:8195; do
-    echo "== $url, $c clients"
-    python3 scripts/search_latency.py --url $url --queries $S/q.txt --rankers none,small \
-      --candidates 100 --mode ${MODE:-or} --concurrency $c
+    for ranker in none small; do
+      echo "== $url, $c clients, ranker $ranker"
+      $BIN replay --url $url --log $S/search-$ranker.msgpack --concurrency $c --duration 2 >/dev/null
+      $BIN replay --url $url --log $S/search-$ranker.msgpack --concurrency $c --duration ${REPLAY_SECONDS:-5}
+    done
   done
 done

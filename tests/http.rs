@@ -40,7 +40,7 @@ fn split(feature: u32, threshold: f64, left: u32, right: u32) -> Node {
 
 /// A small ranker over the first four FE catalogue features (so hit documents work too):
 /// every input type but FreeForm, one tanh layer, and a two-tree ensemble scaled by `bias`.
-fn test_ranker(bias: f64) -> Ranker {
+pub(crate) fn test_ranker(bias: f64) -> Ranker {
     let features: Vec<String> = feature_names()[..4].to_vec();
     let tree = Tree {
         nodes: vec![split(3, 0.5, 1, 2), Node::Leaf(-0.25), Node::Leaf(0.75)],
@@ -1476,59 +1476,6 @@ async fn shutdown_with_requests_in_flight_loses_none() {
         .unwrap()
         .unwrap()
         .unwrap();
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn replay_counts_every_answer_closed_and_open_loop() {
-    use rankserve::bench::replay::{replay, synth_requests, Load, RequestLog};
-    let live = live(|c| c.batching = false).await;
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("log.msgpack");
-    RequestLog::write(
-        &path,
-        &synth_requests("small", &test_ranker(0.125), 20, 8, Some(5), 3),
-    )
-    .unwrap();
-    let log = Arc::new(RequestLog::read(&path).unwrap());
-    let url = format!("http://{}", live.addr);
-    let run = |load: Load, ms: u64| {
-        replay(
-            &url,
-            Arc::clone(&log),
-            load,
-            Duration::from_millis(ms),
-            |_| {},
-        )
-    };
-    for load in [Load::Concurrency(3), Load::Rate(100.0)] {
-        let report = run(load, 300).await.unwrap();
-        assert!(report.errors.is_empty(), "{load:?}: {:?}", report.errors);
-        assert!(
-            report.ok >= 3 && report.ok == report.requests,
-            "{load:?}: {report:?}"
-        );
-        let documents = (report.documents_per_s * report.duration_s).round() as u64;
-        assert_eq!(documents, 20 * report.ok, "{load:?}");
-        // Every request's latency on the client contains its time in the server.
-        assert!(report.server_total_us.p50 > 0, "{load:?}");
-        assert!(
-            report.latency_us.p50 >= report.server_total_us.p50,
-            "{load:?}: {report:?}"
-        );
-        assert!(
-            report.latency_us.max >= report.server_total_us.max,
-            "{load:?}: {report:?}"
-        );
-    }
-    let _ = live.shutdown.send(());
-    live.task.await.unwrap().unwrap();
-    // Nobody listens any more: every request is a connection error, and the replay still ends.
-    for load in [Load::Concurrency(2), Load::Rate(50.0)] {
-        let report = run(load, 100).await.unwrap();
-        assert_eq!(report.ok, 0, "{load:?}");
-        assert!(report.errors["connection"] > 0, "{load:?}: {report:?}");
-        assert_eq!(report.errors["connection"], report.requests, "{load:?}");
-    }
 }
 
 /// Scores equal within DESIGN §2's NN tolerance (the test ranker has a tanh layer).

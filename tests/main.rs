@@ -11,6 +11,7 @@ mod http;
 mod openapi;
 mod parity;
 mod rank_fused;
+mod replay;
 mod search;
 mod search_gpu;
 mod selection;

@@ -492,7 +492,7 @@ fn print_clients(
 }
 
 /// The non-blank lines of a query file.
-fn read_queries(path: &Path) -> anyhow::Result<Vec<String>> {
+pub(super) fn read_queries(path: &Path) -> anyhow::Result<Vec<String>> {
     let text =
         std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
     Ok(text

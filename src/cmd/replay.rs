@@ -1,5 +1,6 @@
-//! `rankserve requests synth` (write a request log) and `rankserve replay` (send one to a
-//! running server and report throughput and latency).
+//! `rankserve requests synth` and `rankserve requests search` (write a `/v1/rank` or a
+//! `/v1/search` request log) and `rankserve replay` (send one to a running server and report
+//! throughput and latency).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,8 +9,11 @@ use std::time::Duration;
 use anyhow::Context;
 
 use super::{BadInputExt, CmdResult};
-use rankserve::bench::replay::{replay, synth_requests, Load, RequestLog};
+use rankserve::api::SearchRequest;
+use rankserve::backend::Backend;
+use rankserve::bench::replay::{replay, search_requests, synth_requests, Load, RequestLog};
 use rankserve::rank::import::load_any;
+use rankserve::select::Mode;
 
 #[derive(clap::Subcommand)]
 pub enum RequestsCommand {
@@ -21,6 +25,14 @@ pub enum RequestsCommand {
         after_help = "Example:\n  rankserve requests synth --ranker medium --docs 1000 --count 200 --out medium-1000.msgpack"
     )]
     Synth(SynthArgs),
+    /// Write a log of `/v1/search` requests: one per query of a query file, in order, each
+    /// with the same options.
+    ///
+    /// Example: `rankserve requests search --queries queries.txt --mode or --k 10 --out search-or.msgpack`
+    #[command(
+        after_help = "Example:\n  rankserve requests search --queries queries.txt --mode or --k 10 --out search-or.msgpack\n  rankserve requests search --queries queries.txt --mode and --ranker small --candidates 100 --out search-small.jsonl"
+    )]
+    Search(SearchArgs),
 }
 
 #[derive(clap::Args)]
@@ -47,17 +59,44 @@ pub struct SynthArgs {
     seed: u64,
 }
 
-/// Replay a request log against a running server; report throughput, p50/p90/p99/p99.9
-/// latency and errors by status.
+#[derive(clap::Args)]
+pub struct SearchArgs {
+    /// Queries, one per line (text, tokenized by the server; `rankserve queries synth`).
+    #[arg(long, value_name = "FILE")]
+    queries: PathBuf,
+    /// How each query's terms combine.
+    #[arg(long, value_enum, default_value_t = Mode::And)]
+    mode: Mode,
+    /// Hits per reply.
+    #[arg(long, default_value_t = 10)]
+    k: usize,
+    /// Candidates selected by BM25 for the ranker (at least `k` are taken).
+    #[arg(long, default_value_t = 1000)]
+    candidates: usize,
+    /// The ranker's store name; without it the hits are ranked by BM25 alone.
+    #[arg(long)]
+    ranker: Option<String>,
+    /// The backend asked for; the server's default when absent.
+    #[arg(long, value_enum)]
+    backend: Option<Backend>,
+    /// The log: `.msgpack` (concatenated MessagePack objects) or `.jsonl` (JSON Lines).
+    #[arg(long, value_name = "LOG")]
+    out: PathBuf,
+}
+
+/// Replay a request log against a running server (`/v1/rank` or `/v1/search`, as the log's
+/// requests are); report throughput, p50/p90/p99/p99.9 latency, the server's own timings,
+/// the backends that ran and errors by status.
 #[derive(clap::Args)]
 #[command(
-    after_help = "Example:\n  rankserve replay --url http://127.0.0.1:8080 --log medium-1000.msgpack --concurrency 4 --duration 10"
+    after_help = "Example:\n  rankserve replay --url http://127.0.0.1:8080 --log medium-1000.msgpack --concurrency 4 --duration 10\n  rankserve replay --url http://127.0.0.1:8080 --log search-or.msgpack --concurrency 16 --duration 5 --json"
 )]
 pub struct Args {
     /// The server's root, `http://HOST:PORT`.
     #[arg(long)]
     url: String,
-    /// A request log (`.msgpack` or `.jsonl`), sent round-robin.
+    /// A request log (`.msgpack` or `.jsonl`), sent round-robin to the endpoint its requests
+    /// are for.
     #[arg(long, value_name = "LOG")]
     log: PathBuf,
     /// Closed loop: this many clients, each waiting for its answer.
@@ -77,6 +116,7 @@ pub struct Args {
 pub fn run_requests(c: RequestsCommand) -> CmdResult {
     match c {
         RequestsCommand::Synth(args) => synth(args),
+        RequestsCommand::Search(args) => search(args),
     }
 }
 
@@ -107,6 +147,36 @@ fn synth(args: SynthArgs) -> CmdResult {
         "wrote {} requests of {} documents for ranker {name:?} to {}",
         args.count,
         args.docs,
+        args.out.display()
+    );
+    Ok(())
+}
+
+fn search(args: SearchArgs) -> CmdResult {
+    let queries = super::bench::read_queries(&args.queries).bad_input()?;
+    if queries.is_empty() {
+        return Err(anyhow::anyhow!(
+            "{}: no queries (expected one per line)",
+            args.queries.display()
+        ))
+        .bad_input();
+    }
+    let template = SearchRequest {
+        query: None,
+        terms: None,
+        k: args.k,
+        candidates: args.candidates,
+        mode: args.mode,
+        ranker: args.ranker,
+        backend: args.backend,
+        explain: false,
+        timeout_ms: None,
+    };
+    let requests = search_requests(&queries, &template);
+    RequestLog::write(&args.out, &requests).context("writing the request log")?;
+    eprintln!(
+        "wrote {} /v1/search requests to {}",
+        requests.len(),
         args.out.display()
     );
     Ok(())

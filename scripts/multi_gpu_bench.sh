@@ -9,7 +9,8 @@
 # documents from each of CLIENTS (default "16 64") closed-loop clients for SECONDS_PER_RUN
 # (default 5), ROUNDS (default 2) times. The failure run serves every GPU with the first binary
 # and RANKSERVE_FAULT_GPU=1@MS (GPU 1 fails from FAULT_MS = 2000 ms after start) while 64
-# clients replay for 3 × SECONDS_PER_RUN: every request must still be answered. Logs and the
+# clients replay for 3 × SECONDS_PER_RUN: every request must still be answered (FAULT=0 leaves
+# it out). SERVE_ARGS adds flags to every server (e.g. "--cpu-threads 8"). Logs and the
 # device lines of /metrics go to $OUT; a table is printed last (server p99s: FE or layout,
 # queue for the device, scoring; how busy the host's cores were, the cores' time the server
 # and the rest of the host (the replay client) used, and the devices' seconds in turns per
@@ -41,7 +42,8 @@ done
 serve() {
   local server=$1 port=$2
   shift 2
-  "$server" serve --addr "127.0.0.1:$port" --backend gpu --rankers rankers "$@" \
+  # shellcheck disable=SC2086 # the flags are words
+  "$server" serve --addr "127.0.0.1:$port" --backend gpu --rankers rankers ${SERVE_ARGS:-} "$@" \
     >>"$out/serve-$port.log" 2>&1 &
   echo $! >"$work/pid-$port"
   for _ in $(seq 600); do
@@ -135,12 +137,14 @@ done
 # A device failure under load: GPU 1 fails from 2 s after start (the server is ready later,
 # so it fails at the first work it gets once the replay runs).
 fault_ms=${FAULT_MS:-2000}
-RANKSERVE_FAULT_GPU="1@$fault_ms" serve "$bin" 18899 --gpus all --fe-backend gpu
-fault=$(replay 18899 "$work/${rankers%% *}.msgpack" 64 $((3 * seconds)) "$work/fault.json")
-curl -s "http://127.0.0.1:18899/metrics" | grep -E '^rankserve_gpu_(device|fallback)' \
-  >"$out/metrics-fault.txt"
-kill $(jobs -p) 2>/dev/null
-wait 2>/dev/null
+if [ "${FAULT:-1}" = 1 ]; then
+  RANKSERVE_FAULT_GPU="1@$fault_ms" serve "$bin" 18899 --gpus all --fe-backend gpu
+  fault=$(replay 18899 "$work/${rankers%% *}.msgpack" 64 $((3 * seconds)) "$work/fault.json")
+  curl -s "http://127.0.0.1:18899/metrics" | grep -E '^rankserve_gpu_(device|fallback)' \
+    >"$out/metrics-fault.txt"
+  kill $(jobs -p) 2>/dev/null
+  wait 2>/dev/null
+fi
 
 echo
 echo "| FE | round | ranker | clients | binary | GPUs | req/s | p50 µs | p99 µs | ok | errors | server FE p99 | queue p99 | scoring p99 | host CPU busy | server cores | other cores | device turns s/s |"
@@ -148,6 +152,8 @@ echo "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---
 for r in "${rows[@]}"; do
   echo "| ${r// / | } |"
 done
-echo
-echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy server_cores other_cores device_turns = $fault"
-cat "$out/metrics-fault.txt"
+if [ "${FAULT:-1}" = 1 ]; then
+  echo
+  echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy server_cores other_cores device_turns = $fault"
+  cat "$out/metrics-fault.txt"
+fi

@@ -13,7 +13,8 @@ use rankserve::index::queries::synth_queries;
 use rankserve::select::Mode;
 
 use crate::cli::rankserve;
-use crate::http::{live, test_ranker};
+use crate::http::test_ranker;
+use crate::live::live;
 use crate::selection::{built, fixture_corpus};
 
 /// `requests` written as a log at `path` and read back, as `rankserve replay` reads it.

@@ -11,9 +11,9 @@ use axum::http::{header, Request, StatusCode};
 use http_body_util::BodyExt;
 
 use crate::cli::{rankserve, root};
-use crate::http::{
-    client, expect_error, hold_device, json, live, post, send, server_with, TestServer, TOKEN,
-};
+use crate::http::{expect_error, json, post, send, server_with, TestServer, TOKEN};
+use crate::http_gpu::hold_device;
+use crate::live::{client, live};
 use crate::selection::{built, fixture_corpus};
 use rankserve::api::{
     IndexDescription, RankDocument, RankRequest, RankResponse, SearchRequest, SearchResponse,
@@ -812,7 +812,7 @@ fn serve_with_no_index_builds_the_demo_index_once_and_ranks_with_the_bundled_ran
 
 /// POSTs JSON `body` to `path` on a live server, with the admin token.
 async fn post_live_json(
-    client: &crate::http::Client,
+    client: &crate::live::Client,
     addr: std::net::SocketAddr,
     path: &str,
     body: &impl serde::Serialize,

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 use axum::http::StatusCode;
 
-use crate::http::{expect_error, json, live, post, send, server_with, Live, TestServer};
+use crate::http::{expect_error, json, post, send, server_with, TestServer};
+use crate::live::{live, Live};
 use crate::selection::fixture_corpus;
 use rankserve::api::{SearchRequest, SearchResponse};
 use rankserve::index::builder::{build, BuildOptions};

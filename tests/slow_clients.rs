@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::http::live;
+use crate::live::live;
 use rankserve::server::error::ErrorBody;
 
 /// The headers of a JSON `/v1/rank` POST announcing `length` body bytes.

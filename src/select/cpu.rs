@@ -432,6 +432,61 @@ impl Found {
     }
 }
 
+/// A window's lists non-essential there ([`or_topk`]), and what seeking them for a candidate reads.
+struct WindowLesser<'w> {
+    /// Places among the terms, ascending by bound.
+    lists: &'w [usize],
+    /// Each term's bound in the window.
+    bound: &'w [f64],
+    /// The sum of the lists' bounds.
+    sum: f64,
+    /// Terms below this place are non-essential for the whole query.
+    first_essential: usize,
+    table: &'w LengthTable,
+}
+
+impl WindowLesser<'_> {
+    /// Seeks candidate `cand`'s lists, largest bound first, while its exact part `score` plus
+    /// the bounds still to seek may beat the k-th score `theta`; returns whether it may enter.
+    /// Inlined at both of the window's candidate loops: a call per candidate reloaded the
+    /// window's state each time.
+    #[inline(always)]
+    fn seek(
+        &self,
+        terms: &mut [Term],
+        found: &mut Found,
+        theta: Option<f64>,
+        cand: DocId,
+        dl: u32,
+        mut score: f64,
+    ) -> bool {
+        let Some(theta) = theta else {
+            return true;
+        };
+        let mut rest = self.sum;
+        for &i in self.lists.iter().rev() {
+            let t = &mut terms[i];
+            // A list non-essential for the query is bounded by its block at cand.
+            let here = match i < self.first_essential {
+                true => t.block_bound(cand).map_or(0.0, |(_, b)| b),
+                false => self.bound[i],
+            };
+            // Only while a bound remains (its slack covers the summation order).
+            let remaining = rest - self.bound[i] + here;
+            if remaining > 0.0 && score + remaining <= theta {
+                return false;
+            }
+            rest -= self.bound[i];
+            if t.cursor.seek(cand) == cand {
+                let c = self.table.contribution(&t.scorer, t.cursor.tf(), dl);
+                found.set(t.qi, cand, c);
+                score += c as f64;
+            }
+        }
+        true
+    }
+}
+
 /// OR: block-max MaxScore in windows. The lists are ordered by their bound; the prefix whose
 /// bounds sum to no more than the k-th score is non-essential for the whole query (Turtle and
 /// Flood's MaxScore) and is only ever sought for a candidate. The other lists' blocks at `start`
@@ -541,40 +596,12 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
             continue;
         }
         let (lesser, essential) = order.split_at(non_essential);
-        let lesser_bound: f64 = lesser.iter().map(|&i| bound[i]).sum();
-        // A candidate's non-essential lists, sought largest bound first while its exact part
-        // `score` plus the bounds still to seek may beat the k-th score `theta`: whether it
-        // may enter.
-        let seek_lesser = |terms: &mut [Term],
-                           found: &mut Found,
-                           theta: Option<f64>,
-                           cand: DocId,
-                           dl: u32,
-                           mut score: f64| {
-            let Some(theta) = theta else {
-                return true;
-            };
-            let mut rest = lesser_bound;
-            for &i in lesser.iter().rev() {
-                let t = &mut terms[i];
-                // A list non-essential for the query is bounded by its block at cand.
-                let here = match i < first_essential {
-                    true => t.block_bound(cand).map_or(0.0, |(_, b)| b),
-                    false => bound[i],
-                };
-                // Only while a bound remains (its slack covers the summation order).
-                let remaining = rest - bound[i] + here;
-                if remaining > 0.0 && score + remaining <= theta {
-                    return false;
-                }
-                rest -= bound[i];
-                if t.cursor.seek(cand) == cand {
-                    let c = table.contribution(&t.scorer, t.cursor.tf(), dl);
-                    found.set(t.qi, cand, c);
-                    score += c as f64;
-                }
-            }
-            true
+        let lesser = WindowLesser {
+            lists: lesser,
+            bound: &bound,
+            sum: lesser.iter().map(|&i| bound[i]).sum(),
+            first_essential,
+            table: &table,
         };
         // One essential list whose block at `start` holds the whole window (a list
         // non-essential for the query sets no window end): as AND's leader, only its postings
@@ -590,7 +617,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
         };
         if let Some(only) = single {
             let t = &mut terms[only];
-            let need = theta.map_or(f32::NEG_INFINITY, |theta| (theta - lesser_bound) as f32);
+            let need = theta.map_or(f32::NEG_INFINITY, |theta| (theta - lesser.sum) as f32);
             let (n_cands, _, _) = window_candidates(
                 index,
                 &mut t.cursor,
@@ -608,7 +635,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
                 let dl = index.scoring_length(cand);
                 let c = table.contribution(&scorer, tf, dl);
                 found.set(qi, cand, c);
-                if seek_lesser(&mut terms, &mut found, top.threshold(), cand, dl, c as f64) {
+                if lesser.seek(&mut terms, &mut found, top.threshold(), cand, dl, c as f64) {
                     stats.docs_scored += 1;
                     top.push(cand, found.score(cand));
                 }
@@ -648,7 +675,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
                     }
                 }
             }
-            if seek_lesser(&mut terms, &mut found, top.threshold(), cand, dl, score) {
+            if lesser.seek(&mut terms, &mut found, top.threshold(), cand, dl, score) {
                 stats.docs_scored += 1;
                 top.push(cand, found.score(cand));
             }

@@ -195,9 +195,9 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
     let mut rest_after = vec![0f64; terms.len()];
     // The leader's postings of a window that may enter: docID, tf.
     let mut cands = [(0 as DocId, 0u32); BLOCK_LEN];
-    // Norms and contributions by length (every term of a query has the same norms): the same
-    // bits as the scorer's, without their divisions; the norm at each length floor's code, for
-    // the bounds at the floor, on the stack.
+    // Norms and contributions by length and by length floor (every term of a query has the
+    // same norms): the same bits as the scorer's, without their divisions; the norm at each
+    // length floor's code, for the leader's postings' bounds, on the stack.
     let table = LengthTable::shared(&terms[0].scorer);
     let floor_norms: [f32; 256] = *table.floor_norms();
     let mut doc = terms[0].cursor.doc();
@@ -258,8 +258,8 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
         );
         for &(d, leader_tf) in &cands[..n_cands] {
             let theta = top.threshold();
-            let norm = floor_norms[index.scoring_length_code(d) as usize];
-            let mut partial = leader.scorer.contribution_at_norm(leader_tf, norm) as f64;
+            let code = index.scoring_length_code(d);
+            let mut partial = table.contribution_at_floor(&leader.scorer, leader_tf, code) as f64;
             let mut enters = true;
             for (j, t) in others.iter_mut().enumerate() {
                 let found = t.cursor.seek(d);
@@ -270,7 +270,7 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
                     enters = false;
                     break;
                 }
-                partial += t.scorer.contribution_at_norm(t.cursor.tf(), norm) as f64;
+                partial += table.contribution_at_floor(&t.scorer, t.cursor.tf(), code) as f64;
                 // The slack covers the summation order of the exact score.
                 if let Some(theta) = theta {
                     if partial * (1.0 + BOUND_SLACK) + rest_after[j + 1] <= theta {

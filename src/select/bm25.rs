@@ -216,6 +216,9 @@ impl TermScorer {
 const TABLED_LENGTHS: usize = 2048;
 /// Term frequencies `1..=TABLED_TFS` whose ratios [`LengthTable`] holds (most postings').
 const TABLED_TFS: usize = 2;
+/// Term frequencies `1..=FLOOR_TABLED_TFS` whose ratios [`LengthTable`] holds at each length
+/// floor's code (4 KiB: a bound's contribution, read in place of a division).
+const FLOOR_TABLED_TFS: usize = 4;
 /// Tables kept for the process (one per k1, b and mean length in use; the oldest goes first).
 const TABLES_KEPT: usize = 8;
 
@@ -236,6 +239,8 @@ pub struct LengthTable {
     /// `TABLED_TFS` rows of `TABLED_LENGTHS`: row `tf − 1` at `dl`.
     ratios: Box<[f32]>,
     floor_norms: [f32; 256],
+    /// `FLOOR_TABLED_TFS` rows of 256: row `tf − 1` at each length floor's code.
+    floor_ratios: Box<[f32]>,
 }
 
 impl LengthTable {
@@ -268,11 +273,20 @@ impl LengthTable {
         let ratios = (1..=TABLED_TFS as u32)
             .flat_map(|tf| norms.iter().map(move |&norm| s.ratio_at_norm(tf, norm)))
             .collect();
+        let floor_norms: [f32; 256] = std::array::from_fn(|c| s.norm(floor_of(c as u8)));
+        let floor_ratios = (1..=FLOOR_TABLED_TFS as u32)
+            .flat_map(|tf| {
+                floor_norms
+                    .iter()
+                    .map(move |&norm| s.ratio_at_norm(tf, norm))
+            })
+            .collect();
         Self {
             key: Self::key_of(s),
             norms,
             ratios,
-            floor_norms: std::array::from_fn(|c| s.norm(floor_of(c as u8))),
+            floor_norms,
+            floor_ratios,
         }
     }
 
@@ -293,6 +307,19 @@ impl LengthTable {
     /// [`TermScorer::norm`] at the floor of each length code (`index::lengths::floor_of`), by code.
     pub fn floor_norms(&self) -> &[f32; 256] {
         &self.floor_norms
+    }
+
+    /// [`TermScorer::contribution_at_norm`]`(tf, self.floor_norms()[code])` of `s`, a scorer of
+    /// the table's k1, b and mean length: a bound of the contribution at any length of that
+    /// code, without a division for the smaller tfs.
+    #[inline]
+    pub fn contribution_at_floor(&self, s: &TermScorer, tf: u32, code: u8) -> f32 {
+        debug_assert_eq!(self.key, Self::key_of(s));
+        let row = (tf as usize).wrapping_sub(1);
+        match row < FLOOR_TABLED_TFS {
+            true => s.idf * self.floor_ratios[row * 256 + code as usize],
+            false => s.contribution_at_norm(tf, self.floor_norms[code as usize]),
+        }
     }
 }
 
@@ -367,7 +394,8 @@ mod tests {
         }
 
         /// The length table's contributions are the scorer's, bit for bit, at tabled and
-        /// untabled lengths and tfs, and so are its norms at every length floor.
+        /// untabled lengths and tfs, and so are its norms and contributions at every length
+        /// floor.
         #[test]
         fn length_table_contributions_are_the_scorers(
             k1 in 0f32..3.0, b in any_b(), df in 1u64..1_000_000, avgdl in 1f32..5000.0,
@@ -379,6 +407,10 @@ mod tests {
             prop_assert_eq!(t.contribution(&s, tf, dl).to_bits(), s.contribution(tf, dl).to_bits());
             let floor = floor_of(code);
             prop_assert_eq!(t.floor_norms()[code as usize].to_bits(), s.norm(floor).to_bits());
+            prop_assert_eq!(
+                t.contribution_at_floor(&s, tf, code).to_bits(),
+                s.contribution_at_norm(tf, s.norm(floor)).to_bits()
+            );
         }
 
         /// Entries chosen at a shard's mean length bound the contributions scored with the

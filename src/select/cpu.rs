@@ -195,9 +195,9 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
     let mut rest_after = vec![0f64; terms.len()];
     // The leader's postings of a window that may enter: docID, tf.
     let mut cands = [(0 as DocId, 0u32); BLOCK_LEN];
-    // Norms and contributions by length (every term of a query has the same norms): the same
-    // bits as the scorer's, without their divisions; the norm at each length floor's code, for
-    // the bounds at the floor, on the stack.
+    // Norms and contributions by length and by length floor (every term of a query has the
+    // same norms): the same bits as the scorer's, without their divisions; the norm at each
+    // length floor's code, for the leader's postings' bounds, on the stack.
     let table = LengthTable::shared(&terms[0].scorer);
     let floor_norms: [f32; 256] = *table.floor_norms();
     let mut doc = terms[0].cursor.doc();
@@ -242,53 +242,24 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
         }
         // The leader's postings in the window. Once k are held, only those whose contribution
         // with the other lists' block bounds may beat the k-th score are kept, bounded at their
-        // documents' length floors (a byte each, mostly in cache: `index::lengths`) in one
-        // branch-free pass whose reads overlap. The other lists are sought for each, their
+        // documents' length floors ([`window_candidates`]). The other lists are sought for each, their
         // contributions bounded at the floor too; only a document that every list holds and
         // whose bound beats the k-th score has its exact length read (a cache miss, most of
         // the time) and is scored exactly.
         let need = theta.map_or(f32::NEG_INFINITY, |theta| (theta - others_bound) as f32);
-        let mut n_cands = 0;
-        // The leader's postings in the window, and whether one of its block follows them.
-        let (in_window, block_goes_on) = {
-            let (docs, tfs) = leader.cursor.block_rest();
-            // Four postings at a time while the fourth is in the window, their bounds computed
-            // side by side (a vector each).
-            let mut m = 0;
-            while let (Some(d), Some(tf)) = (docs.get(m..m + 4), tfs.get(m..m + 4)) {
-                let d: [DocId; 4] = d.try_into().expect("4 docIDs");
-                if d[3] > window_end {
-                    break;
-                }
-                let tf: [u32; 4] = tf.try_into().expect("4 tfs");
-                let norm = d.map(|d| floor_norms[index.scoring_length_code(d) as usize]);
-                let pass = leader.scorer.may_exceed_at_norms(tf, norm, need);
-                for i in 0..4 {
-                    // At most one candidate per posting of a block: the mask, a no-op,
-                    // spares the bounds check.
-                    cands[n_cands % BLOCK_LEN] = (d[i], tf[i]);
-                    n_cands += pass[i] as usize;
-                }
-                m += 4;
-            }
-            let mut in_window = docs.len();
-            // The rest walked up to the window's end, one mispredicted exit: cheaper than
-            // finding the end first by a binary search of dependent loads.
-            for (k, (&d, &tf)) in docs[m..].iter().zip(&tfs[m..]).enumerate() {
-                if d > window_end {
-                    in_window = m + k;
-                    break;
-                }
-                let norm = floor_norms[index.scoring_length_code(d) as usize];
-                cands[n_cands % BLOCK_LEN] = (d, tf);
-                n_cands += leader.scorer.may_exceed_at_norm(tf, norm, need) as usize;
-            }
-            (in_window, in_window < docs.len())
-        };
+        let (n_cands, in_window, block_goes_on) = window_candidates(
+            index,
+            &mut leader.cursor,
+            &leader.scorer,
+            &floor_norms,
+            window_end,
+            need,
+            &mut cands,
+        );
         for &(d, leader_tf) in &cands[..n_cands] {
             let theta = top.threshold();
-            let norm = floor_norms[index.scoring_length_code(d) as usize];
-            let mut partial = leader.scorer.contribution_at_norm(leader_tf, norm) as f64;
+            let code = index.scoring_length_code(d);
+            let mut partial = table.contribution_at_floor(&leader.scorer, leader_tf, code) as f64;
             let mut enters = true;
             for (j, t) in others.iter_mut().enumerate() {
                 let found = t.cursor.seek(d);
@@ -299,7 +270,7 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
                     enters = false;
                     break;
                 }
-                partial += t.scorer.contribution_at_norm(t.cursor.tf(), norm) as f64;
+                partial += table.contribution_at_floor(&t.scorer, t.cursor.tf(), code) as f64;
                 // The slack covers the summation order of the exact score.
                 if let Some(theta) = theta {
                     if partial * (1.0 + BOUND_SLACK) + rest_after[j + 1] <= theta {
@@ -328,6 +299,56 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
     }
     stats.blocks_decoded += terms.iter().map(|t| t.cursor.blocks_decoded()).sum::<u64>();
     top
+}
+
+/// The postings of `cursor`'s block, from its current one up to `window_end`, whose contribution
+/// bounded at their documents' length floors (a byte each, mostly in cache: `index::lengths`) may
+/// exceed `need`, found in one branch-free pass whose reads overlap, as (docID, tf) into `cands`.
+/// Returns how many went there, how many of the block's postings lie in the window, and whether
+/// the block holds postings past it. The cursor does not move.
+fn window_candidates(
+    index: &Index,
+    cursor: &mut PostingCursor,
+    scorer: &TermScorer,
+    floor_norms: &[f32; 256],
+    window_end: DocId,
+    need: f32,
+    cands: &mut [(DocId, u32); BLOCK_LEN],
+) -> (usize, usize, bool) {
+    let mut n_cands = 0;
+    let (docs, tfs) = cursor.block_rest();
+    // Four postings at a time while the fourth is in the window, their bounds computed side by
+    // side (a vector each).
+    let mut m = 0;
+    while let (Some(d), Some(tf)) = (docs.get(m..m + 4), tfs.get(m..m + 4)) {
+        let d: [DocId; 4] = d.try_into().expect("4 docIDs");
+        if d[3] > window_end {
+            break;
+        }
+        let tf: [u32; 4] = tf.try_into().expect("4 tfs");
+        let norm = d.map(|d| floor_norms[index.scoring_length_code(d) as usize]);
+        let pass = scorer.may_exceed_at_norms(tf, norm, need);
+        for i in 0..4 {
+            // At most one candidate per posting of a block: the mask, a no-op, spares the
+            // bounds check.
+            cands[n_cands % BLOCK_LEN] = (d[i], tf[i]);
+            n_cands += pass[i] as usize;
+        }
+        m += 4;
+    }
+    let mut in_window = docs.len();
+    // The rest walked up to the window's end, one mispredicted exit: cheaper than finding the
+    // end first by a binary search of dependent loads.
+    for (k, (&d, &tf)) in docs[m..].iter().zip(&tfs[m..]).enumerate() {
+        if d > window_end {
+            in_window = m + k;
+            break;
+        }
+        let norm = floor_norms[index.scoring_length_code(d) as usize];
+        cands[n_cands % BLOCK_LEN] = (d, tf);
+        n_cands += scorer.may_exceed_at_norm(tf, norm, need) as usize;
+    }
+    (n_cands, in_window, in_window < docs.len())
 }
 
 /// AND finished on the CPU after another processor intersected some of the lists (the GPU, when
@@ -382,6 +403,90 @@ pub fn and_finish(
     (top.into_sorted(), stats)
 }
 
+/// An OR candidate's contributions by query position, each with the candidate it was found for
+/// (none yet: [`TERMINATED`]), so that nothing is cleared between candidates.
+struct Found {
+    contrib: Vec<f32>,
+    at: Vec<DocId>,
+}
+
+impl Found {
+    fn new(n_distinct: usize) -> Self {
+        Self {
+            contrib: vec![0f32; n_distinct],
+            at: vec![TERMINATED; n_distinct],
+        }
+    }
+
+    /// Term `qi`'s contribution `c` to candidate `doc`.
+    #[inline]
+    fn set(&mut self, qi: usize, doc: DocId, c: f32) {
+        self.contrib[qi] = c;
+        self.at[qi] = doc;
+    }
+
+    /// The exact score of candidate `doc`, from the contributions found for it.
+    #[inline]
+    fn score(&self, doc: DocId) -> f64 {
+        exact_score(&self.contrib, |qi| self.at[qi] == doc)
+    }
+}
+
+/// A window's lists non-essential there ([`or_topk`]), and what seeking them for a candidate reads.
+struct WindowLesser<'w> {
+    /// Places among the terms, ascending by bound.
+    lists: &'w [usize],
+    /// Each term's bound in the window.
+    bound: &'w [f64],
+    /// The sum of the lists' bounds.
+    sum: f64,
+    /// Terms below this place are non-essential for the whole query.
+    first_essential: usize,
+    table: &'w LengthTable,
+}
+
+impl WindowLesser<'_> {
+    /// Seeks candidate `cand`'s lists, largest bound first, while its exact part `score` plus
+    /// the bounds still to seek may beat the k-th score `theta`; returns whether it may enter.
+    /// Inlined at both of the window's candidate loops: a call per candidate reloaded the
+    /// window's state each time.
+    #[inline(always)]
+    fn seek(
+        &self,
+        terms: &mut [Term],
+        found: &mut Found,
+        theta: Option<f64>,
+        cand: DocId,
+        dl: u32,
+        mut score: f64,
+    ) -> bool {
+        let Some(theta) = theta else {
+            return true;
+        };
+        let mut rest = self.sum;
+        for &i in self.lists.iter().rev() {
+            let t = &mut terms[i];
+            // A list non-essential for the query is bounded by its block at cand.
+            let here = match i < self.first_essential {
+                true => t.block_bound(cand).map_or(0.0, |(_, b)| b),
+                false => self.bound[i],
+            };
+            // Only while a bound remains (its slack covers the summation order).
+            let remaining = rest - self.bound[i] + here;
+            if remaining > 0.0 && score + remaining <= theta {
+                return false;
+            }
+            rest -= self.bound[i];
+            if t.cursor.seek(cand) == cand {
+                let c = self.table.contribution(&t.scorer, t.cursor.tf(), dl);
+                found.set(t.qi, cand, c);
+                score += c as f64;
+            }
+        }
+        true
+    }
+}
+
 /// OR: block-max MaxScore in windows. The lists are ordered by their bound; the prefix whose
 /// bounds sum to no more than the k-th score is non-essential for the whole query (Turtle and
 /// Flood's MaxScore) and is only ever sought for a candidate. The other lists' blocks at `start`
@@ -390,7 +495,10 @@ pub fn and_finish(
 /// smallest-bound lists whose bounds sum to no more than the k-th score are non-essential there,
 /// candidates come from the others' postings in the window only (a window with none is passed
 /// over undecoded), and a candidate's non-essential lists are sought, largest bound first, only
-/// while its exact part plus the bounds still to seek can beat the k-th score.
+/// while its exact part plus the bounds still to seek can beat the k-th score. The lists
+/// non-essential for the query come first in every window's split; a window with one essential
+/// list takes as candidates only its postings whose contribution at their length floors may
+/// beat the k-th score with the other lists' bounds, as AND's leader does.
 fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectStats) -> TopK {
     let mut top = TopK::new(query.k);
     let (mut terms, n_distinct, _) = prepare(index, query, lists);
@@ -410,18 +518,18 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
             Some(*s)
         })
         .collect();
-    let mut contrib = vec![0f32; n_distinct];
-    // Per term: the candidate whose contribution `contrib` holds (none yet: TERMINATED), so
-    // that nothing is cleared between candidates.
-    let mut found_at = vec![TERMINATED; n_distinct];
+    let mut found = Found::new(n_distinct);
     // Norms and contributions by length (every term of a query has the same norms): the same
-    // bits as the scorer's, without its divisions.
+    // bits as the scorer's, without its divisions; the norm at each length floor's code, for
+    // the bounds at the floor.
     let table = LengthTable::shared(&terms[0].scorer);
+    // The postings of a window with one essential list that may enter: docID, tf.
+    let mut cands = [(0 as DocId, 0u32); BLOCK_LEN];
     // Per term: whether its list may still hold a document at `start`, and its bound in the
     // window (its list's bound while it is non-essential for the whole query).
     let mut live = vec![true; n];
     let mut bound = vec![0f64; n];
-    // The live terms by window bound, ascending: the window's non-essential ones first.
+    // The live terms, the window's non-essential ones first (`by_bound` below).
     let mut order: Vec<usize> = (0..n).collect();
     let mut first_essential = 0usize;
     let mut start = terms
@@ -463,7 +571,14 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
         // Last window's order, less the lists that ended, is most often still in order: sorted
         // only when it is not.
         order.retain(|&i| live[i]);
-        let by_bound = |&a: &usize, &b: &usize| bound[a].total_cmp(&bound[b]).then(a.cmp(&b));
+        // The lists non-essential for the query first: their bounds sum to no more than the
+        // k-th score, so they are all non-essential in the window too, and every essential
+        // list is then one whose block sets the window's end.
+        let by_bound = |&a: &usize, &b: &usize| {
+            ((a >= first_essential).cmp(&(b >= first_essential)))
+                .then(bound[a].total_cmp(&bound[b]))
+                .then(a.cmp(&b))
+        };
         if !order.is_sorted_by(|a, b| by_bound(a, b).is_le()) {
             order.sort_by(by_bound);
         }
@@ -481,7 +596,53 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
             continue;
         }
         let (lesser, essential) = order.split_at(non_essential);
-        let lesser_bound: f64 = lesser.iter().map(|&i| bound[i]).sum();
+        let lesser = WindowLesser {
+            lists: lesser,
+            bound: &bound,
+            sum: lesser.iter().map(|&i| bound[i]).sum(),
+            first_essential,
+            table: &table,
+        };
+        // One essential list whose block at `start` holds the whole window (a list
+        // non-essential for the query sets no window end): as AND's leader, only its postings
+        // whose contribution at the length floor, with the other lists' bounds, may beat the
+        // k-th score are candidates, and only they have their exact lengths read.
+        let single = match *essential {
+            [only] => {
+                let cursor = &mut terms[only].cursor;
+                cursor.seek_to_walk(start);
+                (cursor.block_last() >= window_end).then_some(only)
+            }
+            _ => None,
+        };
+        if let Some(only) = single {
+            let t = &mut terms[only];
+            let need = theta.map_or(f32::NEG_INFINITY, |theta| (theta - lesser.sum) as f32);
+            let (n_cands, _, _) = window_candidates(
+                index,
+                &mut t.cursor,
+                &t.scorer,
+                table.floor_norms(),
+                window_end,
+                need,
+                &mut cands,
+            );
+            let (qi, scorer) = (t.qi, t.scorer);
+            for &(d, _) in &cands[..n_cands] {
+                index.prefetch_scoring_length(d);
+            }
+            for &(cand, tf) in &cands[..n_cands] {
+                let dl = index.scoring_length(cand);
+                let c = table.contribution(&scorer, tf, dl);
+                found.set(qi, cand, c);
+                if lesser.seek(&mut terms, &mut found, top.threshold(), cand, dl, c as f64) {
+                    stats.docs_scored += 1;
+                    top.push(cand, found.score(cand));
+                }
+            }
+            start = window_end + 1;
+            continue;
+        }
         // Every candidate of the window is one of the essential lists' postings in it, and
         // each needs its length (a cache miss, most of the time): asked for all at once here,
         // the reads overlap rather than stall one candidate at a time.
@@ -506,8 +667,7 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
                 let t = &mut terms[i];
                 if t.cursor.doc() == cand {
                     let c = table.contribution(&t.scorer, t.cursor.tf(), dl);
-                    contrib[t.qi] = c;
-                    found_at[t.qi] = cand;
+                    found.set(t.qi, cand, c);
                     score += c as f64;
                     // At the window's end the next posting may lie in a block not yet needed.
                     if cand < window_end {
@@ -515,34 +675,9 @@ fn or_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut SelectS
                     }
                 }
             }
-            let mut enters = true;
-            if let Some(theta) = top.threshold() {
-                let mut rest = lesser_bound;
-                for &i in lesser.iter().rev() {
-                    let t = &mut terms[i];
-                    // A list non-essential for the query is bounded by its block at cand.
-                    let here = match i < first_essential {
-                        true => t.block_bound(cand).map_or(0.0, |(_, b)| b),
-                        false => bound[i],
-                    };
-                    // Only while a bound remains (its slack covers the summation order).
-                    let remaining = rest - bound[i] + here;
-                    if remaining > 0.0 && score + remaining <= theta {
-                        enters = false;
-                        break;
-                    }
-                    rest -= bound[i];
-                    if t.cursor.seek(cand) == cand {
-                        let c = table.contribution(&t.scorer, t.cursor.tf(), dl);
-                        contrib[t.qi] = c;
-                        found_at[t.qi] = cand;
-                        score += c as f64;
-                    }
-                }
-            }
-            if enters {
+            if lesser.seek(&mut terms, &mut found, top.threshold(), cand, dl, score) {
                 stats.docs_scored += 1;
-                top.push(cand, exact_score(&contrib, |qi| found_at[qi] == cand));
+                top.push(cand, found.score(cand));
             }
             if cand == window_end {
                 break;

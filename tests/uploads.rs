@@ -13,20 +13,33 @@ use crate::http::{
     server_with, test_ranker, TestServer, TOKEN,
 };
 
+/// A request ranking `features` (documents of 4) with ranker `small`.
+fn rank_small(features: &[f64]) -> Request<Body> {
+    post(
+        "/v1/rank",
+        "application/json",
+        json(&rank_request("small", features, 4)),
+    )
+}
+
+/// What an upload over `small` must leave as it was: its scores for `features`, and its file's
+/// path and bytes.
+async fn small_before(
+    s: &TestServer,
+    features: &[f64],
+) -> (RankResponse, std::path::PathBuf, Vec<u8>) {
+    let before = serde_json::from_slice(&send(&s.app, rank_small(features)).await.2).unwrap();
+    let file = s.state.store().dir().join("small.json");
+    let on_disk = std::fs::read(&file).unwrap();
+    (before, file, on_disk)
+}
+
 #[tokio::test]
 async fn bad_upload_leaves_the_old_ranker_serving_and_good_upload_replaces_it() {
     let s = server();
     let features = random_features(10, 4, 3);
-    let rank = || {
-        post(
-            "/v1/rank",
-            "application/json",
-            json(&rank_request("small", &features, 4)),
-        )
-    };
-    let before: RankResponse = serde_json::from_slice(&send(&s.app, rank()).await.2).unwrap();
-    let file = s.state.store().dir().join("small.json");
-    let on_disk = std::fs::read(&file).unwrap();
+    let rank = || rank_small(&features);
+    let (before, file, on_disk) = small_before(&s, &features).await;
 
     let put = |body: String| {
         Request::put("/v1/rankers/small")
@@ -91,16 +104,8 @@ async fn bad_upload_leaves_the_old_ranker_serving_and_good_upload_replaces_it() 
 /// server still answers and `small` is unchanged, on disk and in its scores.
 async fn upload_is_refused_and_changes_nothing(s: &TestServer, body: Vec<u8>, reason: &str) {
     let features = random_features(10, 4, 3);
-    let rank = || {
-        post(
-            "/v1/rank",
-            "application/json",
-            json(&rank_request("small", &features, 4)),
-        )
-    };
-    let before: RankResponse = serde_json::from_slice(&send(&s.app, rank()).await.2).unwrap();
-    let file = s.state.store().dir().join("small.json");
-    let on_disk = std::fs::read(&file).unwrap();
+    let rank = || rank_small(&features);
+    let (before, file, on_disk) = small_before(s, &features).await;
     let put = Request::put("/v1/rankers/small")
         .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
         .body(Body::from(body))

@@ -63,6 +63,18 @@ server_ticks() {
   awk '{print $14 + $15}' "/proc/$(cat "$work/pid-$1")/stat"
 }
 
+# The server on port $1's CPU ticks (user + system) so far by thread name, digits dropped (the
+# scoring pool's `score-N` threads as `score-`; tokio's async workers and blocking threads share
+# `tokio-rt-worker`): "name ticks" per line.
+thread_ticks() {
+  local task
+  for task in /proc/"$(cat "$work/pid-$1")"/task/*/stat; do
+    # The name, in brackets, may hold spaces: split after its closing bracket.
+    sed -E 's/^[0-9]+ \((.*)\) [A-Z] (.*)$/\1\t\2/' "$task" 2>/dev/null
+  done | awk -F'\t' '{split($2, f, " "); sub(/[0-9]+$/, "", $1); t[$1] += f[11] + f[12]}
+    END{for (n in t) print n "\t" t[n]}'
+}
+
 # Microseconds the devices of the server on port $1 have spent in turns so far, summed.
 turn_us() {
   curl -s "http://127.0.0.1:$1/metrics" |
@@ -71,19 +83,21 @@ turn_us() {
 
 # One replay against port $1 of log $2 with $3 clients for $4 seconds into $5 (JSON); prints a
 # table row "rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy server_cores other_cores
-# device_turns": how busy the host's cores were (all processes, the replay client's included),
+# device_turns pool/tokio/rest": how busy the host's cores were (all processes, the replay client's included),
 # how many cores' time the server used and the rest of the host (the replay client, mostly),
 # and the devices' time in turns per second of the run, summed over devices (2.0: two devices
-# never idle).
+# never idle), and the server's cores split by thread: its scoring pool, tokio's threads, the rest.
 replay() {
   local ticks turns served
   ticks=$(cpu_ticks)
   turns=$(turn_us "$1")
   served=$(server_ticks "$1")
+  thread_ticks "$1" >"$work/threads-before"
   "$bin" replay --url "http://127.0.0.1:$1" --log "$2" --concurrency "$3" --duration "$4" \
     --json >"$5" 2>>"$out/replay.err"
   python3 - "$5" "$ticks" "$(cpu_ticks)" "$turns" "$(turn_us "$1")" "$4" "$served" \
-    "$(server_ticks "$1")" "$(getconf CLK_TCK)" <<'PY'
+    "$(server_ticks "$1")" "$(getconf CLK_TCK)" "$work/threads-before" \
+    <(thread_ticks "$1") <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
 (idle0, total0), (idle1, total1) = (map(int, a.split()) for a in sys.argv[2:4])
@@ -94,10 +108,19 @@ ticks_per_s = int(sys.argv[9])
 cores = (total1 - total0) / ticks_per_s / seconds
 busy = 1 - (idle1 - idle0) / max(1, total1 - total0)
 server = (int(sys.argv[8]) - int(sys.argv[7])) / ticks_per_s / seconds
+# Cores by thread group: the scoring pool, tokio's threads, the rest.
+def threads(path):
+    return {n: int(t) for n, t in (l.rstrip("\n").split("\t") for l in open(path) if "\t" in l)}
+before, after = threads(sys.argv[10]), threads(sys.argv[11])
+groups = {"score-": 0.0, "tokio-": 0.0, "": 0.0}
+for name, t in after.items():
+    group = next(g for g in groups if name.startswith(g))
+    groups[group] += (t - before.get(name, 0)) / ticks_per_s / seconds
 lat = j["latency_us"]
 print(round(j["throughput_rps"]), lat["p50"], lat["p99"], j["ok"], sum(j["errors"].values()),
       j["server_fe_us"]["p99"], j["server_queue_us"]["p99"], j["server_me_us"]["p99"],
-      f"{100 * busy:.0f}%", f"{server:.1f}", f"{busy * cores - server:.1f}", f"{turns:.2f}")
+      f"{100 * busy:.0f}%", f"{server:.1f}", f"{busy * cores - server:.1f}", f"{turns:.2f}",
+      "/".join(f"{c:.1f}" for c in groups.values()))
 PY
 }
 
@@ -147,13 +170,13 @@ if [ "${FAULT:-1}" = 1 ]; then
 fi
 
 echo
-echo "| FE | round | ranker | clients | binary | GPUs | req/s | p50 µs | p99 µs | ok | errors | server FE p99 | queue p99 | scoring p99 | host CPU busy | server cores | other cores | device turns s/s |"
-echo "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+echo "| FE | round | ranker | clients | binary | GPUs | req/s | p50 µs | p99 µs | ok | errors | server FE p99 | queue p99 | scoring p99 | host CPU busy | server cores | other cores | device turns s/s | pool / tokio / rest cores |"
+echo "|---|---|---|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 for r in "${rows[@]}"; do
   echo "| ${r// / | } |"
 done
 if [ "${FAULT:-1}" = 1 ]; then
   echo
-  echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy server_cores other_cores device_turns = $fault"
+  echo "GPU 1 failing from ${fault_ms} ms, 64 clients: rps p50 p99 ok errors fe_p99 queue_p99 me_p99 host_busy server_cores other_cores device_turns pool/tokio/rest = $fault"
   cat "$out/metrics-fault.txt"
 fi

@@ -17,7 +17,7 @@
 //! | `admin_token` | `RANKSERVE_ADMIN_TOKEN` | none (admin routes disabled) |
 //! | `body_limit_bytes` | `RANKSERVE_BODY_LIMIT_BYTES` | 64 MiB |
 //! | `cpu_cache_bytes` | `RANKSERVE_CPU_CACHE_BYTES` | 1 GiB |
-//! | `cpu_threads` | `RANKSERVE_CPU_THREADS` | the machine's parallelism |
+//! | `cpu_threads` | `RANKSERVE_CPU_THREADS` | the machine's parallelism; three quarters of it when a GPU ranks (the pool then decodes and lays out requests beside the async runtime's threads; docs/benchmarks.md, "Several GPUs in one process") |
 //! | `gpu_cache_bytes` | `RANKSERVE_GPU_CACHE_BYTES` | 4 GiB (device copies of rankers) |
 //! | `gpu_posting_cache_bytes` | `RANKSERVE_GPU_POSTING_CACHE_BYTES` | 1 GiB (posting lists resident on the device; 0: every list copied per query) |
 //! | `griffin_ratio` | `RANKSERVE_GRIFFIN_RATIO` | 4096 (AND runs on the CPU when the second shortest list is more than this many times the shortest, and hands over between steps when the next list is not resident on the GPU and more than this many times the intersection so far) |
@@ -172,7 +172,8 @@ pub struct Config {
     pub admin_token: Option<String>,
     pub body_limit_bytes: usize,
     pub cpu_cache_bytes: u64,
-    pub cpu_threads: usize,
+    /// `None`: decided when the CPU pool is built (`rank::engine::backends::default_threads`).
+    pub cpu_threads: Option<usize>,
     /// Budget of the GPU ranker cache (device memory).
     pub gpu_cache_bytes: u64,
     /// Budget of the GPU posting cache (device memory) of the served index.
@@ -214,7 +215,7 @@ impl Default for Config {
             admin_token: None,
             body_limit_bytes: 64 << 20,
             cpu_cache_bytes: 1 << 30,
-            cpu_threads: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            cpu_threads: None,
             gpu_cache_bytes: 4 << 30,
             gpu_posting_cache_bytes: 1 << 30,
             griffin_ratio: crate::select::schedule::DEFAULT_GRIFFIN_RATIO,
@@ -418,9 +419,13 @@ impl Resolver {
             })?;
         }
         if let Some(v) = layer.cpu_threads {
-            c.cpu_threads = parse("cpu_threads", &v, "an integer in 1..=1024", source, |n| {
-                (1..=1024).contains(n)
-            })?;
+            c.cpu_threads = Some(parse(
+                "cpu_threads",
+                &v,
+                "an integer in 1..=1024",
+                source,
+                |n| (1..=1024).contains(n),
+            )?);
         }
         if let Some(v) = layer.gpu_cache_bytes {
             c.gpu_cache_bytes = parse("gpu_cache_bytes", &v, "a byte count ≥ 1", source, |n| {

@@ -104,7 +104,7 @@ pub(crate) fn server_with(tweak: impl FnOnce(&mut Config)) -> TestServer {
         admin_token: Some(TOKEN.into()),
         ..Config::default()
     };
-    config.cpu_threads = 2;
+    config.cpu_threads = Some(2);
     // Bit-exact comparisons with the CPU reference: GPU tests opt in to `auto` or `gpu`.
     config.backend = Backend::Cpu;
     tweak(&mut config);

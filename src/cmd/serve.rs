@@ -63,7 +63,8 @@ pub struct Args {
     /// Memory budget of the CPU ranker cache [default: 1073741824].
     #[arg(long)]
     cpu_cache_bytes: Option<String>,
-    /// Threads used to score one batch [default: the machine's].
+    /// Threads of the CPU pool, which scores batches on the CPU and decodes requests [default:
+    /// the machine's; three quarters of them when a GPU ranks].
     #[arg(long)]
     cpu_threads: Option<String>,
     /// Memory budget of the GPU ranker cache [default: 4294967296].

@@ -147,8 +147,11 @@ pub enum SourceFused {
 
 /// The CPU pool and, once the probe found one, the GPU.
 pub struct Backends {
-    pool: Option<rayon::ThreadPool>,
-    threads: usize,
+    /// `cpu_threads` as configured; `None`: [`default_threads`].
+    asked_threads: Option<usize>,
+    /// Built at its first use, which in the server comes after the warm-up's GPU probe: the
+    /// default size depends on whether a GPU ranks.
+    cpu: OnceLock<CpuPool>,
     /// Tasks given to the pool by [`Backends::on_cpu_pool_task`] and not yet ended (queued or
     /// running): what [`Backends::width`] shares the threads among.
     in_flight: Arc<AtomicUsize>,
@@ -158,14 +161,15 @@ pub struct Backends {
     pinned: OnceLock<PinnedPool>,
 }
 
-/// The most pinned host memory hit layouts hold at once: 64 requests of 10 000 hit documents
-/// (about 2.5 MB each) fit; past it, layouts stay on the heap (a pageable copy).
-const PINNED_LAYOUT_BYTES: usize = 256 << 20;
+/// The CPU pool: its threads, and the rayon pool of them (none for one thread: work runs on
+/// the calling thread).
+struct CpuPool {
+    threads: usize,
+    pool: Option<rayon::ThreadPool>,
+}
 
-impl Backends {
-    /// CPU work on `threads` threads (1: the calling thread); hit documents' features on
-    /// `fe_backend`. The GPU comes later, from [`Backends::install_gpu`].
-    pub fn new(threads: usize, fe_backend: Backend) -> Backends {
+impl CpuPool {
+    fn new(threads: usize) -> CpuPool {
         let pool = (threads != 1)
             .then(|| {
                 rayon::ThreadPoolBuilder::new()
@@ -178,9 +182,36 @@ impl Backends {
                     .inspect_err(|err| tracing::warn!(error = %err, "no CPU scoring pool: scoring on rayon's global pool"))
                     .ok()
             });
+        CpuPool { threads, pool }
+    }
+}
+
+/// Threads of the CPU pool when `cpu_threads` is not set, on a host of `cores`: every one
+/// without a GPU; three quarters with one (at least one). With a GPU ranking, the pool
+/// decodes and lays out each request's documents while the device extracts and scores them,
+/// and the async runtime's threads, which read the bodies and send the answers, need the cores
+/// beside it: a pool of every core slowed the served fused path (docs/benchmarks.md, "Several
+/// GPUs in one process": on a 32-core two-GPU host, 16–24 threads served 3–19 % more requests
+/// than 32 at 16 and 64 clients, with lower p99s).
+pub fn default_threads(cores: usize, gpu: bool) -> usize {
+    match gpu {
+        true => (cores - cores / 4).max(1),
+        false => cores.max(1),
+    }
+}
+
+/// The most pinned host memory hit layouts hold at once: 64 requests of 10 000 hit documents
+/// (about 2.5 MB each) fit; past it, layouts stay on the heap (a pageable copy).
+const PINNED_LAYOUT_BYTES: usize = 256 << 20;
+
+impl Backends {
+    /// CPU work on `threads` threads (1: the calling thread; `None`: [`default_threads`]); hit
+    /// documents' features on `fe_backend`. The GPU comes later, from
+    /// [`Backends::install_gpu`].
+    pub fn new(threads: Option<usize>, fe_backend: Backend) -> Backends {
         Backends {
-            pool,
-            threads,
+            asked_threads: threads,
+            cpu: OnceLock::new(),
             in_flight: Arc::new(AtomicUsize::new(0)),
             fe_backend,
             gpu: OnceLock::new(),
@@ -224,9 +255,25 @@ impl Backends {
             .map(|(executor, gpu)| (executor.device().ordinal(), &gpu.rankers))
     }
 
+    /// The CPU pool, built at the first call: `cpu_threads` threads, or [`default_threads`] for
+    /// the GPUs installed by then.
+    fn cpu_pool(&self) -> &CpuPool {
+        self.cpu.get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(1, usize::from);
+            let gpu = self.has_gpu();
+            let threads = (self.asked_threads).unwrap_or_else(|| default_threads(cores, gpu));
+            tracing::info!(threads, cores, gpu, "CPU pool");
+            CpuPool::new(threads)
+        })
+    }
+
+    fn pool(&self) -> Option<&rayon::ThreadPool> {
+        self.cpu_pool().pool.as_ref()
+    }
+
     /// Threads CPU work uses.
     pub fn threads(&self) -> usize {
-        self.threads
+        self.cpu_pool().threads
     }
 
     /// Threads a pool task's parallel parts should spread over now: the pool's threads shared
@@ -236,12 +283,12 @@ impl Backends {
     /// a busy pool are served out of arrival order, and the pool's queue is first in, first out
     /// only for tasks that never wait.
     pub fn width(&self) -> usize {
-        (self.threads / self.in_flight.load(Ordering::Relaxed).max(1)).max(1)
+        (self.threads() / self.in_flight.load(Ordering::Relaxed).max(1)).max(1)
     }
 
     /// Whether the CPU pool has no task in flight (false without a pool).
     pub fn pool_idle(&self) -> bool {
-        self.pool.is_some() && self.in_flight.load(Ordering::Relaxed) == 0
+        self.pool().is_some() && self.in_flight.load(Ordering::Relaxed) == 0
     }
 
     /// Runs `work` on the CPU scoring pool and waits for it without holding an async worker or
@@ -258,7 +305,7 @@ impl Backends {
         &self,
         work: impl FnOnce() -> R + Send + 'static,
     ) -> Result<R, PoolTaskFailed> {
-        if self.pool.is_none() {
+        if self.pool().is_none() {
             return tokio::task::spawn_blocking(work)
                 .await
                 .map_err(|err| PoolTaskFailed(err.to_string()));
@@ -282,7 +329,7 @@ impl Backends {
                 tracing::error!("a CPU pool task panicked");
             }
         }
-        let Some(pool) = &self.pool else {
+        let Some(pool) = self.pool() else {
             return run(work);
         };
         let in_flight = Arc::clone(&self.in_flight);
@@ -337,7 +384,7 @@ impl Backends {
     fn install<R: Send>(&self, work: impl FnOnce() -> R + Send) -> R {
         // Already one of the pool's tasks (counted when it was spawned): its parallel parts use
         // the pool from here.
-        if (self.pool.as_ref()).is_some_and(|pool| pool.current_thread_index().is_some()) {
+        if (self.pool()).is_some_and(|pool| pool.current_thread_index().is_some()) {
             return work();
         }
         struct InFlight<'a>(&'a AtomicUsize);
@@ -348,7 +395,7 @@ impl Backends {
         }
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         let _in_flight = InFlight(&self.in_flight);
-        match &self.pool {
+        match self.pool() {
             Some(pool) => pool.install(work),
             None => work(),
         }
@@ -562,7 +609,7 @@ impl Backends {
 
     /// Scores on the CPU: on the pool, in parallel unless [`Backends::width`] says one thread.
     pub fn cpu(&self, loaded: &LoadedRanker, features: &[f64]) -> Vec<f64> {
-        match (&self.pool, self.width()) {
+        match (self.pool(), self.width()) {
             (Some(pool), 1) => pool.install(|| loaded.plan.score_batch(features, 1)),
             (Some(pool), _) => pool.install(|| loaded.plan.score_batch(features, 0)),
             (None, _) => loaded.plan.score_batch(features, 1),
@@ -649,7 +696,7 @@ impl Backends {
                                 s.docs,
                                 Some(&map),
                                 DEFAULT_MAX_BATCH,
-                                self.threads,
+                                self.threads(),
                                 self.pinned.get(),
                             )
                         })
@@ -676,7 +723,7 @@ impl Backends {
         let mut rows = vec![f64::NAN; sample.docs.len() * resolver.len()];
         let extracted = self.install(|| {
             let (query, stats) = (sample.query, sample.stats);
-            resolver.extract_batch(query, stats, sample.docs, &mut rows, self.threads)
+            resolver.extract_batch(query, stats, sample.docs, &mut rows, self.threads())
         });
         match extracted {
             Ok(()) => self.cpu(loaded, &rows),
@@ -790,7 +837,7 @@ mod tests {
     #[tokio::test]
     async fn a_pool_task_returns_its_result_or_an_error_when_it_panics() {
         for threads in [1, 2] {
-            let backends = Backends::new(threads, Backend::Cpu);
+            let backends = Backends::new(Some(threads), Backend::Cpu);
             let on_pool = backends
                 .on_cpu_pool_task(|| rayon::current_thread_index().is_some())
                 .await
@@ -810,7 +857,7 @@ mod tests {
     /// they end a task has them all again.
     #[tokio::test]
     async fn tasks_in_flight_share_the_pools_threads() {
-        let backends = Arc::new(Backends::new(4, Backend::Cpu));
+        let backends = Arc::new(Backends::new(Some(4), Backend::Cpu));
         assert_eq!(backends.width(), 4);
         // Each task reads its width once both have started, and ends once both have read it.
         let both = Arc::new(std::sync::Barrier::new(2));
@@ -849,7 +896,7 @@ mod tests {
     /// whole pool's width.
     #[tokio::test]
     async fn work_installed_from_a_pool_task_is_counted_once() {
-        let backends = Arc::new(Backends::new(4, Backend::Cpu));
+        let backends = Arc::new(Backends::new(Some(4), Backend::Cpu));
         assert!(backends.pool_idle());
         let inside = Arc::clone(&backends);
         let (width, idle) = (backends
@@ -858,5 +905,16 @@ mod tests {
         .expect("ran");
         assert_eq!((width, idle), (4, false));
         until_pool_idle(&backends).await;
+    }
+
+    /// Without a GPU the pool takes every core; with one, three quarters.
+    #[test]
+    fn the_default_pool_leaves_a_quarter_of_the_cores_beside_a_gpu() {
+        assert_eq!(default_threads(32, false), 32);
+        assert_eq!(default_threads(32, true), 24);
+        assert_eq!(default_threads(16, true), 12);
+        assert_eq!(default_threads(2, true), 2);
+        assert_eq!(default_threads(1, true), 1);
+        assert_eq!(default_threads(0, false), 1);
     }
 }

@@ -348,7 +348,7 @@ mod tests {
             batching: true,
             max_docs: 4096,
         };
-        let batcher = Batcher::new(config, Arc::new(Backends::new(1, Backend::Cpu)));
+        let batcher = Batcher::new(config, Arc::new(Backends::new(Some(1), Backend::Cpu)));
         let alone = rows(&small, 5, 1);
         let want = evaluate(&batcher, &alone);
         let (reply, mut answer) = oneshot::channel();
@@ -399,7 +399,7 @@ mod tests {
             batching: true,
             max_docs: 4096,
         };
-        let backends = Arc::new(Backends::new(2, Backend::Cpu));
+        let backends = Arc::new(Backends::new(Some(2), Backend::Cpu));
         let batcher = Batcher::new(config, Arc::clone(&backends));
         let job = rows(&small, 7, 3);
         let want = evaluate(&batcher, &job);

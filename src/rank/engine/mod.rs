@@ -44,8 +44,8 @@ use tokio::sync::oneshot;
 /// How the engine runs.
 #[derive(Debug, Clone, Copy)]
 pub struct EngineConfig {
-    /// Threads of the CPU pool (1: the calling thread).
-    pub threads: usize,
+    /// Threads of the CPU pool (1: the calling thread; `None`: [`backends::default_threads`]).
+    pub threads: Option<usize>,
     /// Where hit documents' features are extracted (see [`backends`]).
     pub fe_backend: Backend,
     /// The batching queues.
@@ -527,7 +527,7 @@ mod tests {
         let store = RankerStore::open(&dir, 1 << 30).unwrap();
         let loaded = store.get("medium").unwrap();
         let config = EngineConfig {
-            threads: 2,
+            threads: Some(2),
             fe_backend,
             batch: BatchConfig {
                 batching,

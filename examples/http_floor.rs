@@ -176,7 +176,7 @@ async fn main() -> std::io::Result<()> {
         docs: args.docs,
         hold: Duration::from_micros(args.hold_us),
         hold_on: args.hold_on,
-        pool: Backends::new(threads, Backend::Cpu),
+        pool: Backends::new(Some(threads), Backend::Cpu),
     });
     let socket = match args.addr {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,

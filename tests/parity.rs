@@ -792,13 +792,22 @@ fn check_fused(
         worst = worst.max(err);
         assert!(err <= tolerance, "{what}: document {d}: GPU {g} vs CPU {c}");
     }
-    // The documents in three layouts scored in one device batch, as the layouts of requests
-    // that share a device turn are: each gathered at its place among the rows.
+    // The documents in layouts of growing sizes scored in one device batch, as the layouts of
+    // requests that share a device turn are: each gathered at its place among the rows, the
+    // extraction lanes each taking several layouts and growing their buffers within the turn.
     if docs.len() >= 3 && docs.len() <= gpu.max_batch() {
-        let third = docs.len().div_ceil(3);
         let threads = rayon::current_num_threads();
-        let parts = FeLayout::build_split(query, stats, docs, Some(&map), third, threads, None)
-            .unwrap_or_else(|e| panic!("{what}: layout: {e}"));
+        let (mut parts, mut start, mut size) = (Vec::new(), 0, docs.len().div_ceil(45));
+        while start < docs.len() {
+            let end = (start + size).min(docs.len());
+            let max = gpu.max_batch();
+            let part = &docs[start..end];
+            parts.extend(
+                FeLayout::build_split(query, stats, part, Some(&map), max, threads, None)
+                    .unwrap_or_else(|e| panic!("{what}: layout: {e}")),
+            );
+            (start, size) = (end, size * 3 / 2 + 1);
+        }
         let packed = gpu
             .score_hits(device, fe, &refs(&parts), false, true)
             .unwrap_or_else(|e| panic!("{what}: GPU, packed: {e}"));
@@ -907,6 +916,37 @@ fn fused_hits_gpu_match_cpu() {
     // Over the device batch: split into several layouts, scored in one call.
     let medium = &rankers[1].1;
     let gpu = GpuRanker::upload(&device, medium, PlanOptions::default()).unwrap();
+    // Layouts of different queries in one device batch, as requests sharing a turn give them:
+    // each one's rows as it gets them alone, its scores within the tolerance.
+    let map = FeatureResolver::new(&medium.features).unwrap().gather_map();
+    let layouts: Vec<FeLayout> = (0..9u32)
+        .map(|i| {
+            let (q, n) = (1 + i % 5, 50 + 40 * i as usize);
+            let docs = fused_documents(n, q, 60 + u64::from(i));
+            FeLayout::build(&synth_query(q, u64::from(i)), &stats, &docs, Some(&map)).unwrap()
+        })
+        .collect();
+    let together = (gpu.score_hits(&device, &mut fe, &refs(&layouts), false, true)).unwrap();
+    let (mut rows, mut scores) = (Vec::new(), Vec::new());
+    for layout in &layouts {
+        let alone = gpu
+            .score_hits(&device, &mut fe, &[layout], false, true)
+            .unwrap();
+        rows.extend(alone.rows.unwrap());
+        scores.extend(alone.scores);
+    }
+    let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+    assert!(
+        bits(&together.rows.unwrap()) == bits(&rows),
+        "{what}: nine queries' rows"
+    );
+    for (d, (&t, &a)) in together.scores.iter().zip(&scores).enumerate() {
+        let err = relative_error(t, a);
+        assert!(
+            err <= score_tolerance(medium),
+            "{what}: nine queries, document {d}: {t} vs {a}"
+        );
+    }
     let docs = fe_small_documents(65_537, 5, 43);
     let what = format!("{what}, medium, 65 537 documents in device batches of 65 536");
     check_fused(

@@ -584,16 +584,9 @@ impl GpuRanker {
             }
             (ChunkRows::Hits(layouts), Some(fe)) => {
                 record(0)?;
-                // One layout after another on the stream: a layout's copy in waits for the
-                // kernels that read the one before from the same buffers.
-                let mut first = 0;
-                for layout in layouts {
-                    fe.upload(device, layout)?;
-                    fe.launch(device)?;
-                    let rows = first * self.n_features..;
-                    fe.gather_into(device, &mut b.features.slice_mut(rows))?;
-                    first += layout.n_docs();
-                }
+                // The requests' layouts side by side on the device, each gathered into its
+                // rows; the model below waits for all of them.
+                fe.extract_each_into(device, layouts, &mut b.features, self.n_features)?;
             }
             (ChunkRows::Hits(_), None) => {
                 return Err(GpuError::BatchFailed {

@@ -1,7 +1,11 @@
-//! The forward index's read on the ranking path: `Index::hits` over each query's candidates, as
-//! `/v1/search` builds hit requests before ranking them (here on one thread).
+//! The forward index's read on the ranking path, as `/v1/search` builds hit requests before
+//! ranking them (here on one thread): each query's needles once ([`Index::query_codes`]), then
+//! [`Index::hits_into`] over its candidates, into a sink that counts and hashes the hits.
+
+use std::hash::Hash;
 
 use super::selection::Clock;
+use crate::index::forward::HitsSink;
 use crate::index::{DocId, Index, IndexError, TermId};
 use crate::select::{self, Mode, Query};
 
@@ -59,9 +63,15 @@ pub fn run(
         let mut digest = std::hash::DefaultHasher::new();
         for (ids, docs) in &work {
             let start = clock.now_us();
+            let codes = index.query_codes(ids);
+            let mut sink = CountHits {
+                hits: 0,
+                digest: &mut digest,
+            };
             for &d in docs {
-                hits += count_hits(index, d, ids, &mut digest)?;
+                index.hits_into(d, &codes, &mut sink)?;
             }
+            hits += sink.hits;
             us += clock.now_us() - start;
         }
         run.hits = hits;
@@ -73,20 +83,24 @@ pub fn run(
     Ok(run)
 }
 
-/// Document `d`'s hit count, its hit request hashed into `digest`.
-fn count_hits(
-    index: &Index,
-    d: DocId,
-    ids: &[Option<TermId>],
-    digest: &mut impl std::hash::Hasher,
-) -> Result<u64, IndexError> {
-    let streams = index.hits(d, ids)?.unwrap_or_default();
-    for s in &streams {
-        std::hash::Hash::hash(&(&s.stream, s.length, &s.phrases), digest);
+/// The served reading's sink for the benchmark: counts the hits and hashes every stream (its
+/// index and length), hit and phrase end into `digest`.
+struct CountHits<'a, H> {
+    hits: u64,
+    digest: &'a mut H,
+}
+
+impl<H: std::hash::Hasher> HitsSink for CountHits<'_, H> {
+    fn stream(&mut self, stream: u32, length: u32) {
+        (0u8, stream, length).hash(self.digest);
     }
-    Ok(streams
-        .iter()
-        .flat_map(|s| &s.phrases)
-        .map(|p| p.len() as u64)
-        .sum())
+
+    fn hit(&mut self, term: u32, position: u32) {
+        self.hits += 1;
+        (1u8, term, position).hash(self.digest);
+    }
+
+    fn phrase_end(&mut self) {
+        2u8.hash(self.digest);
+    }
 }

@@ -43,8 +43,9 @@ Examples:
   rankserve bench selection --index idx --queries queries.txt --mode or --gpu --clients 16")]
     Selection(SelectionArgs),
     /// The forward index's read for ranking: each query's top --candidates documents are
-    /// selected once (untimed), then `Index::hits` reads their hit requests, as /v1/search does
-    /// before ranking, in --passes passes over the query set after a warm-up pass.
+    /// selected once (untimed), then their hit requests are read (`Index::hits_into` with the
+    /// query's needles found once), as /v1/search does before ranking, in --passes passes over
+    /// the query set after a warm-up pass.
     #[command(after_help = "\
 Prints the forward index's size per document and, per pass, the microseconds per document on
 --clock (each query's reads timed together), then their median.

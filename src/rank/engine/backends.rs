@@ -190,9 +190,10 @@ impl CpuPool {
 /// without a GPU; three quarters with one (at least one). With a GPU ranking, the pool
 /// decodes and lays out each request's documents while the device extracts and scores them,
 /// and the async runtime's threads, which read the bodies and send the answers, need the cores
-/// beside it: a pool of every core slowed the served fused path (docs/benchmarks.md, "Several
-/// GPUs in one process": on a 32-core two-GPU host, 16–24 threads served 3–19 % more requests
-/// than 32 at 16 and 64 clients, with lower p99s).
+/// beside it, while a pool of every core spends its idle threads' time spinning
+/// (docs/benchmarks.md, "Several GPUs in one process": on a 32-core two-GPU host, 24 threads
+/// against 32 served 0.92–1.11× the requests with lower p99 at 14 of 16 points and 2–4 fewer
+/// cores; on a 16-core host, 12 against 16, 2–6 % more).
 pub fn default_threads(cores: usize, gpu: bool) -> usize {
     match gpu {
         true => (cores - cores / 4).max(1),

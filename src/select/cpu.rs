@@ -285,6 +285,13 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
         };
         for &(d, leader_tf, first_tf, partial) in &held[..n_held] {
             let theta = top.threshold();
+            // The first follower was sought at the window's k-th score: checked again at
+            // today's, which documents pushed since may have raised.
+            if let (Some(theta), [_, ..]) = (theta, &others) {
+                if partial * (1.0 + BOUND_SLACK) + rest_after[1] <= theta {
+                    continue;
+                }
+            }
             let code = index.scoring_length_code(d);
             let mut partial = partial;
             let mut enters = true;

@@ -555,6 +555,37 @@ fn block_max_bounds_prune_and_and_or() {
     }
 }
 
+/// AND of the densest words (w0 in every document, w1 in half, w2 in a third): windows of many
+/// candidates, whose first follower is marked by docID rather than sought per candidate
+/// (`select::cpu`'s dense windows), for k from 1 to past the matches, both codecs, each answer
+/// equal to the reference.
+#[test]
+fn dense_and_windows_match_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let corpus = random_corpus(dir.path(), 12_000, 11, Pad::Varied);
+    for codec in [Codec::Ef, Codec::Pfor] {
+        let (_d, index) = built(&corpus, "random", codec);
+        for words in [
+            &["w1", "w0"][..],
+            &["w2", "w1"],
+            &["w1", "w2", "w0"],
+            &["w3", "w0", "w1", "w2"],
+        ] {
+            for k in [1, 10, 100, 10_000] {
+                let terms = words.iter().map(|w| w.to_string()).collect();
+                let mut q = Query::new(terms, k, Mode::And);
+                q.params = Bm25Params { k1: 1.2, b: 0.75 };
+                let want = reference(&index, &q);
+                assert_eq!(
+                    search(&index, &q).unwrap().hits,
+                    want,
+                    "{codec:?} {words:?} k {k}"
+                );
+            }
+        }
+    }
+}
+
 /// A copy of `index` as an index of manifest version 2 was: no `blockmax.bin`; and no
 /// `forward.bin`, whose version 2 layout this build no longer reads (selection never reads it).
 fn version_2_copy(index: &Index) -> (tempfile::TempDir, Index) {

@@ -195,6 +195,12 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
     let mut rest_after = vec![0f64; terms.len()];
     // The leader's postings of a window that may enter: docID, tf.
     let mut cands = [(0 as DocId, 0u32); BLOCK_LEN];
+    // Those the first follower holds and that may still enter: docID, leader's tf, follower's
+    // tf, the two contributions' sum bounded at the length floor.
+    let mut held = [(0 as DocId, 0u32, 0u32, 0f64); BLOCK_LEN];
+    // The first follower's postings of a dense window by docID less the window's first
+    // candidate: their place in its decoded block plus one (0: none).
+    let mut follower_at = vec![0u8; FOLLOWER_MAP_SPAN];
     // Norms and contributions by length and by length floor (every term of a query has the
     // same norms): the same bits as the scorer's, without their divisions; the norm at each
     // length floor's code, for the leader's postings' bounds, on the stack.
@@ -256,12 +262,40 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
             need,
             &mut cands,
         );
-        for &(d, leader_tf) in &cands[..n_cands] {
+        // The first follower for every candidate at once, then the other followers for each
+        // document it holds whose bound may still beat the k-th score.
+        let (n_held, follower_ended) = match others.split_first_mut() {
+            Some((first, _)) => first_follower_holds(
+                index,
+                &table,
+                leader,
+                first,
+                theta.map(|theta| theta - rest_after.get(1).copied().unwrap_or(0.0)),
+                window_end,
+                &cands[..n_cands],
+                &mut held,
+                &mut follower_at,
+            ),
+            None => {
+                for (h, &(d, tf)) in held.iter_mut().zip(&cands[..n_cands]) {
+                    *h = (d, tf, 0, 0.0);
+                }
+                (n_cands, false)
+            }
+        };
+        for &(d, leader_tf, first_tf, partial) in &held[..n_held] {
             let theta = top.threshold();
+            // The first follower was sought at the window's k-th score: checked again at
+            // today's, which documents pushed since may have raised.
+            if let (Some(theta), [_, ..]) = (theta, &others) {
+                if partial * (1.0 + BOUND_SLACK) + rest_after[1] <= theta {
+                    continue;
+                }
+            }
             let code = index.scoring_length_code(d);
-            let mut partial = table.contribution_at_floor(&leader.scorer, leader_tf, code) as f64;
+            let mut partial = partial;
             let mut enters = true;
-            for (j, t) in others.iter_mut().enumerate() {
+            for (j, t) in others.iter_mut().enumerate().skip(1) {
                 let found = t.cursor.seek(d);
                 if found != d {
                     if found == TERMINATED {
@@ -282,12 +316,19 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
             if enters {
                 let dl = index.scoring_length(d);
                 contrib[leader.qi] = table.contribution(&leader.scorer, leader_tf, dl);
-                for t in others.iter_mut() {
-                    contrib[t.qi] = table.contribution(&t.scorer, t.cursor.tf(), dl);
+                for (j, t) in others.iter_mut().enumerate() {
+                    let tf = match j {
+                        0 => first_tf,
+                        _ => t.cursor.tf(),
+                    };
+                    contrib[t.qi] = table.contribution(&t.scorer, tf, dl);
                 }
                 stats.docs_scored += 1;
                 top.push(d, exact_score(&contrib, |_| true));
             }
+        }
+        if follower_ended {
+            break;
         }
         // The next window starts at the leader's next posting when its block, already decoded,
         // holds one (the walk above found it: no search); otherwise past this window, the
@@ -299,6 +340,90 @@ fn and_topk(index: &Index, query: &Query, lists: &QueryTerms, stats: &mut Select
     }
     stats.blocks_decoded += terms.iter().map(|t| t.cursor.blocks_decoded()).sum::<u64>();
     top
+}
+
+/// Windows whose candidates span at most this many docIDs, with at least
+/// [`FOLLOWER_MAP_MIN_CANDIDATES`] candidates, have the first follower's postings marked in a
+/// map by docID rather than sought one candidate at a time: in a dense conjunction (every list
+/// a quarter or more of the collection) most candidates are sought a few postings apart in the
+/// same decoded block, and a seek each cost more than marking the block's postings.
+const FOLLOWER_MAP_SPAN: usize = 4096;
+const FOLLOWER_MAP_MIN_CANDIDATES: usize = 8;
+
+/// The candidates (`cands`: the leader's postings of a window ending at `window_end`, ascending)
+/// that the first follower `first` holds and whose contributions, bounded at the length floor,
+/// may beat `need` (the k-th score less the other followers' block bounds; `None`: any may),
+/// into `held` as (docID, leader's tf, follower's tf, the bound). Returns how many, and whether
+/// the follower ended before a candidate (no later document is in the conjunction). A dense
+/// window marks the follower's postings of the window in `follower_at` (all 0 before and after);
+/// another seeks each candidate.
+#[allow(clippy::too_many_arguments)]
+fn first_follower_holds(
+    index: &Index,
+    table: &LengthTable,
+    leader: &Term,
+    first: &mut Term,
+    need: Option<f64>,
+    window_end: DocId,
+    cands: &[(DocId, u32)],
+    held: &mut [(DocId, u32, u32, f64); BLOCK_LEN],
+    follower_at: &mut [u8],
+) -> (usize, bool) {
+    let mut n_held = 0;
+    let mut offer = |d: DocId, leader_tf: u32, first_tf: u32| {
+        let code = index.scoring_length_code(d);
+        let partial = table.contribution_at_floor(&leader.scorer, leader_tf, code) as f64
+            + table.contribution_at_floor(&first.scorer, first_tf, code) as f64;
+        // The slack covers the summation order of the exact score.
+        let may = need.is_none_or(|need| partial * (1.0 + BOUND_SLACK) > need);
+        held[n_held % BLOCK_LEN] = (d, leader_tf, first_tf, partial);
+        n_held += may as usize;
+    };
+    let Some(&(base, _)) = cands.first() else {
+        return (0, false);
+    };
+    let dense = cands.len() >= FOLLOWER_MAP_MIN_CANDIDATES
+        && ((window_end - base) as usize) < follower_at.len();
+    if !dense {
+        for &(d, leader_tf) in cands {
+            match first.cursor.seek(d) {
+                TERMINATED => return (n_held, true),
+                found if found == d => {
+                    let tf = first.cursor.tf();
+                    offer(d, leader_tf, tf);
+                }
+                _ => {}
+            }
+        }
+        return (n_held, false);
+    }
+    // The follower's block at the window holds every one of its postings in it (the window
+    // ends at or before that block's last docID).
+    first.cursor.seek_to_walk(base);
+    let (docs, tfs) = first.cursor.block_rest();
+    // Walked up to the window's end, one mispredicted exit: cheaper than finding the end first
+    // by a binary search of dependent loads.
+    let mut in_window = docs.len();
+    for (i, &d) in docs.iter().enumerate() {
+        if d > window_end {
+            in_window = i;
+            break;
+        }
+        follower_at[(d - base) as usize] = i as u8 + 1;
+    }
+    for &(d, leader_tf) in cands {
+        let at = follower_at[(d - base) as usize] as usize;
+        if at != 0 {
+            offer(d, leader_tf, tfs[at - 1]);
+        }
+    }
+    for &d in &docs[..in_window] {
+        follower_at[(d - base) as usize] = 0;
+    }
+    if in_window < docs.len() {
+        first.cursor.skip_in_block(in_window);
+    }
+    (n_held, false)
 }
 
 /// The postings of `cursor`'s block, from its current one up to `window_end`, whose contribution

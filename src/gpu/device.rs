@@ -188,11 +188,12 @@ impl GpuDevice {
     ) -> Result<Arc<GpuDevice>, GpuError> {
         let ctx = CudaContext::new(ordinal).during("context creation")?;
         // SAFETY: with event tracking off, cudarc leaves ordering across streams to the caller.
-        // Every stage queues its work on the one stream (`stream`); the only work on
-        // `copy_stream` is ordered against it by explicit events (`GpuRanker`'s overlapped
-        // batches), and nothing is freed while a copy on it may still read it. Left on, the
-        // second stream would make cudarc record and wait for events around every use of
-        // every buffer.
+        // Every stage queues its work on the one stream (`stream`); the only work on other
+        // streams — `copy_stream` (`GpuRanker`'s overlapped batches) and `GpuFe`'s extraction
+        // lanes — is ordered against it by explicit events, nothing is freed while a copy on
+        // `copy_stream` may still read it, and a lane's buffers are allocated and freed in its
+        // own stream's order. Left on, the other streams would make cudarc record and wait for
+        // events around every use of every buffer.
         unsafe { ctx.disable_event_tracking() };
         let name = ctx.name().during("device name")?;
         let (major, minor) = ctx.compute_capability().during("compute capability")?;

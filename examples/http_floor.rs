@@ -10,9 +10,19 @@
 //! handler removes (body transfer, HTTP parsing and writing, one hand-off and wake-ups), to
 //! compare with the real server's.
 //!
+//! With `--lay-out RANKER` (and `--rankers DIR`) the floor is instead the host's share of the
+//! fused GPU path, with no device: the body framed on the async worker as the real server does
+//! ([`RankBody::decode`]), then on the pool its hit documents decoded and laid out for the
+//! ranker's features ([`RowSource::hit_layouts`], the same call, the same parallel width) and
+//! dropped. However many GPUs a host has, it answers no more `/v1/rank` hit requests a second
+//! than this floor: the ceiling a multi-GPU throughput is read against. (The real server lays
+//! out into reused pinned buffers; the floor into memory from the allocator, mimalloc as in
+//! `rankserve`.)
+//!
 //!     cargo build --release --example http_floor
 //!     target/release/examples/http_floor --addr 127.0.0.1:18700 --docs 1000 --hold-us 2000 &
 //!     rankserve replay --url http://127.0.0.1:18700 --log requests.msgpack --concurrency 1 --duration 5
+//!     target/release/examples/http_floor --rankers rankers --lay-out medium --cpu-threads 24 &
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,9 +34,17 @@ use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
 use clap::Parser;
-use rankserve::api::{RankResponse, Timings};
+use bytes::Bytes;
+use rankserve::api::{Format, RankBody, RankResponse, Timings};
 use rankserve::backend::Backend;
-use rankserve::rank::engine::Backends;
+use rankserve::rank::engine::{Backends, RowSource};
+use rankserve::rank::fe::GatherMap;
+use rankserve::rank::gpu::ranker::DEFAULT_MAX_BATCH;
+use rankserve::rank::store::RankerStore;
+
+/// The allocator `rankserve` runs with: the layouts' buffers come from it.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 #[derive(Parser)]
 struct Args {
@@ -51,6 +69,17 @@ struct Args {
     /// kernel's default (autotuned) when not given.
     #[arg(long)]
     recv_buffer: Option<u32>,
+    /// Instead of a hold, frame each request and lay its hit documents out for this ranker's
+    /// features (a name in `--rankers`), as the real server's fused GPU path does before its
+    /// device turn. Hyper transport only.
+    #[arg(long, requires = "rankers", conflicts_with_all = ["hold_us", "transport"])]
+    lay_out: Option<String>,
+    /// The ranker store `--lay-out` names a ranker of.
+    #[arg(long)]
+    rankers: Option<std::path::PathBuf>,
+    /// Threads of the CPU pool (every core by default).
+    #[arg(long)]
+    cpu_threads: Option<usize>,
 }
 
 #[derive(Clone, Copy, PartialEq, clap::ValueEnum)]
@@ -70,9 +99,31 @@ struct Floor {
     hold: Duration,
     hold_on: HoldOn,
     pool: Backends,
+    /// The features' gather map of `--lay-out`'s ranker.
+    lay_out: Option<GatherMap>,
 }
 
 impl Floor {
+    /// Frames `body` here (the async worker, as the real server's extractor), then on the pool
+    /// lays its hit documents out as the fused path does and drops them; returns the pool's
+    /// time. A body that does not frame and lay out is a test setup's error: it panics.
+    async fn lay_out(self: &Arc<Self>, body: Bytes) -> Duration {
+        let mut body = RankBody::decode(Format::Msgpack, body).expect("a MessagePack rank body");
+        let floor = Arc::clone(self);
+        let work = move || {
+            let started = Instant::now();
+            let map = floor.lay_out.as_ref().expect("a --lay-out floor");
+            let layouts = body.hit_layouts(map, DEFAULT_MAX_BATCH, floor.pool.width(), None);
+            assert!(
+                matches!(layouts, Some(Ok(_))),
+                "the body's hit documents did not lay out: is it `requests synth` of the ranker?"
+            );
+            drop((layouts, body));
+            started.elapsed()
+        };
+        self.pool.on_cpu_pool_task(work).await.unwrap_or_default()
+    }
+
     /// Holds the request busy where `--hold-on` says, then drops `body` (as the real server
     /// frees a request after scoring it); returns the hold.
     async fn hold<B: Send + 'static>(&self, body: B) -> Duration {
@@ -120,7 +171,10 @@ async fn rank(State(floor): State<Arc<Floor>>, request: Request) -> impl IntoRes
         .await
         .unwrap_or_default();
     let read = arrived.elapsed();
-    let held = floor.hold(body).await;
+    let held = match floor.lay_out {
+        Some(_) => floor.lay_out(body).await,
+        None => floor.hold(body).await,
+    };
     (
         [(header::CONTENT_TYPE, "application/msgpack")],
         floor.reply(arrived, read, held),
@@ -172,11 +226,22 @@ async fn serve_raw(floor: Arc<Floor>, mut stream: tokio::net::TcpStream) -> std:
 async fn main() -> std::io::Result<()> {
     let args = Args::parse();
     let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let lay_out = match (&args.lay_out, &args.rankers) {
+        (Some(name), Some(dir)) => {
+            let loaded = RankerStore::open(dir, u64::MAX)
+                .and_then(|store| store.get(name))
+                .map_err(std::io::Error::other)?;
+            let resolver = loaded.fe.as_ref().map_err(|err| std::io::Error::other(err.clone()))?;
+            Some(resolver.gather_map())
+        }
+        _ => None,
+    };
     let floor = Arc::new(Floor {
         docs: args.docs,
         hold: Duration::from_micros(args.hold_us),
         hold_on: args.hold_on,
-        pool: Backends::new(Some(threads), Backend::Cpu),
+        pool: Backends::new(Some(args.cpu_threads.unwrap_or(threads)), Backend::Cpu),
+        lay_out,
     });
     let socket = match args.addr {
         SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,

@@ -10,11 +10,16 @@
 # (default 5), ROUNDS (default 2) times. The failure run serves every GPU with the first binary
 # and RANKSERVE_FAULT_GPU=1@MS (GPU 1 fails from FAULT_MS = 2000 ms after start) while 64
 # clients replay for 3 × SECONDS_PER_RUN: every request must still be answered (FAULT=0 leaves
-# it out). SERVE_ARGS adds flags to every server (e.g. "--cpu-threads 8"). Logs and the
-# device lines of /metrics go to $OUT; a table is printed last (server p99s: FE or layout,
-# queue for the device, scoring; how busy the host's cores were, the cores' time the server
-# and the rest of the host (the replay client) used, and the devices' seconds in turns per
-# second, to tell a host-bound point from a device-bound one).
+# it out). SERVE_ARGS adds flags to every server (e.g. "--cpu-threads 8"). FLOOR=PATH (the
+# `http_floor` example) adds, in the same rounds, the host's ceiling with no device: a transport
+# floor (the body read, one pool hand-off, a reply of DOCS scores) and, per ranker, a layout
+# floor (the body framed and its hit documents laid out as the fused path does before its
+# device turn), their pools the size of the server's default with a GPU (FLOOR_THREADS to
+# change): GPUs "none". Logs, the device lines of /metrics and each replay's JSON report (the
+# server's stages' means and percentiles) go to $OUT; a table is printed last (server p99s:
+# FE or layout, queue for the device, scoring; how busy the host's cores were, the cores' time
+# the server and the rest of the host (the replay client) used, and the devices' seconds in
+# turns per second, to tell a host-bound point from a device-bound one).
 #
 #   OUT=$OUT bash scripts/multi_gpu_bench.sh carry/rankserve
 #   OUT=$OUT FE_BACKENDS=gpu bash scripts/multi_gpu_bench.sh new=carry/rankserve old=carry/old/rankserve
@@ -124,10 +129,35 @@ print(round(j["throughput_rps"]), lat["p50"], lat["p99"], j["ok"], sum(j["errors
 PY
 }
 
+# Starts the floor on port $1 with the flags after it; waits until it is ready.
+floor() {
+  local port=$1
+  shift
+  local cores
+  cores=$(nproc)
+  "$FLOOR" --addr "127.0.0.1:$port" --docs "$docs" \
+    --cpu-threads "${FLOOR_THREADS:-$((cores - cores / 4))}" "$@" >>"$out/floor-$port.log" 2>&1 &
+  echo $! >"$work/pid-$port"
+  for _ in $(seq 100); do
+    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return
+    sleep 0.1
+  done
+  echo "floor on $port never became ready" >&2
+}
+
 rows=()
 for fe in ${FE_BACKENDS:-gpu cpu}; do
   servers=()
   port=18800
+  if [ -n "${FLOOR:-}" ]; then
+    floor 18870
+    port=18870
+    for ranker in $rankers; do
+      port=$((port + 1))
+      floor "$port" --rankers rankers --lay-out "$ranker"
+    done
+    port=18800
+  fi
   for named in "${bins[@]}"; do
     for gpus in one all; do
       port=$((port + 1))
@@ -138,10 +168,16 @@ for fe in ${FE_BACKENDS:-gpu cpu}; do
   for round in $(seq "${ROUNDS:-2}"); do
     for ranker in $rankers; do
       for clients in ${CLIENTS:-16 64}; do
-        for server in "${servers[@]}"; do
+        floors=()
+        if [ -n "${FLOOR:-}" ]; then
+          # The layout floor of this ranker: the ports follow RANKERS' order.
+          floors=("floor-transport:none:18870"
+            "floor-layout:none:$((18870 + $(echo "$rankers" | tr ' ' '\n' | grep -nx "$ranker" | cut -d: -f1)))")
+        fi
+        for server in "${floors[@]}" "${servers[@]}"; do
           IFS=: read -r name gpus port <<<"$server"
           row=$(replay "$port" "$work/$ranker.msgpack" "$clients" "$seconds" \
-            "$work/rank-$fe-$ranker-$clients-$name-$gpus-$round.json")
+            "$out/rank-$fe-$ranker-$clients-$name-$gpus-$round.json")
           rows+=("$fe $round $ranker $clients $name $gpus $row")
           echo "FE $fe round $round $ranker clients $clients $name gpus $gpus: $row"
         done

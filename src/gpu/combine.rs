@@ -2,10 +2,10 @@
 //! combining): a caller queues its job; one caller at a time leads (the first to queue while
 //! no one leads): it waits for the device's turn ([`Turns`], one per
 //! [`Executor`](super::Executor)), runs the jobs queued so far (up to a batch's size) in one go
-//! with the resource they need (a stage's device-side cache), hands each its answer, and once
-//! its own job is answered passes the lead to the oldest job still queued. Callers that arrive
-//! while the device is busy are answered by the leader, in one batch, instead of each taking the
-//! device in turn: their work can share launches, copies and waits.
+//! with the resource they need (a stage's device-side cache), and once its own job is answered
+//! passes the lead to the oldest job still queued, then hands each its answer. Callers that
+//! arrive while the device is busy are answered by the leader, in one batch, instead of each
+//! taking the device in turn: their work can share launches, copies and waits.
 //!
 //! Only the leader waits for the device; the others wait for their answer alone, so an answered
 //! caller returns at once. (When every caller waited for the turn, one whose job another's batch
@@ -220,7 +220,10 @@ impl<R, J, T> Combiner<R, J, T> {
     }
 
     /// Leads for job `id`: waits for the device's turn until `until` (then withdraws the job),
-    /// runs batches until one has answered the job, and passes the lead on.
+    /// runs batches until one has answered the job, gives the turn back and passes the lead on,
+    /// and only then tells the batches' other callers their answers: the next leader's wake-up
+    /// and turn overlap that telling (a wake-up each), which under load would otherwise leave
+    /// the device idle between turns.
     fn lead(
         &self,
         turns: &Turns,
@@ -235,35 +238,45 @@ impl<R, J, T> Combiner<R, J, T> {
         };
         let turn = turns.take_until(until)?;
         let mut resource = self.resource.lock();
-        // Only the leader takes jobs, so the job stays queued until a batch here takes it (an
-        // empty queue would mean it is not: nothing is left to wait for).
-        let answer = loop {
+        // Batches run, each with its answers, to be told once the lead is passed on. Only the
+        // leader takes jobs, so its job stays queued until a batch here takes it (an empty queue
+        // would mean it is not: nothing is left to wait for).
+        let mut ran = Vec::new();
+        loop {
             let batch: Vec<_> = {
                 let mut queue = self.queue.lock();
                 let n = queue.jobs.len().min(self.max_batch);
                 queue.jobs.drain(..n).collect()
             };
             if batch.is_empty() {
-                break None;
+                break;
             }
+            let has_own = batch.iter().any(|(queued, ..)| *queued == id);
             let (jobs, slots): (Vec<J>, Vec<Arc<Slot<T>>>) =
                 batch.into_iter().map(|(_, job, slot)| (job, slot)).unzip();
-            let mut answering = Answering { slots, answered: 0 };
-            for answer in run(&mut resource, jobs) {
-                if let Some(slot) = answering.slots.get(answering.answered) {
-                    slot.tell(Word::Answered(Some(answer)));
-                    answering.answered += 1;
-                }
+            let answering = Answering { slots, answered: 0 };
+            ran.push((answering, run(&mut resource, jobs)));
+            if has_own {
+                break;
             }
-            drop(answering);
-            if let Word::Answered(answer) = slot.told() {
-                break answer;
-            }
-        };
+        }
         drop(resource);
-        drop(leading);
         drop(turn);
-        answer
+        drop(leading);
+        let mut own = None;
+        for (mut answering, answers) in ran {
+            for answer in answers {
+                let Some(caller) = answering.slots.get(answering.answered) else {
+                    break;
+                };
+                match std::ptr::eq(Arc::as_ptr(caller), slot) {
+                    true => own = Some(answer),
+                    false => caller.tell(Word::Answered(Some(answer))),
+                }
+                answering.answered += 1;
+            }
+        }
+        own
     }
 }
 

@@ -33,8 +33,8 @@ use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::post;
 use axum::Router;
-use clap::Parser;
 use bytes::Bytes;
+use clap::Parser;
 use rankserve::api::{Format, RankBody, RankResponse, Timings};
 use rankserve::backend::Backend;
 use rankserve::rank::engine::{Backends, RowSource};
@@ -231,7 +231,10 @@ async fn main() -> std::io::Result<()> {
             let loaded = RankerStore::open(dir, u64::MAX)
                 .and_then(|store| store.get(name))
                 .map_err(std::io::Error::other)?;
-            let resolver = loaded.fe.as_ref().map_err(|err| std::io::Error::other(err.clone()))?;
+            let resolver = loaded
+                .fe
+                .as_ref()
+                .map_err(|err| std::io::Error::other(err.clone()))?;
             Some(resolver.gather_map())
         }
         _ => None,

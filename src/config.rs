@@ -172,7 +172,7 @@ pub struct Config {
     pub admin_token: Option<String>,
     pub body_limit_bytes: usize,
     pub cpu_cache_bytes: u64,
-    /// `None`: decided when the CPU pool is built (`rank::engine::backends::default_threads`).
+    /// `None`: decided when the CPU pool is built (`rank::engine::pool::default_threads`).
     pub cpu_threads: Option<usize>,
     /// Budget of the GPU ranker cache (device memory).
     pub gpu_cache_bytes: u64,

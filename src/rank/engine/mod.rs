@@ -23,13 +23,15 @@
 pub mod backends;
 pub mod batch;
 mod fused;
+pub mod pool;
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use backends::{Backends, FeRefused, HitPath, HitsScored, PoolTaskFailed, SourceFused};
+pub use backends::{Backends, FeRefused, HitPath, HitsScored, SourceFused};
 pub use batch::{BatchConfig, ScoreError, Scored};
+pub use pool::PoolTaskFailed;
 
 use crate::backend::{Backend, Processor};
 use crate::gpu::pinned::PinnedPool;
@@ -44,7 +46,7 @@ use tokio::sync::oneshot;
 /// How the engine runs.
 #[derive(Debug, Clone, Copy)]
 pub struct EngineConfig {
-    /// Threads of the CPU pool (1: the calling thread; `None`: [`backends::default_threads`]).
+    /// Threads of the CPU pool (1: the calling thread; `None`: [`pool::default_threads`]).
     pub threads: Option<usize>,
     /// Where hit documents' features are extracted (see [`backends`]).
     pub fe_backend: Backend,

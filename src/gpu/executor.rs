@@ -6,7 +6,8 @@
 //! that fails out of service and later lets one piece of work try it again.
 //!
 //! Work that may be batched with other callers' work waits in a [`Combiner`](super::Combiner),
-//! which runs each batch during one turn.
+//! which runs each batch during one turn (the ranking stage's fused requests wait instead for a
+//! thread of the device's own, `rank::engine::fused`, which runs one batch after another).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;

@@ -1,5 +1,5 @@
-//! Where a batch runs: the CPU (a dedicated rayon pool of `cpu_threads`, built once: `pool.rs`) or a GPU
-//! (a device's [`Executor`] and the ranker cache on it), chosen per batch, for feature
+//! Where a batch runs: the CPU (a dedicated rayon pool of `cpu_threads`, built once: `pool.rs`)
+//! or a GPU (a device's [`Executor`] and the ranker cache on it), chosen per batch, for feature
 //! extraction and for scoring.
 //!
 //! With several GPUs, each has its own ranker cache and FE buffers, and a batch goes to the
@@ -25,7 +25,7 @@
 //!   on both from the ranker's hits crossover ([`crate::rank::gpu::crossover::measure_hits`]: FE
 //!   and scoring together) on; under `auto` only while a device is idle or the batch is large
 //!   ([`FUSED_UNDER_LOAD_DOCS`]). Fused requests waiting for the same device share its turn
-//!   (one caller leads the device's queue of fused requests, `fused.rs`, and scores them all).
+//!   (the device's fused lane, `fused.rs`, scores those queued so far in its next turn).
 //!
 //! Any GPU failure (a CUDA error, a ranker over the GPU cache's budget, a query over the FE
 //! kernel's term limit) moves the work to the CPU, which gives the same answer; it is logged
@@ -38,7 +38,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 
 use super::batch::{micros, record_batch};
-use super::fused::{self, FusedQueue, FusedScores, FUSED_JOBS_PER_TURN};
+use super::fused::{self, FusedLane, FusedScores};
 use super::pool::CpuPool;
 use super::{HitBatch, RowSource};
 use crate::backend::{fell_back, Backend, Processor, Stage};
@@ -58,12 +58,13 @@ const CROSSOVER_STEP_BUDGET: Duration = Duration::from_millis(200);
 
 /// The ranking stage's share of a device.
 struct GpuRanking {
-    rankers: GpuRankerCache,
+    rankers: Arc<GpuRankerCache>,
     /// FE's device buffers, reused from batch to batch (used during the device's turn).
-    fe: Mutex<GpuFe>,
-    /// Fused requests waiting for the device: whoever gets its turn scores every one queued so
-    /// far, those of one ranker in one device batch.
-    fused: FusedQueue,
+    fe: Arc<Mutex<GpuFe>>,
+    /// Fused requests waiting for the device: its lane's thread scores every one queued so
+    /// far in its next turn, those of one ranker in one device batch. `None` when the thread
+    /// could not start (fused requests then run on the CPU).
+    fused: Option<FusedLane>,
 }
 
 /// How a batch of hit documents runs (see the module docs).
@@ -189,9 +190,13 @@ impl Backends {
         }
         let devices = (executors.iter())
             .map(|executor| {
-                let rankers = GpuRankerCache::new(Arc::clone(executor.device()), cache_bytes);
-                let fe = Mutex::new(GpuFe::new());
-                let fused = FusedQueue::new((), FUSED_JOBS_PER_TURN);
+                let device = Arc::clone(executor.device());
+                let rankers = Arc::new(GpuRankerCache::new(device, cache_bytes));
+                let fe = Arc::new(Mutex::new(GpuFe::new()));
+                let lane = (FusedLane::start(executor, &rankers, &fe)).inspect_err(
+                    |err| tracing::error!(error = %err, "no fused lane: fused requests on the CPU"),
+                );
+                let fused = lane.ok();
                 (Arc::clone(executor), GpuRanking { rankers, fe, fused })
             })
             .collect();
@@ -214,7 +219,7 @@ impl Backends {
     /// Each device's ordinal and GPU ranker cache (none without a GPU).
     pub fn gpu_rankers(&self) -> impl Iterator<Item = (usize, &GpuRankerCache)> {
         (self.gpu.get().into_iter().flat_map(Fleet::iter))
-            .map(|(executor, gpu)| (executor.device().ordinal(), &gpu.rankers))
+            .map(|(executor, gpu)| (executor.device().ordinal(), &*gpu.rankers))
     }
 
     /// Whether [`Backends::evaluate`] with `backend` runs every batch of `loaded` of up to
@@ -385,7 +390,10 @@ impl Backends {
                     reason: "every GPU is out of service after a failure".into(),
                 })
                 .and_then(|(executor, gpu)| {
-                    fused::score(executor, &gpu.fused, &gpu.rankers, &gpu.fe, loaded, layouts)
+                    let lane = (gpu.fused.as_ref()).ok_or_else(|| GpuError::Unavailable {
+                        reason: "the device has no fused lane".into(),
+                    })?;
+                    fused::score(executor, lane, loaded, layouts)
                 })
                 .map(|fused| (fused, None))
         };

@@ -1,27 +1,27 @@
-//! The fused requests waiting for a device: each request's hit layouts queue in the device's
-//! [`FusedQueue`] (a [`Combiner`]); the caller leading the queue scores every request queued
-//! there in one device turn, consecutive requests of one ranker version in one device batch
-//! (one pass of the model, one copy out), and splits the scores back. Kept apart from
-//! [`super::backends`], which decides where a batch runs, because this is how one device's turn
-//! is shared.
+//! The fused requests waiting for a device: each device has a thread of its own (its fused
+//! lane) that takes the requests queued for it, up to [`FUSED_JOBS_PER_TURN`] at a time, scores
+//! them in one device turn — consecutive requests of one ranker version in one device batch (one
+//! pass of the model, one copy out) — and sends each its scores, then takes the next requests at
+//! once. A request's thread only queues its layouts and waits for its answer: no caller leads a
+//! turn, so none waits for the device on the others' behalf, and no hand-off of the lead to a
+//! sleeping caller separates one turn from the next. Kept apart from [`super::backends`], which
+//! decides where a batch runs, because this is how one device's turn is shared.
 
+use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 
 use super::batch::{micros, record_batch};
-use crate::gpu::{Combiner, Executor, GpuDevice, GpuError};
+use crate::gpu::{Executor, GpuDevice, GpuError};
 use crate::rank::gpu::cache::GpuRankerCache;
 use crate::rank::gpu::fe::GpuFe;
 use crate::rank::gpu::layout::FeLayout;
 use crate::rank::store::LoadedRanker;
 
-/// A device's queue of fused requests.
-pub(super) type FusedQueue = Combiner<(), FusedJob, Result<FusedScores, GpuError>>;
-
 /// A request's hit documents laid out for the fused path, queued for a device.
-pub(super) struct FusedJob {
+struct FusedJob {
     ranker: Arc<LoadedRanker>,
     layouts: Vec<FeLayout>,
 }
@@ -35,40 +35,76 @@ pub(super) struct FusedScores {
     pub(super) batch_requests: usize,
 }
 
+/// A job in a device's fused lane: the job, by when its caller stops waiting, where its answer
+/// goes.
+struct Queued {
+    job: FusedJob,
+    until: Instant,
+    answer: mpsc::SyncSender<Result<FusedScores, GpuError>>,
+}
+
 /// The most fused requests one device turn takes (their documents are split into device
 /// batches as any layouts are).
-pub(super) const FUSED_JOBS_PER_TURN: usize = 32;
+const FUSED_JOBS_PER_TURN: usize = 32;
 
-/// How long a fused request waits for a device's turn before it runs on the CPU instead (a
+/// How long a fused request waits for its device's answer before it runs on the CPU instead (a
 /// safety valve: under load the wait is milliseconds).
 const FUSED_WAIT: Duration = Duration::from_secs(10);
 
-/// Queues `layouts` for `loaded` in `executor`'s device `queue` and waits for its scores: the
-/// caller leading the queue scores every fused request queued there ([`score_jobs`]) with the
-/// device's ranker cache and FE buffers. A device failure takes the device out (the request
-/// then goes to the CPU, as do requests that waited [`FUSED_WAIT`] without a turn).
+/// A device's fused lane: where requests queue for its thread, which ends when the lane is
+/// dropped (with the stage's share of the device).
+pub(super) struct FusedLane {
+    jobs: mpsc::Sender<Queued>,
+}
+
+impl FusedLane {
+    /// Starts `executor`'s lane: its thread scores the jobs queued here with the device's
+    /// ranker cache and FE buffers, during the device's turns.
+    pub(super) fn start(
+        executor: &Arc<Executor>,
+        rankers: &Arc<GpuRankerCache>,
+        fe: &Arc<Mutex<GpuFe>>,
+    ) -> Result<FusedLane, GpuError> {
+        let (executor, rankers, fe) = (Arc::clone(executor), Arc::clone(rankers), Arc::clone(fe));
+        let (jobs, queued) = mpsc::channel();
+        let name = format!("gpu{}-fused", executor.device().ordinal());
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(move || run_lane(&executor, &rankers, &fe, &queued))
+            .map_err(|err| GpuError::Unavailable {
+                reason: format!("cannot start the device's fused lane: {err}"),
+            })?;
+        Ok(FusedLane { jobs })
+    }
+}
+
+/// Queues `layouts` for `loaded` in `executor`'s fused `lane` and waits for its scores. A
+/// device failure takes the device out (the request then goes to the CPU, as do requests not
+/// answered within [`FUSED_WAIT`]).
 pub(super) fn score(
     executor: &Executor,
-    queue: &FusedQueue,
-    rankers: &GpuRankerCache,
-    fe: &Mutex<GpuFe>,
+    lane: &FusedLane,
     loaded: &Arc<LoadedRanker>,
     layouts: Vec<FeLayout>,
 ) -> Result<FusedScores, GpuError> {
     let _queued = executor.queued();
+    let until = Instant::now() + FUSED_WAIT;
+    let (answer, answered) = mpsc::sync_channel(1);
     let job = FusedJob {
         ranker: Arc::clone(loaded),
         layouts,
     };
-    let answer = queue
-        .submit(executor.turns(), job, FUSED_WAIT, |(), jobs| {
-            executor.during_turn(|device| score_jobs(device, rankers, fe, &jobs))
-        })
-        .unwrap_or_else(|| {
-            Err(GpuError::Unavailable {
-                reason: format!("no device turn within {} s", FUSED_WAIT.as_secs()),
-            })
-        });
+    let stopped = || GpuError::Unavailable {
+        reason: "the device's fused lane has stopped".into(),
+    };
+    (lane.jobs.send(Queued { job, until, answer })).map_err(|_| stopped())?;
+    let answer = match answered.recv_timeout(FUSED_WAIT) {
+        Ok(answer) => answer,
+        Err(mpsc::RecvTimeoutError::Timeout) => Err(GpuError::Unavailable {
+            reason: format!("no device turn within {} s", FUSED_WAIT.as_secs()),
+        }),
+        Err(mpsc::RecvTimeoutError::Disconnected) => Err(stopped()),
+    };
     match &answer {
         Ok(_) => executor.succeeded(),
         Err(err) => {
@@ -76,6 +112,56 @@ pub(super) fn score(
         }
     }
     answer
+}
+
+/// A fused lane's thread: takes the queued jobs (waiting for the first), drops those whose
+/// caller has stopped waiting, scores the rest in one turn of the device and answers each;
+/// until the lane is dropped. A turn that panics answers its jobs with an error and the lane
+/// goes on.
+fn run_lane(
+    executor: &Executor,
+    rankers: &GpuRankerCache,
+    fe: &Mutex<GpuFe>,
+    queued: &mpsc::Receiver<Queued>,
+) {
+    while let Ok(first) = queued.recv() {
+        let mut batch = vec![first];
+        while batch.len() < FUSED_JOBS_PER_TURN {
+            match queued.try_recv() {
+                Ok(next) => batch.push(next),
+                Err(_) => break,
+            }
+        }
+        let now = Instant::now();
+        batch.retain(|queued| queued.until > now);
+        if batch.is_empty() {
+            continue;
+        }
+        let (jobs, answers): (Vec<FusedJob>, Vec<_>) =
+            batch.into_iter().map(|q| (q.job, q.answer)).unzip();
+        let scored = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            let _turn = executor.turns().take();
+            executor.during_turn(|device| score_jobs(device, rankers, fe, &jobs))
+        }));
+        match scored {
+            Ok(scored) => {
+                for (answer, scores) in answers.iter().zip(scored) {
+                    let _ = answer.send(scores);
+                }
+            }
+            Err(_) => {
+                tracing::error!(
+                    device = executor.device().ordinal(),
+                    "a fused device turn panicked"
+                );
+                for answer in &answers {
+                    let _ = answer.send(Err(GpuError::BatchFailed {
+                        reason: "the device turn panicked".into(),
+                    }));
+                }
+            }
+        }
+    }
 }
 
 /// Scores fused `jobs` in the device's turn, in queue order: consecutive jobs of one ranker

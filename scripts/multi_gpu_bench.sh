@@ -50,12 +50,18 @@ serve() {
   # shellcheck disable=SC2086 # the flags are words
   "$server" serve --addr "127.0.0.1:$port" --backend gpu --rankers rankers ${SERVE_ARGS:-} "$@" \
     >>"$out/serve-$port.log" 2>&1 &
-  echo $! >"$work/pid-$port"
-  for _ in $(seq 600); do
-    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return
+  until_ready "$port" 120
+}
+
+# Records the job started last as port $1's process; waits until its /readyz answers, for at
+# most $2 seconds.
+until_ready() {
+  echo $! >"$work/pid-$1"
+  for _ in $(seq $(($2 * 5))); do
+    curl -sf "http://127.0.0.1:$1/readyz" >/dev/null && return
     sleep 0.2
   done
-  echo "server on $port never became ready" >&2
+  echo "server on $1 never became ready" >&2
 }
 
 # The host's idle and total CPU ticks so far (every core).
@@ -137,12 +143,7 @@ floor() {
   cores=$(nproc)
   "$FLOOR" --addr "127.0.0.1:$port" --docs "$docs" \
     --cpu-threads "${FLOOR_THREADS:-$((cores - cores / 4))}" "$@" >>"$out/floor-$port.log" 2>&1 &
-  echo $! >"$work/pid-$port"
-  for _ in $(seq 100); do
-    curl -sf "http://127.0.0.1:$port/readyz" >/dev/null && return
-    sleep 0.1
-  done
-  echo "floor on $port never became ready" >&2
+  until_ready "$port" 20
 }
 
 rows=()

@@ -134,16 +134,19 @@ pub struct HitsScored {
     pub batch_requests: usize,
 }
 
-/// How [`Backends::rank_source`] ended.
+/// How [`Backends::lay_out_source`] ended.
 #[derive(Debug)]
-pub enum SourceFused {
-    /// Extracted and scored on the device.
-    Scored(HitsScored),
+pub enum SourceLaidOut {
+    /// Laid out for the device from `started` on, to be scored by
+    /// [`Backends::score_queued`] (or [`Backends::score_layouts`] with the rows).
+    Layouts {
+        layouts: Vec<FeLayout>,
+        started: Instant,
+    },
     /// The source did not lay its documents out (they are not all hit documents, or not valid):
     /// its rows decide.
     Declined,
-    /// The device failed or the batch is over its limits (logged and counted): its rows, on
-    /// the CPU.
+    /// The batch is over the FE kernel's limits (logged and counted): its rows, on the CPU.
     FellBack,
 }
 
@@ -319,19 +322,19 @@ impl Backends {
         })
     }
 
-    /// [`Backends::rank_hits`] for a row source that lays its hit documents out itself
-    /// ([`RowSource::hit_layouts`], on the CPU pool), for the ranker's fused device path.
-    pub fn rank_source<S: RowSource>(
+    /// The first half of [`Backends::rank_hits`] for a row source that lays its hit documents
+    /// out itself ([`RowSource::hit_layouts`], on the CPU pool), for the ranker's fused device
+    /// path.
+    pub fn lay_out_source<S: RowSource>(
         &self,
-        loaded: &Arc<LoadedRanker>,
+        loaded: &LoadedRanker,
         source: &mut S,
-        keep_rows: bool,
-    ) -> SourceFused {
+    ) -> SourceLaidOut {
         let Ok(resolver) = loaded.fe.as_ref() else {
-            return SourceFused::Declined;
+            return SourceLaidOut::Declined;
         };
         if !self.has_gpu() {
-            return SourceFused::Declined;
+            return SourceLaidOut::Declined;
         }
         let started = Instant::now();
         let map = resolver.gather_map();
@@ -339,15 +342,12 @@ impl Backends {
             source.hit_layouts(&map, DEFAULT_MAX_BATCH, self.width(), self.pinned.get())
         });
         match laid_out {
-            None => SourceFused::Declined,
+            None => SourceLaidOut::Declined,
             Some(Err(err)) => {
                 fell_back(Stage::Fe, &loaded.name, &err);
-                SourceFused::FellBack
+                SourceLaidOut::FellBack
             }
-            Some(Ok(layouts)) => match self.score_layouts(loaded, layouts, started, keep_rows) {
-                Some(scored) => SourceFused::Scored(scored),
-                None => SourceFused::FellBack,
-            },
+            Some(Ok(layouts)) => SourceLaidOut::Layouts { layouts, started },
         }
     }
 
@@ -356,7 +356,7 @@ impl Backends {
     /// (logged and counted), which leaves the batch to the CPU. Without `keep_rows` the request
     /// queues on the device ([`fused::score`]) and may share its turn with others; with
     /// it (`explain`), it takes a turn alone.
-    fn score_layouts(
+    pub fn score_layouts(
         &self,
         loaded: &Arc<LoadedRanker>,
         layouts: Vec<FeLayout>,
@@ -385,34 +385,40 @@ impl Backends {
                 Ok((fused, scored.rows))
             })
         } else {
-            (gpu.pick(&[], holds(loaded)))
-                .ok_or_else(|| GpuError::Unavailable {
-                    reason: "every GPU is out of service after a failure".into(),
-                })
-                .and_then(|(executor, gpu)| {
-                    let lane = (gpu.fused.as_ref()).ok_or_else(|| GpuError::Unavailable {
-                        reason: "the device has no fused lane".into(),
-                    })?;
-                    fused::score(executor, lane, loaded, layouts)
-                })
+            (self.fused_lane(loaded))
+                .and_then(|(executor, lane)| fused::score(executor, lane, loaded, layouts))
                 .map(|fused| (fused, None))
         };
-        match scored {
-            Ok((scored, rows)) => Some(HitsScored {
-                scores: scored.scores,
-                rows,
-                processor: Processor::Gpu,
-                fe_us: micros(waiting - started),
-                queue_us: micros(scored.turn.saturating_duration_since(waiting)),
-                eval_us: scored.turn_us,
-                batch_docs: scored.batch_docs,
-                batch_requests: scored.batch_requests,
-            }),
-            Err(err) => {
-                fell_back(Stage::Rank, &loaded.name, &err);
-                None
-            }
-        }
+        hits_scored(loaded, scored, started, waiting)
+    }
+
+    /// [`Backends::score_layouts`] without the rows, awaited rather than waited for: the
+    /// request queues on the device's fused lane and no thread waits for its turn.
+    pub async fn score_queued(
+        &self,
+        loaded: &Arc<LoadedRanker>,
+        layouts: Vec<FeLayout>,
+        started: Instant,
+    ) -> Option<HitsScored> {
+        let waiting = Instant::now();
+        let scored = match self.fused_lane(loaded) {
+            Ok((executor, lane)) => fused::score_queued(executor, lane, loaded, layouts).await,
+            Err(err) => Err(err),
+        };
+        hits_scored(loaded, scored.map(|fused| (fused, None)), started, waiting)
+    }
+
+    /// The device a fused request for `loaded` goes to, and its fused lane.
+    fn fused_lane(&self, loaded: &LoadedRanker) -> Result<(&Executor, &FusedLane), GpuError> {
+        let unavailable = |reason: &str| GpuError::Unavailable {
+            reason: reason.into(),
+        };
+        let gpu = (self.gpu.get()).ok_or_else(|| unavailable("no GPU"))?;
+        let (executor, gpu) = (gpu.pick(&[], holds(loaded)))
+            .ok_or_else(|| unavailable("every GPU is out of service after a failure"))?;
+        let lane =
+            (gpu.fused.as_ref()).ok_or_else(|| unavailable("the device has no fused lane"))?;
+        Ok((executor, lane))
     }
 
     /// The feature rows of `batch` for `loaded` (row-major, the ranker's width), extracted on
@@ -623,6 +629,33 @@ fn no_crossover() -> Crossover {
     Crossover {
         docs: None,
         points: Vec::new(),
+    }
+}
+
+/// What a fused device turn gave `loaded`'s request laid out from `started` on that began to
+/// wait for it at `waiting`: its scores and timings, or `None` after a GPU failure (logged and
+/// counted), which leaves the batch to the CPU.
+fn hits_scored(
+    loaded: &LoadedRanker,
+    scored: Result<(FusedScores, Option<Vec<f64>>), GpuError>,
+    started: Instant,
+    waiting: Instant,
+) -> Option<HitsScored> {
+    match scored {
+        Ok((scored, rows)) => Some(HitsScored {
+            scores: scored.scores,
+            rows,
+            processor: Processor::Gpu,
+            fe_us: micros(waiting - started),
+            queue_us: micros(scored.turn.saturating_duration_since(waiting)),
+            eval_us: scored.turn_us,
+            batch_docs: scored.batch_docs,
+            batch_requests: scored.batch_requests,
+        }),
+        Err(err) => {
+            fell_back(Stage::Rank, &loaded.name, &err);
+            None
+        }
     }
 }
 

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
+use tokio::sync::oneshot;
 
 use super::batch::{micros, record_batch};
 use crate::gpu::{Executor, GpuDevice, GpuError};
@@ -40,7 +41,26 @@ pub(super) struct FusedScores {
 struct Queued {
     job: FusedJob,
     until: Instant,
-    answer: mpsc::SyncSender<Result<FusedScores, GpuError>>,
+    answer: AnswerTo,
+}
+
+/// A fused job's answer.
+type Answer = Result<FusedScores, GpuError>;
+
+/// Where a fused job's answer goes: to a thread waiting for it, or to a task awaiting it.
+enum AnswerTo {
+    Thread(mpsc::SyncSender<Answer>),
+    Task(oneshot::Sender<Answer>),
+}
+
+impl AnswerTo {
+    /// Sends `answer` (nowhere when the caller has stopped waiting).
+    fn send(self, answer: Answer) {
+        match self {
+            AnswerTo::Thread(to) => drop(to.send(answer)),
+            AnswerTo::Task(to) => drop(to.send(answer)),
+        }
+    }
 }
 
 /// The most fused requests one device turn takes (their documents are split into device
@@ -86,25 +106,57 @@ pub(super) fn score(
     lane: &FusedLane,
     loaded: &Arc<LoadedRanker>,
     layouts: Vec<FeLayout>,
-) -> Result<FusedScores, GpuError> {
+) -> Answer {
     let _queued = executor.queued();
-    let until = Instant::now() + FUSED_WAIT;
     let (answer, answered) = mpsc::sync_channel(1);
+    let answer =
+        queue(lane, loaded, layouts, AnswerTo::Thread(answer)).and_then(|()| {
+            match answered.recv_timeout(FUSED_WAIT) {
+                Ok(answer) => answer,
+                Err(mpsc::RecvTimeoutError::Timeout) => Err(unanswered()),
+                Err(mpsc::RecvTimeoutError::Disconnected) => Err(stopped()),
+            }
+        });
+    settle(executor, answer)
+}
+
+/// [`score`], awaiting the scores instead of waiting for them.
+pub(super) async fn score_queued(
+    executor: &Executor,
+    lane: &FusedLane,
+    loaded: &Arc<LoadedRanker>,
+    layouts: Vec<FeLayout>,
+) -> Answer {
+    let _queued = executor.queued();
+    let (answer, answered) = oneshot::channel();
+    let answer = match queue(lane, loaded, layouts, AnswerTo::Task(answer)) {
+        Ok(()) => match tokio::time::timeout(FUSED_WAIT, answered).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err(stopped()),
+            Err(_) => Err(unanswered()),
+        },
+        Err(err) => Err(err),
+    };
+    settle(executor, answer)
+}
+
+/// Queues `layouts` for `loaded` in `lane`, its answer to go to `answer`.
+fn queue(
+    lane: &FusedLane,
+    loaded: &Arc<LoadedRanker>,
+    layouts: Vec<FeLayout>,
+    answer: AnswerTo,
+) -> Result<(), GpuError> {
     let job = FusedJob {
         ranker: Arc::clone(loaded),
         layouts,
     };
-    let stopped = || GpuError::Unavailable {
-        reason: "the device's fused lane has stopped".into(),
-    };
-    (lane.jobs.send(Queued { job, until, answer })).map_err(|_| stopped())?;
-    let answer = match answered.recv_timeout(FUSED_WAIT) {
-        Ok(answer) => answer,
-        Err(mpsc::RecvTimeoutError::Timeout) => Err(GpuError::Unavailable {
-            reason: format!("no device turn within {} s", FUSED_WAIT.as_secs()),
-        }),
-        Err(mpsc::RecvTimeoutError::Disconnected) => Err(stopped()),
-    };
+    let until = Instant::now() + FUSED_WAIT;
+    (lane.jobs.send(Queued { job, until, answer })).map_err(|_| stopped())
+}
+
+/// Counts `answer` in its device's service record: a device failure takes the device out.
+fn settle(executor: &Executor, answer: Answer) -> Answer {
     match &answer {
         Ok(_) => executor.succeeded(),
         Err(err) => {
@@ -112,6 +164,20 @@ pub(super) fn score(
         }
     }
     answer
+}
+
+/// The answer of a fused job whose lane has stopped.
+fn stopped() -> GpuError {
+    GpuError::Unavailable {
+        reason: "the device's fused lane has stopped".into(),
+    }
+}
+
+/// The answer of a fused job not answered within [`FUSED_WAIT`].
+fn unanswered() -> GpuError {
+    GpuError::Unavailable {
+        reason: format!("no device turn within {} s", FUSED_WAIT.as_secs()),
+    }
 }
 
 /// A fused lane's thread: takes the queued jobs (waiting for the first), drops those whose
@@ -145,8 +211,8 @@ fn run_lane(
         }));
         match scored {
             Ok(scored) => {
-                for (answer, scores) in answers.iter().zip(scored) {
-                    let _ = answer.send(scores);
+                for (answer, scores) in answers.into_iter().zip(scored) {
+                    answer.send(scores);
                 }
             }
             Err(_) => {
@@ -154,8 +220,8 @@ fn run_lane(
                     device = executor.device().ordinal(),
                     "a fused device turn panicked"
                 );
-                for answer in &answers {
-                    let _ = answer.send(Err(GpuError::BatchFailed {
+                for answer in answers {
+                    answer.send(Err(GpuError::BatchFailed {
                         reason: "the device turn panicked".into(),
                     }));
                 }

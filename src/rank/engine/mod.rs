@@ -11,8 +11,10 @@
 //!
 //! A job's trip: hit documents that take the fused device path ([`backends::HitPath::Fused`])
 //! are extracted and scored in one device turn, alone ([`backends::Backends::rank_hits`]; a
-//! source that may give hit documents lays them out itself, [`RowSource::hit_layouts`], and
-//! [`backends::Backends::rank_source`] scores them, or hands the source back to its rows).
+//! source that may give hit documents lays them out itself, [`RowSource::hit_layouts`], on
+//! the pool, [`backends::Backends::lay_out_source`], and the request awaits their scores from
+//! the device's fused lane, [`backends::Backends::score_queued`], or the source goes back to
+//! its rows).
 //! Otherwise its rows are produced (FE for hit documents: on the CPU pool, or on the GPU when
 //! `fe_backend=gpu` and scoring stays on the CPU). A job that can only run on the CPU is then
 //! scored at once on the same pool thread: one trip to the pool, not two. One that may run on
@@ -29,7 +31,7 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Instant;
 
-pub use backends::{Backends, FeRefused, HitPath, HitsScored, SourceFused};
+pub use backends::{Backends, FeRefused, HitPath, HitsScored, SourceLaidOut};
 pub use batch::{BatchConfig, ScoreError, Scored};
 pub use pool::PoolTaskFailed;
 
@@ -421,10 +423,12 @@ impl RankEngine {
         Ok(fused_ranked(hits))
     }
 
-    /// Ranks a source's hit documents on the fused device path, from a blocking thread, when
-    /// it lays them out ([`Backends::rank_source`]). Otherwise the source comes back, with the
-    /// backend its rows are to be scored on: `backend` when it declined, the CPU after a GPU
-    /// failure.
+    /// Ranks a source's hit documents on the fused device path when it lays them out
+    /// ([`Backends::lay_out_source`], a task on the CPU pool). The request then awaits its
+    /// device's fused lane ([`Backends::score_queued`]), no thread waiting for the turn; with
+    /// the rows kept (`explain`) it takes a turn alone, from a blocking thread. Otherwise the
+    /// source comes back, with the backend its rows are to be scored on: `backend` when it
+    /// declined, the CPU after a GPU failure.
     async fn rank_source_fused<S: RowSource>(
         &self,
         ranker: &Arc<LoadedRanker>,
@@ -433,28 +437,40 @@ impl RankEngine {
         deadline: Option<Instant>,
         keep_rows: bool,
     ) -> Result<Result<Ranked<S>, (S, Backend)>, RankError<S::Error>> {
-        let (backends, ranker) = (Arc::clone(&self.backends), Arc::clone(ranker));
         let n_docs = source.len();
-        let work = move || {
-            let _stage = tracing::info_span!("fe+score", ranker = %ranker.name, documents = n_docs)
-                .entered();
-            let mut source = source;
-            match backends.rank_source(&ranker, &mut source, keep_rows) {
-                SourceFused::Scored(hits) => Ok(fused_ranked(hits)),
-                SourceFused::Declined => Err((source, backend)),
-                SourceFused::FellBack => Err((source, Backend::Cpu)),
+        let lay_out = {
+            let (backends, ranker) = (Arc::clone(&self.backends), Arc::clone(ranker));
+            move || {
+                let _stage =
+                    tracing::info_span!("fe", ranker = %ranker.name, documents = n_docs).entered();
+                let mut source = source;
+                let laid_out = backends.lay_out_source(&ranker, &mut source);
+                (source, laid_out)
             }
         };
-        // Under load the job runs on a blocking thread, which hands the layout to the pool and
-        // then waits for the device there, holding no pool thread. With the pool idle it runs
-        // on a pool thread instead: two thread hand-offs fewer for a lone request.
-        let ran = async {
-            match self.backends.pool_idle() {
-                true => (self.backends.on_cpu_pool_task(work).await).map_err(|e| e.to_string()),
-                false => (tokio::task::spawn_blocking(work).await).map_err(|e| e.to_string()),
-            }
+        let ranked = async {
+            let (source, laid_out) = (self.backends.on_cpu_pool_task(lay_out).await)
+                .map_err(|err| RankError::Internal(err.to_string()))?;
+            let (layouts, started) = match laid_out {
+                SourceLaidOut::Layouts { layouts, started } => (layouts, started),
+                SourceLaidOut::Declined => return Ok(Err((source, backend))),
+                SourceLaidOut::FellBack => return Ok(Err((source, Backend::Cpu))),
+            };
+            let scored = match keep_rows {
+                false => self.backends.score_queued(ranker, layouts, started).await,
+                true => {
+                    let (backends, ranker) = (Arc::clone(&self.backends), Arc::clone(ranker));
+                    let alone = move || backends.score_layouts(&ranker, layouts, started, true);
+                    (tokio::task::spawn_blocking(alone).await)
+                        .map_err(|err| RankError::Internal(err.to_string()))?
+                }
+            };
+            Ok(match scored {
+                Some(hits) => Ok(fused_ranked(hits)),
+                None => Err((source, Backend::Cpu)),
+            })
         };
-        until(deadline, ran).await?.map_err(RankError::Internal)
+        until(deadline, ranked).await?
     }
 }
 

@@ -92,13 +92,16 @@ impl<'a> Term<'a> {
     fn bound_over(&mut self, from: DocId, to: DocId, cap: f64) -> Option<f64> {
         let (mut last, mut bound) = self.block_bound(from)?;
         let list = self.cursor.list();
+        // A window past the blocks read is known from one skip entry, before any bound is
+        // computed.
+        let far = self.shallow + BOUND_OVER_BLOCKS;
+        if far + 1 < list.n_blocks() && list.block_last(far) < to {
+            return Some(cap);
+        }
         let grid = self.scorer.bound_grid();
         let mut j = self.shallow;
         while last < to && j + 1 < list.n_blocks() {
             j += 1;
-            if j - self.shallow > BOUND_OVER_BLOCKS {
-                return Some(cap);
-            }
             last = list.block_last(j);
             bound = bound.max(self.scorer.bound_at_ends(list.block_max_ends(j, grid)));
         }

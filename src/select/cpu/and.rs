@@ -25,7 +25,8 @@ pub(super) fn and_topk(
         return top;
     }
     terms.sort_by_key(|t| (t.cursor.df(), t.qi));
-    let lists_bound: f64 = terms.iter().map(Term::list_bound).sum();
+    let list_bounds: Vec<f64> = terms.iter().map(Term::list_bound).collect();
+    let lists_bound: f64 = list_bounds.iter().sum();
     let mut contrib = vec![0f32; n_distinct];
     // Per list after the leader: the sum of the block bounds of the lists after it.
     let mut rest_after = vec![0f64; terms.len()];
@@ -44,14 +45,26 @@ pub(super) fn and_topk(
     let floor_norms: [f32; 256] = *table.floor_norms();
     let mut doc = terms[0].cursor.doc();
     'windows: while doc != TERMINATED {
+        // The leader's and the first follower's blocks end the window; the lists after them,
+        // denser, are bounded over it by their blocks there: their short blocks would cut it
+        // into windows of a few of the leader's postings each.
         let mut window_end = TERMINATED;
-        let mut leader_bound = 0f64;
-        let mut others_bound = 0f64;
-        for (i, t) in terms.iter_mut().enumerate().rev() {
-            let Some((last, bound)) = t.block_bound(doc) else {
+        for t in terms.iter_mut().take(WINDOW_LISTS) {
+            let Some((last, _)) = t.block_bound(doc) else {
                 break 'windows;
             };
             window_end = window_end.min(last);
+        }
+        let mut leader_bound = 0f64;
+        let mut others_bound = 0f64;
+        for (i, t) in terms.iter_mut().enumerate().rev() {
+            let bound = match i < WINDOW_LISTS {
+                true => t.block_bound(doc).map(|(_, b)| b),
+                false => t.bound_over(doc, window_end, list_bounds[i]),
+            };
+            let Some(bound) = bound else {
+                break 'windows;
+            };
             match i {
                 0 => leader_bound = bound,
                 _ => {
@@ -177,6 +190,10 @@ pub(super) fn and_topk(
     stats.blocks_decoded += terms.iter().map(|t| t.cursor.blocks_decoded()).sum::<u64>();
     top
 }
+
+/// The lists, shortest first, whose blocks end AND's windows (the first follower's must: its
+/// postings of a dense window are read from its block there).
+const WINDOW_LISTS: usize = 2;
 
 /// Windows whose candidates span at most this many docIDs, with at least
 /// [`FOLLOWER_MAP_MIN_CANDIDATES`] candidates, have the first follower's postings marked in a

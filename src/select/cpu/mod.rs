@@ -29,6 +29,10 @@ use or::or_topk;
 /// mostly move one block at a time, and the entries of the next ones are then in cache.
 const ENTRIES_AHEAD: usize = 4;
 
+/// Blocks past the first whose entries [`Term::bound_over`] reads before it answers with the
+/// list's bound instead: a window of OR spans a few blocks of a denser list.
+const BOUND_OVER_BLOCKS: usize = 8;
+
 /// One distinct query term that is in the index.
 struct Term<'a> {
     /// Position among the query's distinct terms (the summation order).
@@ -78,6 +82,30 @@ impl<'a> Term<'a> {
             .scorer
             .bound_at_ends(list.block_max_ends(j, self.scorer.bound_grid()));
         Some(())
+    }
+
+    /// The largest block-max bound over docIDs `from..=to` and whether the list holds any of
+    /// them (`None`: it ends before `from`), read on the entries of the blocks there, or `cap`
+    /// (a bound of the whole list) once more than [`BOUND_OVER_BLOCKS`] blocks would be read.
+    /// Decodes nothing; the block-max place moves to `from` only, so that [`Term::block_bound`]
+    /// still answers for any docID from `from` on.
+    fn bound_over(&mut self, from: DocId, to: DocId, cap: f64) -> Option<f64> {
+        let (mut last, mut bound) = self.block_bound(from)?;
+        let list = self.cursor.list();
+        // A window past the blocks read is known from one skip entry, before any bound is
+        // computed.
+        let far = self.shallow + BOUND_OVER_BLOCKS;
+        if far + 1 < list.n_blocks() && list.block_last(far) < to {
+            return Some(cap);
+        }
+        let grid = self.scorer.bound_grid();
+        let mut j = self.shallow;
+        while last < to && j + 1 < list.n_blocks() {
+            j += 1;
+            last = list.block_last(j);
+            bound = bound.max(self.scorer.bound_at_ends(list.block_max_ends(j, grid)));
+        }
+        Some(bound.min(cap))
     }
 
     /// Asks for the block at the block-max place to be brought into the cache when the cursor is
@@ -226,4 +254,67 @@ fn window_candidates(
         n_cands += scorer.may_exceed_at_norm(tf, norm, need) as usize;
     }
     (n_cands, in_window, in_window < docs.len())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::index::codecs::{encode_list, Codec};
+    use crate::select::bm25::Bm25Params;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(200))]
+        /// A window's bound of a list is the largest bound of the blocks holding docIDs in
+        /// the window (the list's own past [`BOUND_OVER_BLOCKS`] of them), so it bounds every
+        /// posting there; calls with rising windows leave `block_bound` answering from each
+        /// window's start.
+        #[test]
+        fn bound_over_is_the_largest_block_bound_in_the_window(
+            gaps in proptest::collection::vec(1u32..40, 1..3000),
+            windows in proptest::collection::vec((0u32..2000, 0u32..3000), 1..20),
+        ) {
+            let docs: Vec<u32> = gaps.iter().scan(0u32, |d, g| { *d += g; Some(*d) }).collect();
+            let tfs: Vec<u32> = docs.iter().map(|d| d % 5 + 1).collect();
+            let lens = |d: u32| d % 13 + 1;
+            let (mut bytes, mut skips) = (Vec::new(), Vec::new());
+            encode_list(Codec::Ef, &docs, &tfs, lens, &mut bytes, &mut skips);
+            let mut sk = Vec::new();
+            for s in &skips {
+                s.write(&mut sk);
+            }
+            let list = PostingList::from_parts(Codec::Ef, docs.len() as u32, &bytes, &sk);
+            let scorer = TermScorer::new(Bm25Params::default(), 1 << 20, docs.len() as u64, 7.0);
+            let mut term = Term::new(0, scorer, list);
+            let cap = term.list_bound();
+            let block_bound = |j: usize| scorer.max_bound(&list.block_max(j));
+            let mut from = 0u32;
+            for (step, span) in windows {
+                from += step;
+                let to = from + span;
+                let got = term.bound_over(from, to, cap);
+                // Blocks holding docIDs from..=to: from the one that would hold `from` to the
+                // first whose last docID reaches `to` (or the list's last).
+                let first = (0..list.n_blocks()).find(|&j| list.block_last(j) >= from);
+                let Some(first) = first else {
+                    prop_assert_eq!(got, None);
+                    continue;
+                };
+                let last = (first..list.n_blocks())
+                    .find(|&j| list.block_last(j) >= to)
+                    .unwrap_or(list.n_blocks() - 1);
+                let want = match last - first > BOUND_OVER_BLOCKS {
+                    true => cap,
+                    false => (first..=last).map(block_bound).fold(0f64, f64::max).min(cap),
+                };
+                prop_assert_eq!(got, Some(want));
+                for (&d, &tf) in docs.iter().zip(&tfs) {
+                    if (from..=to).contains(&d) {
+                        prop_assert!(scorer.contribution(tf, lens(d)) as f64 <= want);
+                    }
+                }
+                prop_assert_eq!(term.block_bound(from).map(|b| b.1), Some(block_bound(first)));
+            }
+        }
+    }
 }

@@ -172,6 +172,20 @@ pub(super) fn or_topk(
         if window_end == TERMINATED {
             break;
         }
+        // A list non-essential for the query is bounded in the window by its blocks there:
+        // a dense list's bound is mostly one outlier's, its blocks' far below.
+        for (i, t) in terms.iter_mut().enumerate().take(first_essential) {
+            if !live[i] {
+                continue;
+            }
+            match t.bound_over(start, window_end, ub[i]) {
+                Some(b) => bound[i] = b,
+                None => {
+                    live[i] = false;
+                    bound[i] = 0.0;
+                }
+            }
+        }
         // Last window's order, less the lists that ended, is most often still in order: sorted
         // only when it is not.
         order.retain(|&i| live[i]);

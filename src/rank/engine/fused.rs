@@ -2,9 +2,9 @@
 //! lane) that takes the requests queued for it, up to [`FUSED_JOBS_PER_TURN`] at a time, scores
 //! them in one device turn — consecutive requests of one ranker version in one device batch (one
 //! pass of the model, one copy out) — and sends each its scores, then takes the next requests at
-//! once. A request's thread only queues its layouts and waits for its answer: no caller leads a
-//! turn, so none waits for the device on the others' behalf, and no hand-off of the lead to a
-//! sleeping caller separates one turn from the next. Kept apart from [`super::backends`], which
+//! once. A request only queues its layouts and waits for its answer ([`score`]) or awaits it
+//! ([`score_queued`]): no caller leads a turn, so none waits for the device on the others'
+//! behalf, and no hand-off of the lead to a sleeping caller separates one turn from the next. Kept apart from [`super::backends`], which
 //! decides where a batch runs, because this is how one device's turn is shared.
 
 use std::sync::mpsc;

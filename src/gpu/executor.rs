@@ -5,9 +5,9 @@
 //! several executors in a [`Fleet`], which picks one for each piece of work, takes a device
 //! that fails out of service and later lets one piece of work try it again.
 //!
-//! Work that may be batched with other callers' work waits in a [`Combiner`](super::Combiner),
-//! which runs each batch during one turn (the ranking stage's fused requests wait instead for a
-//! thread of the device's own, `rank::engine::fused`, which runs one batch after another).
+//! Work that may be batched with other callers' work (a device's GPU selections, its fused
+//! ranking requests) waits in a stage's [`Lane`](super::Lane) on the device: a thread of the
+//! device's own that runs each batch during one turn.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -136,7 +136,7 @@ impl Executor {
         &self.device
     }
 
-    /// The device's turns, for a [`Combiner`](super::Combiner) that batches work for it (call
+    /// The device's turns, for a [`Lane`](super::Lane) that batches work for it (call
     /// [`Executor::queued`] first and [`Executor::during_turn`] inside the turn).
     pub fn turns(&self) -> &Turns {
         &self.turns

@@ -1,5 +1,5 @@
 //! The device runtime: one CUDA context per process, one [`Executor`] per device (its turns:
-//! the stages' work runs on a device one piece at a time, batched where a [`Combiner`] queues
+//! the stages' work runs on a device one piece at a time, batched where a stage's [`Lane`] queues
 //! it), NVRTC-compiled kernel modules, device buffers, and the errors they raise. It knows
 //! nothing of rankers or postings: the ranking and selection stages build their GPU paths
 //! (`rank::gpu`, `select::gpu`) on top of it.
@@ -15,19 +15,19 @@
 //! - [`pinned`]: a pool of pinned host memory that the host writes and any device copies in.
 //! - [`power`]: board power and energy through NVML, for the benchmark and the metrics.
 
-pub mod combine;
 pub mod device;
 pub mod error;
 pub mod executor;
+pub mod lane;
 pub mod lru;
 pub mod mapped;
 pub mod module;
 pub mod pinned;
 pub mod power;
 
-pub use combine::Combiner;
 pub use device::GpuDevice;
 pub use error::GpuError;
 pub use executor::{Executor, Fleet, Turns};
+pub use lane::{Lane, Missed};
 pub use mapped::MappedHost;
 pub use module::KernelModule;

@@ -1,8 +1,9 @@
 //! The document stage's engine: where a query runs, decided here once. It owns the scheduler
 //! (the CPU/GPU choice per query and per intersection step, [`Scheduler`]), the backlog of
 //! selections booked on each processor ([`Backlog`]), each device's posting cache and the GPU
-//! selections waiting for it (a [`Combiner`] whose batches run during the device's turns,
-//! [`schedule::run_gpu_batch`]), the wait for the device and the fallback to the CPU.
+//! selections waiting for it (the device's selection [`Lane`], a thread that runs the selections
+//! queued so far in one batch per turn, [`schedule::run_gpu_batch`]), the wait for the device and
+//! the fallback to the CPU.
 //!
 //! With several GPUs every device caches the same lists (the longest, under its own budget), so
 //! a query's lists are resident on every device or on none, and a query bound for the GPU goes
@@ -21,13 +22,15 @@
 //! failure runs the query on the CPU (same answer), counted by [`fell_back`].
 
 use std::sync::{Arc, OnceLock};
+
+use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use super::gpu::{GpuSelectError, PostingCache, PostingCacheConfig, PostingCacheStats};
 use super::schedule::{self, Backlog, GpuJob, Load, Route, Scheduler};
 use super::{Query, SearchResult, SelectError};
 use crate::backend::{fell_back, Backend, Processor, Stage};
-use crate::gpu::{Combiner, Executor, Fleet};
+use crate::gpu::{Executor, Fleet, Lane, Missed};
 use crate::index::Index;
 
 /// Estimated CPU time under which a selection runs on the request's own task instead of the
@@ -67,7 +70,14 @@ pub struct SelectEngine {
     config: SelectConfig,
     /// Each device's posting cache of the served index and the GPU selections waiting for it,
     /// once the probe found a device.
-    gpu: OnceLock<Fleet<Combiner<PostingCache, GpuJob, GpuAnswer>>>,
+    gpu: OnceLock<Fleet<SelectDevice>>,
+}
+
+/// The document stage on one device: its posting cache, and the lane whose thread runs the
+/// selections queued for the device with it.
+struct SelectDevice {
+    cache: Arc<Mutex<PostingCache>>,
+    lane: Lane<GpuJob, GpuAnswer>,
 }
 
 impl SelectEngine {
@@ -96,11 +106,11 @@ impl SelectEngine {
         let devices: Vec<_> = (executors.iter())
             .filter_map(|executor| {
                 let device = Arc::clone(executor.device());
-                match executor.run(|_| PostingCache::longest_first(device, config)) {
-                    Ok(cache) => Some((
-                        Arc::clone(executor),
-                        Combiner::new(cache, self.config.gpu_batch),
-                    )),
+                let started = (executor.run(|_| PostingCache::longest_first(device, config)))
+                    .map_err(|err| err.to_string())
+                    .and_then(|cache| self.start_lane(executor, cache));
+                match started {
+                    Ok(on_device) => Some((Arc::clone(executor), on_device)),
                     Err(err) => {
                         tracing::warn!(device = executor.device().ordinal(), error = %err, "no GPU posting cache: selection not on this device");
                         None
@@ -120,6 +130,28 @@ impl SelectEngine {
         }
     }
 
+    /// Starts `executor`'s selection lane (thread `gpu{N}-select`), which runs the queued GPU
+    /// selections with `cache`, [`SelectConfig::gpu_batch`] at most a turn.
+    fn start_lane(
+        &self,
+        executor: &Arc<Executor>,
+        cache: PostingCache,
+    ) -> Result<SelectDevice, String> {
+        let cache = Arc::new(Mutex::new(cache));
+        let scheduler = self.scheduler;
+        let name = format!("gpu{}-select", executor.device().ordinal());
+        let lane = Lane::start(name, executor, self.config.gpu_batch, {
+            let cache = Arc::clone(&cache);
+            move |_, jobs| {
+                metrics::histogram!("rankserve_select_gpu_batch_queries").record(jobs.len() as f64);
+                schedule::run_gpu_batch(&mut cache.lock(), &scheduler, &jobs)
+            }
+        });
+        let lane =
+            lane.map_err(|err| format!("cannot start the device's selection lane: {err}"))?;
+        Ok(SelectDevice { cache, lane })
+    }
+
     /// Loads `index`'s resident lists into every device's posting cache (side by side), so
     /// that no query pays for it. A failure is logged; that cache then loads on its next GPU
     /// query, which runs on the CPU if that fails too. Blocking: it waits for the devices'
@@ -129,13 +161,11 @@ impl SelectEngine {
             return;
         };
         std::thread::scope(|scope| {
-            for (executor, combiner) in fleet.iter() {
+            for (executor, on_device) in fleet.iter() {
                 scope.spawn(move || {
-                    let _queued = executor.queued();
-                    let _turn = executor.turns().take();
                     let device = executor.device().ordinal();
-                    let prepared = executor.during_turn(|_| {
-                        let mut cache = combiner.lock();
+                    let prepared = executor.run(|_| {
+                        let mut cache = on_device.cache.lock();
                         cache.prepare(index).map(|()| cache.stats())
                     });
                     match prepared {
@@ -157,7 +187,9 @@ impl SelectEngine {
     /// Each device's ordinal and posting cache counters (none without a GPU).
     pub fn posting_cache_stats(&self) -> Vec<(usize, PostingCacheStats)> {
         (self.gpu.get().into_iter().flat_map(Fleet::iter))
-            .map(|(executor, combiner)| (executor.device().ordinal(), combiner.lock().stats()))
+            .map(|(executor, on_device)| {
+                (executor.device().ordinal(), on_device.cache.lock().stats())
+            })
             .collect()
     }
 
@@ -227,32 +259,27 @@ impl SelectEngine {
     }
 
     /// Runs `job` on the least loaded device in service, in a batch with the GPU selections
-    /// waiting beside it: `None` when there is no device in service, when no batch took it
-    /// within `wait` (the device is busy: the caller's CPU is free; counted in
-    /// `rankserve_gpu_queue_timeouts_total`) or when its batch ended without answering it. A
+    /// queued beside it: `None` when there is no device in service, when no turn took it within
+    /// `wait` (the device is busy: the caller's CPU is free; counted in
+    /// `rankserve_gpu_queue_timeouts_total`) or when its turn ended without answering it. A
     /// failure of the device takes it out of service; an answer puts one that was being tried
     /// again back.
     fn on_gpu(&self, job: GpuJob, wait: Duration) -> Option<GpuAnswer> {
-        let (executor, combiner) = self.gpu.get()?.pick(&[], |_| true)?;
+        let (executor, on_device) = self.gpu.get()?.pick(&[], |_| true)?;
         let _queued = executor.queued();
-        let ran = combiner.submit(executor.turns(), job, wait, |cache, jobs| {
-            executor.during_turn(|_| {
-                metrics::histogram!("rankserve_select_gpu_batch_queries").record(jobs.len() as f64);
-                schedule::run_gpu_batch(cache, &self.scheduler, &jobs)
-            })
-        });
+        let ran = on_device.lane.submit(job, wait);
         match &ran {
-            Some(Ok(_)) => executor.succeeded(),
-            Some(Err(GpuSelectError::Gpu(err))) => {
+            Ok(Ok(_)) => executor.succeeded(),
+            Ok(Err(GpuSelectError::Gpu(err))) => {
                 executor.failed(err);
+            }
+            // A zero wait is a query that could not afford to wait: it gave nothing up.
+            Err(Missed::NotTaken) if !wait.is_zero() => {
+                metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
+                    .increment(1);
             }
             _ => {}
         }
-        // A zero wait is a query that could not afford to wait: it gave nothing up.
-        if ran.is_none() && !wait.is_zero() {
-            metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
-                .increment(1);
-        }
-        ran
+        ran.ok()
     }
 }

@@ -10,7 +10,7 @@
 //! AND_OR is AND, then OR when AND found fewer than k ([`search_and_or`]).
 //!
 //! Queries run in batches ([`search_batch`]; one query is a batch of one): the server gathers
-//! the GPU selections that arrive while the device is busy (`gpu::Combiner`), and a batch shares
+//! the GPU selections that arrive while the device is busy (the device's `gpu::Lane`), and a batch shares
 //! one staging copy, one decode launch and one wait for the stream, each query's other launches
 //! queued after the one before it (Wang et al. batch queries so, to pay the copies and the
 //! kernel invocations once per batch).

@@ -14,7 +14,9 @@
 //! anything waits for the device, so that a query bound for the CPU never holds it), then runs
 //! the route ([`SelectEngine::select`], blocking) and gets one answer: the hits and the processor
 //! that found them. A route cheap enough to run on the caller's own async task says so
-//! ([`SelectEngine::runs_inline`]).
+//! ([`SelectEngine::runs_inline`]); a route to the GPU may instead be awaited from it
+//! ([`SelectEngine::select_queued`]), the CPU's part (if the device gives no answer) left to the
+//! caller.
 //!
 //! The wait for the device: `gpu` waits up to `gpu_queue_ms`, `auto` only as long as waiting
 //! still beats the CPU (the route's estimated margin), never past the request's deadline; a
@@ -27,7 +29,7 @@ use parking_lot::Mutex;
 use std::time::{Duration, Instant};
 
 use super::gpu::{GpuSelectError, PostingCache, PostingCacheConfig, PostingCacheStats};
-use super::schedule::{self, Backlog, GpuJob, Load, Route, Scheduler};
+use super::schedule::{self, Backlog, GpuJob, Load, Route, Scheduled, Scheduler};
 use super::{Query, SearchResult, SelectError};
 use crate::backend::{fell_back, Backend, Processor, Stage};
 use crate::gpu::{Executor, Fleet, Lane, Missed};
@@ -224,62 +226,133 @@ impl SelectEngine {
         deadline: Option<Instant>,
     ) -> Result<Selected, SelectError> {
         let booking = self.backlog.book(route.choice.side, route.choice.gpu_us);
+        let ran = match route.to_gpu() {
+            false => schedule::search_routed(index, query, route, None, &self.scheduler),
+            // Run in a batch with the GPU selections waiting beside it; an `auto` route carries
+            // the scheduler's per-step plan.
+            true => {
+                let wait = self.gpu_wait(&route, backend, deadline);
+                match self.on_gpu(route.gpu_job(Arc::clone(index), query), wait) {
+                    Some(answer) => schedule::settle(index, query, route, Some(answer)),
+                    // A query that did not get the device (none, or busy past its wait) runs on
+                    // the CPU: its place moves there.
+                    None => {
+                        drop(booking);
+                        let _booking = self.backlog.book(Processor::Cpu, 0.0);
+                        schedule::search_routed(index, query, route, None, &self.scheduler)
+                    }
+                }
+            }
+        }?;
+        Ok(selected(query, ran))
+    }
+
+    /// [`SelectEngine::select`] of a route to the GPU ([`Route::to_gpu`]), awaiting the
+    /// device's answer instead of waiting for it: no thread is held while the query is queued.
+    /// `Ok(None)` when the device gave no answer — none in service, busy past the query's wait,
+    /// or failed (logged and counted as a fallback): the caller then runs the query on the CPU,
+    /// off its async task ([`SelectEngine::select`] with [`Backend::Cpu`]).
+    ///
+    /// # Errors
+    /// [`SelectError::InvalidParameter`] for BM25 parameters out of range.
+    pub async fn select_queued(
+        &self,
+        index: &Arc<Index>,
+        query: &Query,
+        route: Route<'_>,
+        backend: Backend,
+        deadline: Option<Instant>,
+    ) -> Result<Option<Selected>, SelectError> {
+        let _booking = self.backlog.book(Processor::Gpu, route.choice.gpu_us);
+        let wait = self.gpu_wait(&route, backend, deadline);
+        let job = route.gpu_job(Arc::clone(index), query);
+        let Some((executor, on_device)) = self.pick() else {
+            return Ok(None);
+        };
+        let _queued = executor.queued();
+        let ran = on_device.lane.submit_queued(job, wait).await;
+        match account(executor, ran, wait) {
+            Some(Ok(result)) => {
+                let side = Processor::Gpu;
+                let ran = Scheduled {
+                    result,
+                    side,
+                    fallback: None,
+                };
+                Ok(Some(selected(query, ran)))
+            }
+            Some(Err(GpuSelectError::Query(err))) => Err(err),
+            Some(Err(GpuSelectError::Gpu(err))) => {
+                fell_back(Stage::Select, &query.terms.join(" "), &err);
+                Ok(None)
+            }
+            None => Ok(None),
+        }
+    }
+
+    /// How long a query routed to the GPU along `route` may wait for the device: `gpu` up to
+    /// `gpu_queue_ms`, `auto` only as long as waiting still beats the CPU; never past
+    /// `deadline`.
+    fn gpu_wait(&self, route: &Route, backend: Backend, deadline: Option<Instant>) -> Duration {
         let wait = match backend {
             Backend::Gpu => self.config.gpu_queue,
             Backend::Auto => Duration::from_secs_f64(route.choice.gpu_margin_us() / 1e6),
             Backend::Cpu => Duration::ZERO,
         };
-        let wait = deadline.map_or(wait, |at| {
+        deadline.map_or(wait, |at| {
             wait.min(at.saturating_duration_since(Instant::now()))
-        });
-        let ran = match route.to_gpu() {
-            false => schedule::search_routed(index, query, route, None, &self.scheduler),
-            // Run in a batch with the GPU selections waiting beside it; an `auto` route carries
-            // the scheduler's per-step plan.
-            true => match self.on_gpu(route.gpu_job(Arc::clone(index), query), wait) {
-                Some(answer) => schedule::settle(index, query, route, Some(answer)),
-                // A query that did not get the device (none, or busy past its wait) runs on
-                // the CPU: its place moves there.
-                None => {
-                    drop(booking);
-                    let _booking = self.backlog.book(Processor::Cpu, 0.0);
-                    schedule::search_routed(index, query, route, None, &self.scheduler)
-                }
-            },
-        }?;
-        if let Some(err) = &ran.fallback {
-            fell_back(Stage::Select, &query.terms.join(" "), err);
-        }
-        metrics::counter!("rankserve_select_backend_total", "backend" => ran.side.as_str())
-            .increment(1);
-        Ok(Selected {
-            result: ran.result,
-            side: ran.side,
         })
     }
 
+    /// The least loaded device in service, for the next GPU selection.
+    fn pick(&self) -> Option<&(Arc<Executor>, SelectDevice)> {
+        self.gpu.get()?.pick(&[], |_| true)
+    }
+
     /// Runs `job` on the least loaded device in service, in a batch with the GPU selections
-    /// queued beside it: `None` when there is no device in service, when no turn took it within
-    /// `wait` (the device is busy: the caller's CPU is free; counted in
-    /// `rankserve_gpu_queue_timeouts_total`) or when its turn ended without answering it. A
-    /// failure of the device takes it out of service; an answer puts one that was being tried
-    /// again back.
+    /// queued beside it: `None` when there is no device in service or the device gave no
+    /// answer ([`account`]).
     fn on_gpu(&self, job: GpuJob, wait: Duration) -> Option<GpuAnswer> {
-        let (executor, on_device) = self.gpu.get()?.pick(&[], |_| true)?;
+        let (executor, on_device) = self.pick()?;
         let _queued = executor.queued();
-        let ran = on_device.lane.submit(job, wait);
-        match &ran {
-            Ok(Ok(_)) => executor.succeeded(),
-            Ok(Err(GpuSelectError::Gpu(err))) => {
-                executor.failed(err);
-            }
-            // A zero wait is a query that could not afford to wait: it gave nothing up.
-            Err(Missed::NotTaken) if !wait.is_zero() => {
-                metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
-                    .increment(1);
-            }
-            _ => {}
+        account(executor, on_device.lane.submit(job, wait), wait)
+    }
+}
+
+/// What the lane of `executor`'s device made of a selection that waited up to `wait`, counted:
+/// `None` when no turn took it within `wait` (the device is busy: the caller's CPU is free;
+/// counted in `rankserve_gpu_queue_timeouts_total`) or when its turn ended without answering it.
+/// A failure of the device takes it out of service; an answer puts one that was being tried
+/// again back.
+fn account(
+    executor: &Executor,
+    ran: Result<GpuAnswer, Missed>,
+    wait: Duration,
+) -> Option<GpuAnswer> {
+    match &ran {
+        Ok(Ok(_)) => executor.succeeded(),
+        Ok(Err(GpuSelectError::Gpu(err))) => {
+            executor.failed(err);
         }
-        ran.ok()
+        // A zero wait is a query that could not afford to wait: it gave nothing up.
+        Err(Missed::NotTaken) if !wait.is_zero() => {
+            metrics::counter!("rankserve_gpu_queue_timeouts_total", "stage" => "select")
+                .increment(1);
+        }
+        _ => {}
+    }
+    ran.ok()
+}
+
+/// `ran` as the caller's answer, its fallback (if any) logged and its processor counted.
+fn selected(query: &Query, ran: Scheduled) -> Selected {
+    if let Some(err) = &ran.fallback {
+        fell_back(Stage::Select, &query.terms.join(" "), err);
+    }
+    metrics::counter!("rankserve_select_backend_total", "backend" => ran.side.as_str())
+        .increment(1);
+    Selected {
+        result: ran.result,
+        side: ran.side,
     }
 }

@@ -13,8 +13,9 @@
 //!
 //! The request's `backend` drives both stages; each engine decides what it means. This file
 //! decides only where the async handler waits: a selection the engine calls cheap
-//! ([`SelectEngine::runs_inline`]) runs on the request's own task, the others on the blocking
-//! pool. `backends.select` says which processor selected.
+//! ([`SelectEngine::runs_inline`]) runs on the request's own task, a selection routed to the GPU
+//! is awaited there ([`SelectEngine::select_queued`]), the others (and a GPU selection the device
+//! did not answer) run on the blocking pool. `backends.select` says which processor selected.
 //!
 //! Inputs that select nothing are not errors (`docs/api.md` lists them): an empty query, a query
 //! of unknown terms, `k = 0` answer no hits; `k` and `candidates` above the collection's size
@@ -397,16 +398,23 @@ pub(super) async fn search(
     let ranked = loaded.is_some();
     let query = selection_query(&index, terms, &request, ranked);
     let route = state.select.route(&index, &query, backend);
-    // A cheap CPU selection runs here; the rest (the GPU's waits and launches, long lists) on the
-    // blocking pool, where a query sent there is routed again under the load it meets. The
+    // A cheap CPU selection runs here, and a GPU selection is awaited here (its device's lane
+    // answers it); the rest (long lists on the CPU, and a GPU selection the device did not answer)
+    // on the blocking pool, where a query sent there is routed again under the load it meets. The
     // candidates' hits are read later, by the ranking engine on its own pool.
-    let selected = match SelectEngine::runs_inline(&route) {
-        true => Some(
-            (state.select)
-                .select(&index, &query, route, backend, deadline.at)
-                .map_err(ApiError::internal)?,
-        ),
-        false => None,
+    let (selected, backend) = match (SelectEngine::runs_inline(&route), route.to_gpu()) {
+        (true, _) => {
+            let selected = (state.select).select(&index, &query, route, backend, deadline.at);
+            (Some(selected.map_err(ApiError::internal)?), backend)
+        }
+        (false, true) => {
+            let selected =
+                (state.select).select_queued(&index, &query, route, backend, deadline.at);
+            let selected = selected.await.map_err(ApiError::internal)?;
+            // Not answered by the device: the CPU's turn.
+            (selected, Backend::Cpu)
+        }
+        (false, false) => (None, backend),
     };
     let candidates = match selected {
         Some(selected) => candidates(&index, &query.terms, selected, ranked, None),

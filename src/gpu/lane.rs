@@ -8,8 +8,9 @@
 //! the first to queue ran the batch on its own thread), every turn ended with a wake-up of the
 //! next leader, a sleeping caller, before the device had work again; under load that gap came
 //! once per turn. The lane's thread is awake when a turn ends and starts the next with whatever
-//! queued meanwhile. (`/v1/rank`'s fused requests on two H200, 64 clients: +9 % and +19 %
-//! requests/s against the leader-runs-the-turn queue, `29e7885`.)
+//! queued meanwhile. On two H200 against the leader-runs-the-turn queue: `/v1/rank`'s fused
+//! requests at 64 clients +9 % and +19 % requests/s (`29e7885`), `/v1/search` at 10 M documents
+//! with both devices +7–34 % queries/s (`405837e`; docs/benchmarks.md).
 //!
 //! A caller waits for its job to be taken at most as long as it says; a job still queued then is
 //! withdrawn (to run elsewhere, on the CPU). Once a turn has taken the job the caller waits for

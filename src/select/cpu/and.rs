@@ -314,20 +314,26 @@ fn first_follower_holds(
         }
         follower_at.mark((d - base) as usize, i);
     }
-    // Every candidate's bound computed, one kept where the follower holds it and the bound may
-    // beat `need`: whether the follower holds a candidate is about even, a mispredicted branch
-    // as often when tested first.
+    // The candidates the follower holds, then those whose bound may beat `need`, each kept
+    // without a branch: whether the follower holds a candidate is about even, a mispredicted
+    // branch as often when tested; and only those it holds have their length floors read (a
+    // cache miss in a large collection).
+    let mut both = [(0 as DocId, 0u32, 0u32); BLOCK_LEN];
+    let mut n_both = 0;
     for &(d, leader_tf) in cands {
         let at = follower_at.get((d - base) as usize);
-        // Any tf of the block when the follower does not hold `d`: that bound is dropped.
-        let first_tf = tfs[at.saturating_sub(1)];
+        // Any tf of the block when the follower does not hold `d`: that entry is dropped.
+        both[n_both % BLOCK_LEN] = (d, leader_tf, tfs[at.saturating_sub(1)]);
+        n_both += (at != 0) as usize;
+    }
+    for &(d, leader_tf, first_tf) in &both[..n_both] {
         let code = index.scoring_length_code(d);
         let partial = table.contribution_at_floor(&leader.scorer, leader_tf, code) as f64
             + table.contribution_at_floor(&first.scorer, first_tf, code) as f64;
         // The slack covers the summation order of the exact score.
         let may = need.is_none_or(|need| partial * (1.0 + BOUND_SLACK) > need);
         held[n_held % BLOCK_LEN] = (d, leader_tf, first_tf, partial);
-        n_held += (may & (at != 0)) as usize;
+        n_held += may as usize;
     }
     if in_window < docs.len() {
         first.cursor.skip_in_block(in_window);

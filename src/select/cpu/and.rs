@@ -35,9 +35,10 @@ pub(super) fn and_topk(
     // Those the first follower holds and that may still enter: docID, leader's tf, follower's
     // tf, the two contributions' sum bounded at the length floor.
     let mut held = [(0 as DocId, 0u32, 0u32, 0f64); BLOCK_LEN];
-    // The first follower's postings of a dense window by docID less the window's first
-    // candidate: their place in its decoded block plus one (0: none).
-    let mut follower_at = vec![0u8; FOLLOWER_MAP_SPAN];
+    // The first follower's postings of dense windows by docID less the window's first
+    // candidate ([`FollowerMap`]): the thread's, kept from query to query (made once, not
+    // zeroed per query).
+    let mut follower_at = FOLLOWER_MAPS.take().unwrap_or_else(FollowerMap::new);
     // Norms and contributions by length and by length floor (every term of a query has the
     // same norms): the same bits as the scorer's, without their divisions; the norm at each
     // length floor's code, for the leader's postings' bounds, on the stack.
@@ -188,7 +189,13 @@ pub(super) fn and_topk(
         };
     }
     stats.blocks_decoded += terms.iter().map(|t| t.cursor.blocks_decoded()).sum::<u64>();
+    FOLLOWER_MAPS.set(Some(follower_at));
     top
+}
+
+thread_local! {
+    /// Each thread's [`FollowerMap`] between its AND queries.
+    static FOLLOWER_MAPS: std::cell::Cell<Option<FollowerMap>> = const { std::cell::Cell::new(None) };
 }
 
 /// The lists, shortest first, whose blocks end AND's windows (the first follower's must: its
@@ -203,13 +210,55 @@ const WINDOW_LISTS: usize = 2;
 const FOLLOWER_MAP_SPAN: usize = 4096;
 const FOLLOWER_MAP_MIN_CANDIDATES: usize = 8;
 
+/// The first follower's postings of a dense window, by docID less the window's first candidate:
+/// each entry the window's tag (high byte) and the posting's place in the decoded block plus one
+/// (low byte). An entry of another window's tag is no posting of this one, so nothing is cleared
+/// between windows, only the whole map once in 255 windows, when the tag wraps.
+struct FollowerMap {
+    at: Vec<u16>,
+    tag: u16,
+}
+
+impl FollowerMap {
+    fn new() -> Self {
+        Self {
+            at: vec![0; FOLLOWER_MAP_SPAN],
+            tag: 0,
+        }
+    }
+
+    /// Starts a window: every entry then reads as no posting.
+    #[inline]
+    fn next_window(&mut self) {
+        self.tag += 1;
+        if self.tag == 256 {
+            self.at.fill(0);
+            self.tag = 1;
+        }
+    }
+
+    /// Marks the posting at place `place` (< 255) of docID `base + o`.
+    #[inline]
+    fn mark(&mut self, o: usize, place: usize) {
+        self.at[o] = self.tag << 8 | (place as u16 + 1);
+    }
+
+    /// The place plus one of the window's posting of docID `base + o` (0: none), without a
+    /// branch.
+    #[inline]
+    fn get(&self, o: usize) -> usize {
+        let e = self.at[o];
+        ((e & 0xff) * ((e >> 8 == self.tag) as u16)) as usize
+    }
+}
+
 /// The candidates (`cands`: the leader's postings of a window ending at `window_end`, ascending)
 /// that the first follower `first` holds and whose contributions, bounded at the length floor,
 /// may beat `need` (the k-th score less the other followers' block bounds; `None`: any may),
 /// into `held` as (docID, leader's tf, follower's tf, the bound). Returns how many, and whether
 /// the follower ended before a candidate (no later document is in the conjunction). A dense
-/// window marks the follower's postings of the window in `follower_at` (all 0 before and after);
-/// another seeks each candidate.
+/// window marks the follower's postings of the window in `follower_at` and reads every
+/// candidate's entry without a branch; another seeks each candidate.
 #[allow(clippy::too_many_arguments)]
 fn first_follower_holds(
     index: &Index,
@@ -220,7 +269,7 @@ fn first_follower_holds(
     window_end: DocId,
     cands: &[(DocId, u32)],
     held: &mut [(DocId, u32, u32, f64); BLOCK_LEN],
-    follower_at: &mut [u8],
+    follower_at: &mut FollowerMap,
 ) -> (usize, bool) {
     let mut n_held = 0;
     let mut offer = |d: DocId, leader_tf: u32, first_tf: u32| {
@@ -236,7 +285,7 @@ fn first_follower_holds(
         return (0, false);
     };
     let dense = cands.len() >= FOLLOWER_MAP_MIN_CANDIDATES
-        && ((window_end - base) as usize) < follower_at.len();
+        && ((window_end - base) as usize) < FOLLOWER_MAP_SPAN;
     if !dense {
         for &(d, leader_tf) in cands {
             match first.cursor.seek(d) {
@@ -256,22 +305,35 @@ fn first_follower_holds(
     let (docs, tfs) = first.cursor.block_rest();
     // Walked up to the window's end, one mispredicted exit: cheaper than finding the end first
     // by a binary search of dependent loads.
+    follower_at.next_window();
     let mut in_window = docs.len();
     for (i, &d) in docs.iter().enumerate() {
         if d > window_end {
             in_window = i;
             break;
         }
-        follower_at[(d - base) as usize] = i as u8 + 1;
+        follower_at.mark((d - base) as usize, i);
     }
+    // The candidates the follower holds, then those whose bound may beat `need`, each kept
+    // without a branch: whether the follower holds a candidate is about even, a mispredicted
+    // branch as often when tested; and only those it holds have their length floors read (a
+    // cache miss in a large collection).
+    let mut both = [(0 as DocId, 0u32, 0u32); BLOCK_LEN];
+    let mut n_both = 0;
     for &(d, leader_tf) in cands {
-        let at = follower_at[(d - base) as usize] as usize;
-        if at != 0 {
-            offer(d, leader_tf, tfs[at - 1]);
-        }
+        let at = follower_at.get((d - base) as usize);
+        // Any tf of the block when the follower does not hold `d`: that entry is dropped.
+        both[n_both % BLOCK_LEN] = (d, leader_tf, tfs[at.saturating_sub(1)]);
+        n_both += (at != 0) as usize;
     }
-    for &d in &docs[..in_window] {
-        follower_at[(d - base) as usize] = 0;
+    for &(d, leader_tf, first_tf) in &both[..n_both] {
+        let code = index.scoring_length_code(d);
+        let partial = table.contribution_at_floor(&leader.scorer, leader_tf, code) as f64
+            + table.contribution_at_floor(&first.scorer, first_tf, code) as f64;
+        // The slack covers the summation order of the exact score.
+        let may = need.is_none_or(|need| partial * (1.0 + BOUND_SLACK) > need);
+        held[n_held % BLOCK_LEN] = (d, leader_tf, first_tf, partial);
+        n_held += may as usize;
     }
     if in_window < docs.len() {
         first.cursor.skip_in_block(in_window);
@@ -329,4 +391,37 @@ pub fn and_finish(
     }
     stats.blocks_decoded += rest.iter().map(|t| t.cursor.blocks_decoded()).sum::<u64>();
     (top.into_sorted(), stats)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20))]
+        /// Over more windows than the tag has values (it wraps and the map is cleared), each
+        /// window's entries read as its own marks only: a naive map cleared per window agrees.
+        #[test]
+        fn follower_map_reads_only_the_window_s_marks(
+            windows in proptest::collection::vec(
+                proptest::collection::vec((0usize..FOLLOWER_MAP_SPAN, 0usize..BLOCK_LEN), 0..40),
+                250..700,
+            ),
+            probes in proptest::collection::vec(0usize..FOLLOWER_MAP_SPAN, 1..40),
+        ) {
+            let mut map = FollowerMap::new();
+            for marks in &windows {
+                map.next_window();
+                let mut naive = vec![0usize; FOLLOWER_MAP_SPAN];
+                for &(o, place) in marks {
+                    map.mark(o, place);
+                    naive[o] = place + 1;
+                }
+                for &o in probes.iter().chain(marks.iter().map(|(o, _)| o)) {
+                    prop_assert_eq!(map.get(o), naive[o]);
+                }
+            }
+        }
+    }
 }

@@ -327,13 +327,7 @@ fn first_follower_holds(
         n_both += (at != 0) as usize;
     }
     for &(d, leader_tf, first_tf) in &both[..n_both] {
-        let code = index.scoring_length_code(d);
-        let partial = table.contribution_at_floor(&leader.scorer, leader_tf, code) as f64
-            + table.contribution_at_floor(&first.scorer, first_tf, code) as f64;
-        // The slack covers the summation order of the exact score.
-        let may = need.is_none_or(|need| partial * (1.0 + BOUND_SLACK) > need);
-        held[n_held % BLOCK_LEN] = (d, leader_tf, first_tf, partial);
-        n_held += may as usize;
+        offer(d, leader_tf, first_tf);
     }
     if in_window < docs.len() {
         first.cursor.skip_in_block(in_window);

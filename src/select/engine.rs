@@ -24,9 +24,9 @@
 //! failure runs the query on the CPU (same answer), counted by [`fell_back`].
 
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use std::time::{Duration, Instant};
 
 use super::gpu::{GpuSelectError, PostingCache, PostingCacheConfig, PostingCacheStats};
 use super::schedule::{self, Backlog, GpuJob, Load, Route, Scheduled, Scheduler};

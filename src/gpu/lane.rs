@@ -194,7 +194,8 @@ impl<J, T> Lane<J, T> {
     }
 
     /// Jobs queued and not yet taken by a turn.
-    pub fn queued(&self) -> usize {
+    #[cfg(test)]
+    fn queued(&self) -> usize {
         self.shared.queue.lock().jobs.len()
     }
 }
